@@ -1,0 +1,26 @@
+"""The axis alphabet of spec_jax, documented once.
+
+Every einsum string, shape comment, parameter name suffix and sharding field in the
+package uses these letters, so that `x_btd` always means an array of shape
+[batch, new tokens, model width].
+
+  B  batch (rows decoded together)
+  T  new tokens in one model call (1 for a decode step, A+1 for chain verification,
+     M for tree verification, the prompt bucket for prefill)
+  S  cache length (slots of the KV cache; static, the row's `max_len`)
+  N  query heads
+  K  key/value heads (GQA: N = K * G)
+  G  query heads per key/value head
+  H  head dimension
+  D  model width (residual stream)
+  F  MLP hidden width
+  V  vocabulary
+  A  draft length (gamma: drafted tokens per block)
+  C  children (siblings) of one tree node, in draft order
+  M  tree nodes verified in one call
+  L  layers
+  E  EAGLE-3 feature taps (3: low, middle, high)
+
+Example: `jnp.einsum('btkgh,bksh->bkgts', q, k)` computes attention scores of the new
+tokens against every cache slot without materialising repeated key/value heads.
+"""

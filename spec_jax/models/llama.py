@@ -1,0 +1,217 @@
+"""A Llama-family decoder in Flax (Llama 2/3/3.x, Qwen2/2.5, Qwen3, SmolLM2).
+
+The model call is the one contract every decoding mode uses:
+
+    logits_btv, taps_bted, cache = forward(cfg, params, tokens_bt, positions_bt, cache, mask_bts)
+
+Prefill, an AR step, chain verification (T = A + 1) and tree verification (T = M, mask =
+ancestors) are this call with different T and mask; the model knows nothing of rules.
+Layers run under `nn.scan` with the whole KV cache carried (see spec_jax.models.cache).
+
+Parameter names end in their axes: `q_dnh` is [D, N, H]. Layer parameters are stacked on
+a leading L axis by the scan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from spec_jax.models import rope
+from spec_jax.models.cache import KVCache
+from spec_jax.models.config import ModelConfig
+
+_init = nn.initializers.normal(stddev=0.02)
+
+
+def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
+    """HF RMSNorm: variance in fp32, normalise, cast back, then scale."""
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return normed.astype(x.dtype) * scale.astype(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    eps: float
+
+    @nn.compact
+    def __call__(self, x):
+        scale = self.param('scale', nn.initializers.ones, (x.shape[-1],), jnp.float32)
+        return rms_norm(x, scale, self.eps)
+
+
+class Attention(nn.Module):
+    """Grouped-query attention over the cache; never materialises repeated K/V heads."""
+
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x_btd, positions_bt, mask_bts, layer, kv):
+        cfg = self.cfg
+        dt, pdt = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+        d, n, k, h = cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        q_btnh = jnp.einsum('btd,dnh->btnh', x_btd, self.param('q_dnh', _init, (d, n, h), pdt).astype(dt))
+        k_btkh = jnp.einsum('btd,dkh->btkh', x_btd, self.param('k_dkh', _init, (d, k, h), pdt).astype(dt))
+        v_btkh = jnp.einsum('btd,dkh->btkh', x_btd, self.param('v_dkh', _init, (d, k, h), pdt).astype(dt))
+        if cfg.qkv_bias:
+            q_btnh += self.param('q_bias_nh', nn.initializers.zeros, (n, h), pdt).astype(dt)
+            k_btkh += self.param('k_bias_kh', nn.initializers.zeros, (k, h), pdt).astype(dt)
+            v_btkh += self.param('v_bias_kh', nn.initializers.zeros, (k, h), pdt).astype(dt)
+        if cfg.qk_norm:
+            q_btnh = rms_norm(q_btnh, self.param('q_norm_h', nn.initializers.ones, (h,)), cfg.rms_eps)
+            k_btkh = rms_norm(k_btkh, self.param('k_norm_h', nn.initializers.ones, (h,)), cfg.rms_eps)
+        inv_freq = rope.inverse_frequencies(h, cfg.rope_theta, cfg.rope_scaling)
+        q_btnh = rope.apply_rope(q_btnh, positions_bt, inv_freq)
+        k_btkh = rope.apply_rope(k_btkh, positions_bt, inv_freq)
+
+        if kv is None:  # No cache: the new tokens attend to each other only (training).
+            keys_bksh = k_btkh.transpose(0, 2, 1, 3)
+            values_bksh = v_btkh.transpose(0, 2, 1, 3)
+        else:
+            cache_k, cache_v, lengths_b = kv
+            b, t = positions_bt.shape
+            rows_b1 = jnp.arange(b)[:, None]
+            slots_bt = lengths_b[:, None] + jnp.arange(t)[None, :]
+            # Advanced indices (layer, rows, slots) go first: the update is [B, T, K, H].
+            cache_k = cache_k.at[layer, rows_b1, :, slots_bt, :].set(k_btkh.astype(cache_k.dtype))
+            cache_v = cache_v.at[layer, rows_b1, :, slots_bt, :].set(v_btkh.astype(cache_v.dtype))
+            keys_bksh = cache_k[layer].astype(dt)
+            values_bksh = cache_v[layer].astype(dt)
+            kv = (cache_k, cache_v, lengths_b)
+
+        q_btkgh = q_btnh.reshape(*q_btnh.shape[:2], k, cfg.group_size, h)
+        scores_bkgts = jnp.einsum('btkgh,bksh->bkgts', q_btkgh, keys_bksh).astype(jnp.float32)
+        scores_bkgts = scores_bkgts * (h**-0.5)
+        scores_bkgts = jnp.where(mask_bts[:, None, None], scores_bkgts, jnp.finfo(jnp.float32).min)
+        probs_bkgts = jax.nn.softmax(scores_bkgts, axis=-1).astype(dt)
+        out_btkgh = jnp.einsum('bkgts,bksh->btkgh', probs_bkgts, values_bksh)
+        out_btnh = out_btkgh.reshape(q_btnh.shape)
+        o_nhd = self.param('o_nhd', _init, (n, h, d), pdt).astype(dt)
+        return jnp.einsum('btnh,nhd->btd', out_btnh, o_nhd), kv
+
+
+class Mlp(nn.Module):
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x_btd):
+        cfg = self.cfg
+        dt, pdt = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+        d, f = cfg.width, cfg.mlp_width
+        gate_btf = jnp.einsum('btd,df->btf', x_btd, self.param('gate_df', _init, (d, f), pdt).astype(dt))
+        up_btf = jnp.einsum('btd,df->btf', x_btd, self.param('up_df', _init, (d, f), pdt).astype(dt))
+        down_fd = self.param('down_fd', _init, (f, d), pdt).astype(dt)
+        return jnp.einsum('btf,fd->btd', jax.nn.silu(gate_btf) * up_btf, down_fd)
+
+
+class Block(nn.Module):
+    """One decoder layer, written as a scan body: (carry, layer index) -> (carry, None)."""
+
+    cfg: ModelConfig
+    tap_layers: tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, carry, layer, positions_bt, mask_bts):
+        x_btd, kv, taps_bted = carry
+        if self.tap_layers:  # HF hidden_states[i] is the residual stream entering layer i.
+            hit_e = jnp.asarray(self.tap_layers) == layer
+            taps_bted = jnp.where(hit_e[:, None], x_btd[:, :, None, :], taps_bted)
+        eps = self.cfg.rms_eps
+        attn_out, kv = Attention(self.cfg, name='attn')(
+            RMSNorm(eps, name='attn_norm')(x_btd), positions_bt, mask_bts, layer, kv
+        )
+        x_btd = x_btd + attn_out
+        x_btd = x_btd + Mlp(self.cfg, name='mlp')(RMSNorm(eps, name='mlp_norm')(x_btd))
+        return (x_btd, kv, taps_bted), None
+
+
+class Decoder(nn.Module):
+    """The full decoder. See `forward` for the call contract."""
+
+    cfg: ModelConfig
+    tap_layers: tuple[int, ...] = ()
+
+    @nn.compact
+    def __call__(self, tokens_bt, positions_bt, cache, mask_bts, logits_index_bu=None):
+        cfg = self.cfg
+        dt, pdt = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+        embed_vd = self.param('embed_vd', _init, (cfg.vocab_size, cfg.width), pdt)
+        x_btd = embed_vd[tokens_bt].astype(dt)
+
+        b, t = tokens_bt.shape
+        taps_bted = jnp.zeros((b, t, len(self.tap_layers), cfg.width), dt)
+        kv = None if cache is None else (cache.k, cache.v, cache.lengths)
+        layers = nn.scan(
+            Block,
+            variable_axes={'params': 0},
+            split_rngs={'params': True},
+            in_axes=(0, nn.broadcast, nn.broadcast),
+            length=cfg.num_layers,
+        )(cfg, self.tap_layers, name='layers')
+        (x_btd, kv, taps_bted), _ = layers(
+            (x_btd, kv, taps_bted), jnp.arange(cfg.num_layers), positions_bt, mask_bts
+        )
+        if cache is not None:
+            cache = cache.replace(k=kv[0], v=kv[1])
+
+        if logits_index_bu is not None:
+            x_btd = jnp.take_along_axis(x_btd, logits_index_bu[:, :, None], axis=1)
+        x_btd = RMSNorm(cfg.rms_eps, name='final_norm')(x_btd)
+        if cfg.tie_embeddings:
+            head_vd = embed_vd
+        else:
+            head_vd = self.param('lm_head_vd', _init, (cfg.vocab_size, cfg.width), pdt)
+        logits_btv = jnp.einsum('btd,vd->btv', x_btd, head_vd.astype(dt))
+        return logits_btv.astype(jnp.float32), (taps_bted if self.tap_layers else None), cache
+
+
+def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
+    """Random parameters (normal(0.02) weights, unit norms) for `cfg`."""
+    tokens = jnp.zeros((1, 1), jnp.int32)
+    mask = jnp.ones((1, 1, 1), bool)
+    return Decoder(cfg).init(key, tokens, tokens, None, mask)['params']
+
+
+@partial(jax.jit, static_argnames=('cfg', 'tap_layers'))
+def forward(
+    cfg: ModelConfig,
+    params: dict,
+    tokens_bt: jax.Array,
+    positions_bt: jax.Array,
+    cache: KVCache | None,
+    mask_bts: jax.Array,
+    tap_layers: Sequence[int] = (),
+    logits_index_bu: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array | None, KVCache | None]:
+    """One model call.
+
+    Args:
+      cfg: the model config (static).
+      params: the parameter pytree (an argument, never closed over: closing over weights
+        turns them into constants and costs seconds of compile per shape).
+      tokens_bt: token ids [B, T].
+      positions_bt: RoPE positions [B, T].
+      cache: a KVCache; the keys/values of the T tokens are written at slots
+        cache.lengths[b] + t and NOT committed (see spec_jax.models.cache). None runs
+        without a cache: tokens attend only to each other through a [B, T, T] mask.
+      mask_bts: boolean attention mask [B, T, S] (S = cache slots, or T without a cache);
+        any pattern works (causal, tree ancestry), so verification needs no model change.
+      tap_layers: HF `hidden_states` indices whose residual streams to return (each in
+        [0, L)); EAGLE-3 uses cfg.hf_taps().
+      logits_index_bu: optional [B, U] indices into T: compute logits only there (saves the
+        LM head on long prefills).
+
+    Returns:
+      (logits [B, T or U, V] fp32, taps [B, T, E, D] or None, updated cache or None).
+    """
+    tap_layers = tuple(tap_layers)
+    for i in tap_layers:
+        if not 0 <= i < cfg.num_layers:
+            raise ValueError(f'tap layer {i} is outside [0, {cfg.num_layers})')
+    return Decoder(cfg, tap_layers).apply(
+        {'params': params}, tokens_bt, positions_bt, cache, mask_bts, logits_index_bu
+    )
