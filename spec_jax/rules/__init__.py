@@ -1,0 +1,87 @@
+"""Verification rules for speculative decoding, importable alone (depends on jax only).
+
+  import spec_jax.rules as rules
+  rule = rules.make('lenience', l=0.5)              # or rules.make('lenience:l=0.5')
+  out = rules.verify_chain(rule, key, p_bav1, q_bav, x_ba)   # out.tokens [B, A+1]
+  pi = rule.induced(p, q)                           # closed-form per-position law
+  base = rules.matched_baseline(rule)               # truncation + lossless verifier
+  rules.tv(pi, base.law(p))
+
+Rules (registry names; PAPER.md sections in each docstring):
+  lossless: lossless, greedy
+  collaborative: lenience (l), cos (lam), overshoot_only (l), overshoot_tail (l, rho),
+    uniform_interp (w)
+  truncation: minp_verify (rho), eta_verify (eta), typical (eps, delta, mode)
+  cascade: speccascade (deferral in chow/diff/opt/token_v1/token_v2/token_v3, alpha)
+
+Tree verification: `verify_node` (one node's ordered siblings) and `verify_tree` (a whole
+static tree from parent pointers; see `spec_jax.rules.tree`).
+"""
+
+# The rule contract and the registry.
+from spec_jax.rules.base import Rule, YieldRule, make, names, register
+
+# The rules.
+from spec_jax.rules.cascade import SpecCascade
+from spec_jax.rules.collaborative import CoS, Lenience, OvershootOnly, OvershootTail, UniformInterp
+from spec_jax.rules.lossless import Greedy, Lossless
+from spec_jax.rules.truncation import EtaVerify, MinPVerify, Typical
+
+# Verifiers.
+from spec_jax.rules.chain import ChainResult, verify_chain
+from spec_jax.rules.tree import (
+    NodeResult,
+    Tree,
+    TreeResult,
+    children_from_parents,
+    verify_node,
+    verify_tree,
+)
+
+# Matched baselines and distortion.
+from spec_jax.rules.baselines import MatchedBaseline, matched_baseline
+from spec_jax.rules.distortion import (
+    Distortion,
+    compare,
+    kl,
+    measure,
+    measure_tree_node,
+    overshoot_ratio,
+    tv,
+)
+
+__all__ = [
+    'ChainResult',
+    'CoS',
+    'Distortion',
+    'EtaVerify',
+    'Greedy',
+    'Lenience',
+    'Lossless',
+    'MatchedBaseline',
+    'MinPVerify',
+    'NodeResult',
+    'OvershootOnly',
+    'OvershootTail',
+    'Rule',
+    'SpecCascade',
+    'Tree',
+    'TreeResult',
+    'Typical',
+    'UniformInterp',
+    'YieldRule',
+    'children_from_parents',
+    'compare',
+    'kl',
+    'make',
+    'matched_baseline',
+    'measure',
+    'measure_tree_node',
+    'names',
+    'overshoot_ratio',
+    'register',
+    'tv',
+    'verify_chain',
+    'verify_node',
+    'verify_tree',
+]

@@ -1,0 +1,114 @@
+"""Chain verification: one drafted block of A tokens against A + 1 target positions."""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from spec_jax import sampling
+from spec_jax.rules import base
+
+
+class ChainResult(NamedTuple):
+    """Outcome of `verify_chain` (a pytree of fixed-shape arrays).
+
+    Attributes:
+      num_accepted: [B] int32, accepted drafts n in [0, A].
+      tokens: [B, A+1] int32, the n accepted drafts, then the replacement (n < A) or bonus
+        (n = A) token, then `pad_id`.
+      accepted: [B, A] bool, position i was reached and accepted (i < n).
+      num_emitted: [B] int32, n + 1.
+      accept_probs: [B, A] float32, a(x_i) at every position (also past the first
+        rejection; mask with `reached` for metrics).
+      reached: [B, A] bool, position i was examined (i <= n).
+      final_token: [B] int32, the replacement or bonus token.
+    """
+
+    num_accepted: jax.Array
+    tokens: jax.Array
+    accepted: jax.Array
+    num_emitted: jax.Array
+    accept_probs: jax.Array
+    reached: jax.Array
+    final_token: jax.Array
+
+
+def uniform_open_closed(key: jax.Array, shape) -> jax.Array:
+    """u ~ U(0, 1]: accepting on u <= a accepts with probability exactly a (a=0 never)."""
+    return 1.0 - jax.random.uniform(key, shape, jnp.float32)
+
+
+@functools.partial(jax.jit, static_argnames=('rule', 'pad_id'))
+def verify_chain(
+    rule: base.Rule,
+    key: jax.Array,
+    target_probs_bav1: jax.Array,
+    draft_probs_bav: jax.Array,
+    draft_tokens_ba: jax.Array,
+    pad_id: int = 0,
+) -> ChainResult:
+    """Verifies a chain of drafted tokens with `rule` (PAPER.md §6, 'Chain, vectorised').
+
+    For positions i < A: a_i = rule.a(x_i) from the gathered p_i(x_i), q_i(x_i) and the
+    rule's per-row statistics; u_i ~ U(0, 1]; accept on u_i <= a_i; n = number of leading
+    accepts. One token is then drawn from rule.replacement(p_n, q_n) if n < A, else from
+    rule.bonus(p_A). Only the row n is materialised as a [B, V] residual.
+
+    Args:
+      rule: a rules.Rule (static).
+      key: PRNG key.
+      target_probs_bav1: [B, A+1, V] processed target probabilities; row i is the law of
+        the token after the prefix and x_1..x_i.
+      draft_probs_bav: [B, A, V] processed draft probabilities the drafts were sampled from.
+      draft_tokens_ba: [B, A] int drafted tokens.
+      pad_id: token written after the emitted ones.
+
+    Returns:
+      ChainResult.
+    """
+    b, a1, _ = target_probs_bav1.shape
+    a = a1 - 1
+    if draft_probs_bav.shape[:2] != (b, a) or draft_tokens_ba.shape != (b, a):
+        raise ValueError(
+            f'verify_chain: shapes target {target_probs_bav1.shape}, draft '
+            f'{draft_probs_bav.shape}, tokens {draft_tokens_ba.shape} do not match [B, A+1, V], '
+            '[B, A, V], [B, A]'
+        )
+    key_u, key_s = jax.random.split(key)
+    rows = jnp.arange(b)
+    x = draft_tokens_ba.astype(jnp.int32)
+    if a > 0:
+        p_draft = target_probs_bav1[:, :a]
+        px = base.gather(p_draft, x)
+        qx = base.gather(draft_probs_bav, x)
+        accept_probs = rule.accept_from(px, qx, x, rule.stats(p_draft, draft_probs_bav))
+        accept_probs = accept_probs.astype(jnp.float32)
+        accept = uniform_open_closed(key_u, (b, a)) <= accept_probs
+        accepted = jnp.cumprod(accept.astype(jnp.int32), axis=1).astype(bool)
+        n = accepted.sum(1).astype(jnp.int32)
+        p_n = target_probs_bav1[rows, n]  # [B, V]
+        q_n = draft_probs_bav[rows, jnp.minimum(n, a - 1)]  # [B, V]
+        dist = jnp.where((n < a)[:, None], rule.replacement(p_n, q_n), rule.bonus(p_n))
+    else:
+        accept_probs = jnp.zeros((b, 0), jnp.float32)
+        accepted = jnp.zeros((b, 0), bool)
+        n = jnp.zeros((b,), jnp.int32)
+        dist = rule.bonus(target_probs_bav1[:, 0])
+    final = sampling.sample(key_s, dist)
+    pos = jnp.arange(a + 1)[None, :]
+    x_pad = jnp.concatenate([x, jnp.full((b, 1), pad_id, jnp.int32)], axis=1)
+    tokens = jnp.where(pos < n[:, None], x_pad, jnp.where(pos == n[:, None], final[:, None],
+                                                          pad_id))
+    reached = jnp.arange(a)[None, :] <= n[:, None]
+    return ChainResult(
+        num_accepted=n,
+        tokens=tokens.astype(jnp.int32),
+        accepted=accepted,
+        num_emitted=n + 1,
+        accept_probs=accept_probs,
+        reached=reached,
+        final_token=final,
+    )

@@ -1,0 +1,62 @@
+"""Distortion measures between an induced law pi and a reference law (PAPER.md §3-§5)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from spec_jax.rules import base
+from spec_jax.rules.baselines import matched_baseline
+
+
+def tv(pi: jax.Array, p: jax.Array) -> jax.Array:
+    """Total variation 1/2 sum |pi - p| over the last axis, [..., V] -> [...]."""
+    return 0.5 * jnp.abs(pi - p).sum(-1)
+
+
+def kl(pi: jax.Array, p: jax.Array) -> jax.Array:
+    """KL(pi || p) = sum pi log(pi/p) in nats, [..., V] -> [...]; inf if pi leaves supp p."""
+    pos = pi > 0
+    log_ratio = jnp.log(jnp.where(pos, pi, 1.0)) - jnp.log(jnp.where(p > 0, p, 1.0))
+    terms = jnp.where(pos, jnp.where(p > 0, pi * log_ratio, jnp.inf), 0.0)
+    return terms.sum(-1)
+
+
+def overshoot_ratio(pi: jax.Array, p: jax.Array) -> jax.Array:
+    """max_x pi(x)/p(x) over tokens with pi(x) > 0, [..., V] -> [...] (inf if p(x) = 0)."""
+    ratio = jnp.where(p > 0, pi / jnp.where(p > 0, p, 1.0), jnp.inf)
+    return jnp.where(pi > 0, ratio, 0.0).max(-1)
+
+
+class Distortion(NamedTuple):
+    """Distances of an induced law from its reference, each [...]."""
+
+    tv: jax.Array
+    kl: jax.Array
+    overshoot: jax.Array
+
+
+def compare(pi: jax.Array, reference: jax.Array) -> Distortion:
+    """tv, kl and overshoot ratio of pi against reference, [..., V] -> Distortion of [...]."""
+    return Distortion(tv(pi, reference), kl(pi, reference), overshoot_ratio(pi, reference))
+
+
+def measure(rule: base.Rule, p: jax.Array, q: jax.Array) -> Distortion:
+    """Chain-mode distortion of `rule` at one position against its matched baseline.
+
+    Args:
+      rule: the lossy (or lossless) rule.
+      p: [..., V] processed target (temperature only, as the lossy rule sees it).
+      q: [..., V] processed draft.
+
+    Returns:
+      Distortion of rule.induced(p, q) against matched_baseline(rule).law(p).
+    """
+    return compare(rule.induced(p, q), matched_baseline(rule).law(p))
+
+
+def measure_tree_node(rule: base.Rule, p: jax.Array, siblings: jax.Array) -> Distortion:
+    """Tree-node distortion of `rule` (siblings [..., C]) against its matched baseline."""
+    return compare(rule.induced_tree_node(p, siblings), matched_baseline(rule).law(p))

@@ -1,0 +1,353 @@
+"""Tree (multi-draft) verification at one node and over a whole static tree.
+
+Representation (EAGLE3.md §5). A tree of M nodes is given by parent pointers [M]: node 0 is
+the root (the last committed token, never verified), parents[i] < i for i >= 1 (depth
+order), and the children of a node are visited in index order, which is the draft order
+(EAGLE: descending draft probability). From the pointers we build a children table
+[M, C] (-1 padded, C = the largest number of children) once, on the host for a static
+`Tree`, or on device for traced per-row parents [B, M] (`children_from_parents`).
+
+Inputs of the verifier: node tokens [B, M] (entry 0 unused), the processed target
+probabilities at every node [B, M, V] (row i is the target's law of the token after the
+path to node i), and, for sampled siblings, the draft law at every node [B, M, V] (row i is
+the law the children of node i were drawn from).
+
+Walk: from the root, at each depth run the node rule over the node's children (a
+`lax.scan` over siblings, all rows at once); descend into the accepted child or stop. The
+depth loop is a `lax.fori_loop` of max_depth + 1 steps; finished rows are masked. Outputs
+have static shapes: the accepted path [B, D+1] padded with its last node (never -1), its
+length, and the final token (residual sample, or the bonus at a leaf).
+
+Two sibling modes:
+  deterministic  EAGLE (PAPER.md §2.2, §3.3, §4.2): rule.tree_gate(P(c_j)) accepts;
+                 a rejection zeroes c_j and renormalises; duplicates and -1 are skipped;
+                 if the residual mass falls to <= 1e-9 the scan stops and the token comes
+                 from the full p (EAGLE's guard).
+  sampled        SpecInfer (§2.3), lossless rule only: siblings drawn i.i.d. from q;
+                 accept with min(1, P(c_j)/q(c_j)); on rejection P <- norm((P - q)_+).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spec_jax import sampling
+from spec_jax.rules import base
+from spec_jax.rules.chain import uniform_open_closed
+
+
+@dataclasses.dataclass(frozen=True)
+class Tree:
+    """A static tree from parent pointers (hashable, so it can be a static jit argument).
+
+    Attributes:
+      parents: tuple of M ints; parents[0] is ignored (root), 0 <= parents[i] < i.
+    """
+
+    parents: tuple[int, ...]
+
+    def __post_init__(self):
+        parents = tuple(int(v) for v in np.asarray(self.parents).reshape(-1))
+        if not parents:
+            raise ValueError('Tree: parents is empty; it needs at least the root')
+        for i, pa in enumerate(parents[1:], start=1):
+            if not 0 <= pa < i:
+                raise ValueError(f'Tree: parents[{i}]={pa} must satisfy 0 <= parents[i] < {i}')
+        object.__setattr__(self, 'parents', parents)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.parents)
+
+    @functools.cached_property
+    def depth(self) -> np.ndarray:
+        """[M] int depth of each node (root 0)."""
+        d = np.zeros(self.num_nodes, np.int32)
+        for i in range(1, self.num_nodes):
+            d[i] = d[self.parents[i]] + 1
+        return d
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depth.max())
+
+    @functools.cached_property
+    def children(self) -> np.ndarray:
+        """[M, C] int children of each node in index (draft) order, -1 padded."""
+        kids = [[] for _ in range(self.num_nodes)]
+        for i in range(1, self.num_nodes):
+            kids[self.parents[i]].append(i)
+        width = max(1, max(len(k) for k in kids))
+        table = np.full((self.num_nodes, width), -1, np.int32)
+        for i, k in enumerate(kids):
+            table[i, : len(k)] = k
+        return table
+
+    @classmethod
+    def chain(cls, length: int) -> Tree:
+        """A chain root -> 1 -> ... -> length."""
+        return cls(tuple([0] + list(range(length))))
+
+    @classmethod
+    def full(cls, branching: int, depth: int) -> Tree:
+        """A complete tree of the given branching and depth, in depth (BFS) order."""
+        parents, level = [0], [0]
+        for _ in range(depth):
+            nxt = []
+            for node in level:
+                for _ in range(branching):
+                    parents.append(node)
+                    nxt.append(len(parents) - 1)
+            level = nxt
+        return cls(tuple(parents))
+
+
+def children_from_parents(parents: jax.Array, max_children: int) -> jax.Array:
+    """Children table on device from parent pointers [..., M] -> [..., M, C] (-1 padded).
+
+    Children are listed in index order; a node with more than `max_children` children
+    keeps the first ones. Entry 0 of `parents` is ignored.
+    """
+    m = parents.shape[-1]
+    nodes = jnp.arange(m)
+    is_child = (parents[..., None, :] == nodes[:, None]) & (nodes > 0)  # [..., M(i), M(j)]
+    rank = jnp.cumsum(is_child, axis=-1) - 1
+    slot = is_child[..., None] & (rank[..., None] == jnp.arange(max_children))  # [..,M,M,C]
+    return jnp.where(slot.any(-2), jnp.argmax(slot, axis=-2), -1).astype(jnp.int32)
+
+
+class NodeResult(NamedTuple):
+    """Outcome of verification at one node.
+
+    Attributes:
+      choice: [B] int32 index of the accepted sibling, -1 if none.
+      final_dist: [B, V] law of the token emitted when no sibling is accepted (the residual,
+        or the full p after EAGLE's guard).
+      token: [B] int32 the emitted token: the accepted sibling, else a sample of final_dist.
+    """
+
+    choice: jax.Array
+    final_dist: jax.Array
+    token: jax.Array
+
+
+class TreeResult(NamedTuple):
+    """Outcome of `verify_tree` (fixed shapes; D = max depth).
+
+    Attributes:
+      num_accepted: [B] int32 accepted draft nodes on the path (root excluded).
+      path: [B, D+1] int32 node indices from the root; entries past num_accepted repeat the
+        last accepted node (safe for gathers, never -1).
+      tokens: [B, D+1] int32 the accepted node tokens, then the final token, then pad_id.
+      final_token: [B] int32 the residual sample or bonus token.
+      num_emitted: [B] int32 num_accepted + 1.
+      last_node: [B] int32 the last accepted node (path[:, num_accepted]).
+    """
+
+    num_accepted: jax.Array
+    path: jax.Array
+    tokens: jax.Array
+    final_token: jax.Array
+    num_emitted: jax.Array
+    last_node: jax.Array
+
+
+def _check_mode(rule: base.Rule, sampled: bool):
+    mode = 'sampled' if sampled else 'deterministic'
+    if mode not in rule.tree_modes:
+        raise ValueError(
+            f'rule {rule.name!r} does not support {mode} tree verification; its tree modes: '
+            f'{rule.tree_modes or "none"}'
+        )
+
+
+def _scan_node(rule, p_bv, sibs_bc, u_bc, q_bv=None):
+    """The sibling scan at one node; returns (choice [B], final_dist [B, V])."""
+    b, num_c = sibs_bc.shape
+    sampled = q_bv is not None
+    if sampled:
+        valid = sibs_bc >= 0
+    else:
+        valid = jnp.stack([base.sibling_valid(sibs_bc, j) for j in range(num_c)], axis=1)
+    c_safe = jnp.clip(sibs_bc, 0, p_bv.shape[-1] - 1)
+    xs = (sibs_bc.T, c_safe.T, valid.T, u_bc.T, jnp.arange(num_c))
+    choice0 = jnp.full((b,), -1, jnp.int32)
+
+    if sampled:
+
+        def body(carry, x):
+            big_p, choice = carry
+            _, c, ok, u, j = x
+            pc, qc = base.gather(big_p, c), base.gather(q_bv, c)
+            g = jnp.where(qc > 0, jnp.clip(pc / jnp.where(qc > 0, qc, 1.0), 0.0, 1.0),
+                          (pc > 0).astype(pc.dtype))
+            active = ok & (choice < 0)
+            acc = active & (u <= g)
+            rej = active & ~acc
+            nxt = base.normalize_or(jnp.maximum(big_p - q_bv, 0.0), big_p)
+            big_p = jnp.where(rej[:, None], nxt, big_p)
+            return (big_p, jnp.where(acc, j, choice)), None
+
+        (big_p, choice), _ = jax.lax.scan(body, (p_bv, choice0), xs)
+        return choice, rule.tree_final(big_p)
+
+    state0 = base.node_state(p_bv)
+    pc_all = jnp.take_along_axis(p_bv, c_safe, axis=-1).T  # [C, B]
+
+    def body(carry, x):
+        state, choice, guard = carry
+        (_, c, ok, u, j), pc = x
+        active = ok & (choice < 0) & ~guard
+        g = rule.tree_gate(pc, c, state)
+        acc = active & (u <= g)
+        rej = active & ~acc
+        state = base.node_reject(state, pc, rej)
+        guard = guard | (rej & (state.mass <= base.ZERO_MASS))
+        return (state, jnp.where(acc, j, choice), guard), rej
+
+    carry0 = (state0, choice0, jnp.zeros((b,), bool))
+    (_, choice, guard), rejected = jax.lax.scan(body, carry0, (xs, pc_all))
+    drop = jnp.where(rejected.T, c_safe, p_bv.shape[-1])  # Out of range -> dropped.
+    zeroed = p_bv.at[jnp.arange(b)[:, None], drop].set(0.0, mode='drop')
+    residual = base.normalize_or(zeroed, p_bv)
+    final = jnp.where(guard[:, None], rule.bonus(p_bv), rule.tree_final(residual))
+    return choice, final
+
+
+@functools.partial(jax.jit, static_argnames=('rule',))
+def verify_node(
+    rule: base.Rule,
+    key: jax.Array,
+    target_probs_bv: jax.Array,
+    siblings_bc: jax.Array,
+    draft_probs_bv: jax.Array | None = None,
+) -> NodeResult:
+    """Verifies the ordered siblings of one node.
+
+    Args:
+      rule: a tree-capable rule (static).
+      key: PRNG key.
+      target_probs_bv: [B, V] processed target at the node.
+      siblings_bc: [B, C] int sibling tokens in draft order; -1 is padding.
+      draft_probs_bv: [B, V] the law the siblings were sampled from (sampled mode,
+        SpecInfer); None for deterministic siblings (EAGLE).
+
+    Returns:
+      NodeResult.
+    """
+    sampled = draft_probs_bv is not None
+    _check_mode(rule, sampled)
+    key_u, key_s = jax.random.split(key)
+    sibs = siblings_bc.astype(jnp.int32)
+    u = uniform_open_closed(key_u, sibs.shape)
+    choice, final = _scan_node(rule, target_probs_bv, sibs, u, draft_probs_bv)
+    picked = jnp.take_along_axis(sibs, jnp.maximum(choice, 0)[:, None], axis=1)[:, 0]
+    token = jnp.where(choice >= 0, picked, sampling.sample(key_s, final))
+    return NodeResult(choice=choice, final_dist=final, token=token)
+
+
+def verify_tree(
+    rule: base.Rule,
+    key: jax.Array,
+    tree: Tree | jax.Array,
+    node_tokens_bm: jax.Array,
+    target_probs_bmv: jax.Array,
+    draft_probs_bmv: jax.Array | None = None,
+    *,
+    max_depth: int | None = None,
+    max_children: int | None = None,
+    pad_id: int = 0,
+) -> TreeResult:
+    """Verifies a whole draft tree and returns the accepted path and the final token.
+
+    Args:
+      rule: a tree-capable rule.
+      key: PRNG key.
+      tree: a static `Tree`, or traced parent pointers [M] or [B, M] (then give
+        `max_depth` and `max_children`, defaults M - 1).
+      node_tokens_bm: [B, M] int token of each node (entry 0, the root, is unused).
+      target_probs_bmv: [B, M, V] processed target at every node.
+      draft_probs_bmv: [B, M, V] for sampled siblings (SpecInfer): row i is the law the
+        children of node i were drawn from; None for deterministic siblings (EAGLE).
+      max_depth: static depth bound for traced parents.
+      max_children: static sibling bound for traced parents.
+      pad_id: token written after the emitted ones.
+
+    Returns:
+      TreeResult.
+    """
+    m = node_tokens_bm.shape[-1]
+    if isinstance(tree, Tree):
+        if tree.num_nodes != m:
+            raise ValueError(f'verify_tree: tree has {tree.num_nodes} nodes, tokens have {m}')
+        children = jnp.asarray(tree.children)
+        depth = tree.max_depth
+    else:
+        parents = jnp.asarray(tree, jnp.int32)
+        depth = m - 1 if max_depth is None else int(max_depth)
+        width = max(1, m - 1) if max_children is None else int(max_children)
+        children = children_from_parents(parents, width)
+    return _verify_tree(rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv,
+                        depth, pad_id)
+
+
+@functools.partial(jax.jit, static_argnames=('rule', 'max_depth', 'pad_id'))
+def _verify_tree(rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv,
+                 max_depth, pad_id):
+    sampled = draft_probs_bmv is not None
+    _check_mode(rule, sampled)
+    b, m = node_tokens_bm.shape
+    v = target_probs_bmv.shape[-1]
+    rows = jnp.arange(b)
+    tokens_bm = node_tokens_bm.astype(jnp.int32)
+    key_walk, key_final = jax.random.split(key)
+    num_c = children.shape[-1]
+
+    def body(d, carry):
+        cur, done, n_acc, path, final_dist = carry
+        kids = children[cur] if children.ndim == 2 else children[rows, cur]  # [B, C]
+        exists = kids >= 0
+        kids_safe = jnp.clip(kids, 0, m - 1)
+        sibs = jnp.where(exists, jnp.take_along_axis(tokens_bm, kids_safe, axis=1), -1)
+        p = target_probs_bmv[rows, cur]  # [B, V]
+        q = draft_probs_bmv[rows, cur] if sampled else None
+        u = uniform_open_closed(jax.random.fold_in(key_walk, d), (b, num_c))
+        choice, node_final = _scan_node(rule, p, sibs, u, q)
+        has_kids = exists.any(-1)
+        acc = ~done & (choice >= 0)
+        stop = ~done & ~acc
+        dist_now = jnp.where(has_kids[:, None], node_final, rule.bonus(p))
+        final_dist = jnp.where(stop[:, None], dist_now, final_dist)
+        nxt = jnp.take_along_axis(kids_safe, jnp.maximum(choice, 0)[:, None], axis=1)[:, 0]
+        cur = jnp.where(acc, nxt, cur)
+        path = path.at[:, d + 1].set(cur, mode='drop')
+        return cur, done | stop, n_acc + acc, path, final_dist
+
+    carry0 = (
+        jnp.zeros((b,), jnp.int32),
+        jnp.zeros((b,), bool),
+        jnp.zeros((b,), jnp.int32),
+        jnp.zeros((b, max_depth + 1), jnp.int32),
+        jnp.zeros((b, v), target_probs_bmv.dtype),
+    )
+    cur, _, n_acc, path, final_dist = jax.lax.fori_loop(0, max_depth + 1, body, carry0)
+    final = sampling.sample(key_final, final_dist)
+    path_tokens = jnp.take_along_axis(tokens_bm, path[:, 1:], axis=1)  # [B, D]
+    pos = jnp.arange(max_depth + 1)[None, :]
+    padded = jnp.concatenate([path_tokens, jnp.full((b, 1), pad_id, jnp.int32)], axis=1)
+    tokens = jnp.where(pos < n_acc[:, None], padded,
+                       jnp.where(pos == n_acc[:, None], final[:, None], pad_id))
+    return TreeResult(
+        num_accepted=n_acc,
+        path=path,
+        tokens=tokens.astype(jnp.int32),
+        final_token=final,
+        num_emitted=n_acc + 1,
+        last_node=cur,
+    )
