@@ -15,6 +15,7 @@ from spec_jax.checkpoints.convert import (
     HubUnreachableError,
     config_from_dict,
     config_to_dict,
+    params_to_state,
     state_to_params,
 )
 from spec_jax.checkpoints.gguf import embedded_default_path, load_gguf
@@ -36,6 +37,7 @@ __all__ = [
     'load_gguf',
     'load_hf',
     'load_orbax',
+    'params_to_state',
     'save_orbax',
     'state_to_params',
 ]

@@ -145,11 +145,17 @@ def state_to_params(
         return w
 
     params: dict = {
-        'embed_vd': jnp.asarray(get('model.embed_tokens.weight', (v, d)).astype(np_dtype)),
-        'final_norm': {'scale': jnp.asarray(get('model.norm.weight', (d,)).astype(np_dtype))},
+        'embed_vd': jnp.asarray(
+            get('model.embed_tokens.weight', (v, d)).astype(np_dtype, copy=False)
+        ),
+        'final_norm': {
+            'scale': jnp.asarray(get('model.norm.weight', (d,)).astype(np_dtype, copy=False))
+        },
     }
     if not cfg.tie_embeddings:
-        params['lm_head_vd'] = jnp.asarray(get('lm_head.weight', (v, d)).astype(np_dtype))
+        params['lm_head_vd'] = jnp.asarray(
+            get('lm_head.weight', (v, d)).astype(np_dtype, copy=False)
+        )
 
     shapes = _layer_shapes(cfg)
     hf_shapes = {
@@ -177,6 +183,39 @@ def state_to_params(
         layers.setdefault(group, {})[leaf] = jnp.asarray(arr)
     params['layers'] = layers
     return params
+
+
+def params_to_state(cfg: ModelConfig, params: dict) -> dict[str, np.ndarray]:
+    """The inverse of `state_to_params`: HF-named numpy tensors in HF layout.
+
+    Useful to export a spec_jax model (e.g. for a transformers parity check).
+    """
+    d, n, k, h = cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    state = {
+        'model.embed_tokens.weight': np.asarray(params['embed_vd']),
+        'model.norm.weight': np.asarray(params['final_norm']['scale']),
+    }
+    if not cfg.tie_embeddings:
+        state['lm_head.weight'] = np.asarray(params['lm_head_vd'])
+    inverse = {
+        'attn/q_dnh': lambda w: w.transpose(1, 2, 0).reshape(n * h, d),
+        'attn/k_dkh': lambda w: w.transpose(1, 2, 0).reshape(k * h, d),
+        'attn/v_dkh': lambda w: w.transpose(1, 2, 0).reshape(k * h, d),
+        'attn/o_nhd': lambda w: w.transpose(2, 0, 1).reshape(d, n * h),
+        'mlp/gate_df': lambda w: w.T,
+        'mlp/up_df': lambda w: w.T,
+        'mlp/down_fd': lambda w: w.T,
+        'attn/q_bias_nh': lambda w: w.reshape(n * h),
+        'attn/k_bias_kh': lambda w: w.reshape(k * h),
+        'attn/v_bias_kh': lambda w: w.reshape(k * h),
+    }
+    for path in layer_names(0, cfg):
+        group, leaf = path.split('/')
+        stacked = np.asarray(params['layers'][group][leaf])
+        for i in range(cfg.num_layers):
+            w = inverse.get(path, lambda w: w)(stacked[i])
+            state[layer_names(i, cfg)[path]] = np.ascontiguousarray(w)
+    return state
 
 
 # ---- config JSON ------------------------------------------------------------------------

