@@ -1,0 +1,69 @@
+"""Orbax: converted params and config round-trip exactly; bad directories fail clearly."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from spec_jax import checkpoints
+from spec_jax.checkpoints import CheckpointError
+
+
+@pytest.mark.parametrize('family', ['llama', 'qwen2'])
+def test_orbax_round_trip(numpy_hf_dir, tmp_path, family):
+    directory, _, _ = numpy_hf_dir(family)
+    model = checkpoints.load(directory)
+    out = checkpoints.save_orbax(tmp_path / 'ckpt', model.cfg, model.params, model.tokenizer)
+    restored = checkpoints.load(out)
+    assert restored.cfg == model.cfg
+    assert jax.tree.structure(restored.params) == jax.tree.structure(model.params)
+    for a, b in zip(jax.tree.leaves(restored.params), jax.tree.leaves(model.params), strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    tok, want = restored.tokenizer, model.tokenizer
+    assert tok.chat_template == want.chat_template
+    assert (tok.eos_id, tok.pad_id, tok.stop_ids) == (want.eos_id, want.pad_id, want.stop_ids)
+    assert tok.encode('w1 w2 <|im_end|>') == want.encode('w1 w2 <|im_end|>')
+
+
+def test_config_json_round_trip(tiny_cfg):
+    cfg = tiny_cfg.replace(rope_scaling=tiny_cfg.rope_scaling.__class__('llama3', 8.0))
+    text = json.dumps(checkpoints.config_to_dict(cfg))
+    assert checkpoints.config_from_dict(json.loads(text)) == cfg
+    with pytest.raises(CheckpointError, match='unknown fields'):
+        checkpoints.config_from_dict({**checkpoints.config_to_dict(cfg), 'sliding_window': 4})
+
+
+def test_orbax_dtype_cast(numpy_hf_dir, tmp_path):
+    directory, _, _ = numpy_hf_dir('qwen3', tokenizer_vocab=0)
+    model = checkpoints.load(directory)
+    out = checkpoints.save_orbax(tmp_path / 'ckpt', model.cfg, model.params)
+    restored = checkpoints.load_orbax(out, dtype='bfloat16')
+    assert restored.cfg.param_dtype == 'bfloat16' and restored.tokenizer is None
+    assert {x.dtype for x in jax.tree.leaves(restored.params)} == {np.dtype('bfloat16')}
+
+
+def test_refuses_to_overwrite(numpy_hf_dir, tmp_path):
+    directory, _, _ = numpy_hf_dir('llama', tokenizer_vocab=0)
+    model = checkpoints.load(directory)
+    target = tmp_path / 'busy'
+    target.mkdir()
+    (target / 'notes.txt').write_text('keep me')
+    with pytest.raises(CheckpointError, match='not empty'):
+        checkpoints.save_orbax(target, model.cfg, model.params)
+    assert os.listdir(target) == ['notes.txt']
+
+
+def test_bad_orbax_dirs(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        checkpoints.load_orbax(tmp_path / 'missing')
+    broken = tmp_path / 'broken'
+    broken.mkdir()
+    (broken / 'model_config.json').write_text('{"family": "llama", "width": ')
+    with pytest.raises(CheckpointError, match='model_config.json'):
+        checkpoints.load(str(broken))
+    (broken / 'model_config.json').write_text(json.dumps({'family': 'llama'}))
+    with pytest.raises(CheckpointError, match='cannot restore the orbax params'):
+        checkpoints.load(str(broken))
