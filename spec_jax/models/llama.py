@@ -169,6 +169,7 @@ class Decoder(nn.Module):
         return logits_btv.astype(jnp.float32), (taps_bted if self.tap_layers else None), cache
 
 
+@partial(jax.jit, static_argnums=0)
 def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
     """Random parameters (normal(0.02) weights, unit norms) for `cfg`."""
     tokens = jnp.zeros((1, 1), jnp.int32)
