@@ -1,0 +1,98 @@
+"""The generate job: prompts (plain or chat) in, text out, with tokens/s.
+
+Outputs go to stdout and, with a workdir, to `<workdir>/generations.jsonl`, one line per
+prompt. A rerun with the same workdir skips the prompts already there, so an interrupted
+run loses no finished batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import ml_collections
+from absl import logging
+from tqdm import tqdm
+
+from spec_jax.decoding import autoregressive as ar
+from spec_jax.jobs import common
+
+
+def read_prompts(c: ml_collections.ConfigDict) -> list[str]:
+    """The prompts of a config: `prompts` (a list) or `prompt_file` (text or jsonl)."""
+    if c.prompt_file:
+        with open(c.prompt_file) as f:
+            lines = [line.rstrip('\n') for line in f if line.strip()]
+        if c.prompt_file.endswith('.jsonl'):
+            return [json.loads(line)[c.prompt_field] for line in lines]
+        return lines
+    return list(c.prompts)
+
+
+def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
+    """Generates a continuation of every prompt of config `c` (see configs/smollm2_135m.py).
+
+    Returns:
+      One record per prompt: prompt, text, tokens, seconds of its batch.
+    """
+    common.log_devices()
+    model = common.load_model(c.model, c.dtype, c.seed)
+    tok = model.tokenizer
+    prompts = read_prompts(c)
+    settings = ar.DecodeSettings(
+        max_new_tokens=c.max_new_tokens, stop_tokens=tok.stop_ids,
+        max_prompt_len=c.max_prompt_len, prompt_bucket=c.prompt_bucket,
+        pad_id=tok.pad_id or 0,
+    )
+    sampler = common.sampler_from_config(c.sampling)
+
+    out_path = os.path.join(workdir, 'generations.jsonl') if workdir else None
+    records = _read_records(out_path)
+    todo = [i for i in range(len(prompts)) if i not in {r['index'] for r in records}]
+    if len(todo) < len(prompts):
+        logging.info('resuming: %d of %d prompts already in %s', len(prompts) - len(todo),
+                     len(prompts), out_path)
+
+    batches = [todo[i:i + c.batch_size] for i in range(0, len(todo), c.batch_size)]
+    for batch in tqdm(batches, desc='generate', unit='batch', disable=len(batches) < 2):
+        ids = [encode(tok, prompts[i], c.chat, c.system_prompt) for i in batch]
+        start = time.perf_counter()
+        result = ar.generate(model.cfg, model.params, ids, settings, sampler, seed=c.seed)
+        seconds = time.perf_counter() - start
+        new = [
+            dict(index=i, prompt=prompts[i], text=tok.decode(out, skip_special=True),
+                 num_tokens=len(out), seconds=seconds)
+            for i, out in zip(batch, result.tokens)
+        ]
+        _append_records(out_path, new)
+        records += new
+        n = sum(r['num_tokens'] for r in new)
+        print(f'[batch of {len(batch)}] {n} tokens in {seconds:.2f} s = {n / seconds:.1f} '
+              f'tokens/s (first batch includes compilation)')
+        for r in new:
+            print(f'--- prompt {r["index"]}: {r["prompt"]!r}\n{r["text"]}')
+    return sorted(records, key=lambda r: r['index'])
+
+
+def encode(tok, prompt: str, chat: bool, system_prompt: str | None) -> list[int]:
+    if not chat:
+        return tok.encode(prompt)
+    messages = [{'role': 'system', 'content': system_prompt}] if system_prompt else []
+    return tok.encode_chat(messages + [{'role': 'user', 'content': prompt}])
+
+
+def _read_records(path: str | None) -> list[dict]:
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _append_records(path: str | None, records: list[dict]) -> None:
+    if not path:
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'a') as f:
+        for r in records:
+            f.write(json.dumps(r) + '\n')
