@@ -103,3 +103,16 @@ def test_embedded_metadata_and_tensors():
     assert f.tensors['blk.0.attn_k.weight'].shape == (192, 576)
     cfg = gguf.config_from_gguf(f.meta, f.tensors)
     assert cfg == ModelConfig.smollm2_135m()
+
+
+def test_llama3_rope_freqs_recovered():
+    from spec_jax.models.config import RopeScaling
+    from spec_jax.models.rope import inverse_frequencies
+
+    want = RopeScaling('llama3', 8.0, 1.0, 4.0, 8192)
+    base = inverse_frequencies(128, 5e5, RopeScaling())
+    factors = base / inverse_frequencies(128, 5e5, want)  # What llama.cpp stores.
+    assert factors.min() == 1.0 and factors.max() == 8.0  # Both bands and the blend.
+    assert gguf._llama3_scaling(factors, 128, 5e5) == want
+    with pytest.raises(CheckpointError, match='rope_freqs'):
+        gguf._llama3_scaling(np.linspace(1, 8, 64).astype(np.float32), 128, 5e5)
