@@ -150,10 +150,10 @@ def top_p_mask(probs: Array, top_p: Any) -> Array:
     """Allowed set of top-p: the smallest descending prefix with mass >= top_p. [..., V] bool."""
     desc = -jnp.sort(-probs, axis=-1)
     before = jnp.cumsum(desc, axis=-1) - desc  # Mass strictly before each sorted token.
-    keep_sorted = before < _leading(top_p, probs.ndim)
-    n_keep = jnp.maximum(keep_sorted.sum(-1, keepdims=True), 1)
+    mass = _leading(top_p, probs.ndim)
+    n_keep = jnp.maximum((before < mass).sum(-1, keepdims=True), 1)
     threshold = jnp.take_along_axis(desc, n_keep - 1, axis=-1)
-    return _with_argmax(probs >= threshold, probs)
+    return _with_argmax((probs >= threshold) | (mass >= 1.0), probs)  # P = 1 keeps all.
 
 
 def min_p_threshold(probs: Array, rho: Any) -> Array:
@@ -179,9 +179,10 @@ def typical_mask(probs: Array, mass: Any) -> Array:
     p_sorted = jnp.take_along_axis(probs, order, axis=-1)
     d_sorted = jnp.take_along_axis(dist, order, axis=-1)
     before = jnp.cumsum(p_sorted, axis=-1) - p_sorted
-    n_keep = jnp.maximum((before < _leading(mass, probs.ndim)).sum(-1, keepdims=True), 1)
+    mass = _leading(mass, probs.ndim)
+    n_keep = jnp.maximum((before < mass).sum(-1, keepdims=True), 1)
     d_max = jnp.take_along_axis(d_sorted, n_keep - 1, axis=-1)
-    return _with_argmax((dist <= d_max) & (probs > 0), probs)
+    return _with_argmax(((dist <= d_max) | (mass >= 1.0)) & (probs > 0), probs)
 
 
 def epsilon_mask(probs: Array, eps: Any) -> Array:

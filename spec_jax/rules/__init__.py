@@ -18,28 +18,11 @@ Tree verification: `verify_node` (one node's ordered siblings) and `verify_tree`
 static tree from parent pointers; see `spec_jax.rules.tree`).
 """
 
-# The rule contract and the registry.
 from spec_jax.rules.base import Rule, YieldRule, make, names, register
-
-# The rules.
-from spec_jax.rules.cascade import SpecCascade
-from spec_jax.rules.collaborative import CoS, Lenience, OvershootOnly, OvershootTail, UniformInterp
-from spec_jax.rules.lossless import Greedy, Lossless
-from spec_jax.rules.truncation import EtaVerify, MinPVerify, Typical
-
-# Verifiers.
-from spec_jax.rules.chain import ChainResult, verify_chain
-from spec_jax.rules.tree import (
-    NodeResult,
-    Tree,
-    TreeResult,
-    children_from_parents,
-    verify_node,
-    verify_tree,
-)
-
-# Matched baselines and distortion.
 from spec_jax.rules.baselines import MatchedBaseline, matched_baseline
+from spec_jax.rules.cascade import SpecCascade
+from spec_jax.rules.chain import ChainResult, verify_chain
+from spec_jax.rules.collaborative import CoS, Lenience, OvershootOnly, OvershootTail, UniformInterp
 from spec_jax.rules.distortion import (
     Distortion,
     compare,
@@ -49,6 +32,16 @@ from spec_jax.rules.distortion import (
     overshoot_ratio,
     tv,
 )
+from spec_jax.rules.lossless import Greedy, Lossless
+from spec_jax.rules.tree import (
+    NodeResult,
+    Tree,
+    TreeResult,
+    children_from_parents,
+    verify_node,
+    verify_tree,
+)
+from spec_jax.rules.truncation import EtaVerify, MinPVerify, Typical
 
 __all__ = [
     'ChainResult',

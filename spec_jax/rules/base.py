@@ -103,8 +103,9 @@ def _parse_value(value: str) -> Any:
     return value
 
 
-def check_range(rule: str, name: str, value: Any, lo: float, hi: float, *, lo_open: bool,
-                hi_open: bool) -> float:
+def check_range(
+    rule: str, name: str, value: Any, lo: float, hi: float, *, lo_open: bool, hi_open: bool
+) -> float:
     """Validates a rule parameter; returns it as a float or raises a clear ValueError."""
     interval = f'{"(" if lo_open else "["}{lo:g}, {hi:g}{")" if hi_open else "]"}'
     try:
@@ -343,8 +344,9 @@ class YieldRule(Rule):
     def accept_from(self, px, qx, x, stats):
         y = self.yield_from(px, qx, x, stats)
         tx = self.target_from(px, qx, x, stats)
-        return jnp.where(qx > 0, jnp.clip(y / jnp.where(qx > 0, qx, 1.0), 0.0, 1.0),
-                         (tx > 0).astype(px.dtype))
+        return jnp.where(
+            qx > 0, jnp.clip(y / jnp.where(qx > 0, qx, 1.0), 0.0, 1.0), (tx > 0).astype(px.dtype)
+        )
 
     def yield_vector(self, p: Array, q: Array) -> Array:
         """y(v) for every token v, [..., V]."""

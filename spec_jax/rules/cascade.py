@@ -48,8 +48,13 @@ class SpecCascade(base.YieldRule):
             raise ValueError(
                 f'speccascade: deferral={self.deferral!r} is not one of {", ".join(DEFERRALS)}'
             )
-        base.set_field(self, 'alpha', base.check_range('speccascade', 'alpha', self.alpha, 0.0,
-                                                       1.0, lo_open=False, hi_open=False))
+        base.set_field(
+            self,
+            'alpha',
+            base.check_range(
+                'speccascade', 'alpha', self.alpha, 0.0, 1.0, lo_open=False, hi_open=False
+            ),
+        )
 
     def allowed(self, p, q):
         """The token-level set A [..., V] bool (token_v* deferrals only)."""

@@ -100,8 +100,9 @@ def verify_chain(
     final = sampling.sample(key_s, dist)
     pos = jnp.arange(a + 1)[None, :]
     x_pad = jnp.concatenate([x, jnp.full((b, 1), pad_id, jnp.int32)], axis=1)
-    tokens = jnp.where(pos < n[:, None], x_pad, jnp.where(pos == n[:, None], final[:, None],
-                                                          pad_id))
+    tokens = jnp.where(
+        pos < n[:, None], x_pad, jnp.where(pos == n[:, None], final[:, None], pad_id)
+    )
     reached = jnp.arange(a)[None, :] <= n[:, None]
     return ChainResult(
         num_accepted=n,

@@ -41,8 +41,11 @@ class Lenience(base.Rule):
     section = '§4.1, §4.2'
 
     def __post_init__(self):
-        base.set_field(self, 'l', base.check_range('lenience', 'l', self.l, 0.0, 1.0,
-                                                   lo_open=True, hi_open=False))
+        base.set_field(
+            self,
+            'l',
+            base.check_range('lenience', 'l', self.l, 0.0, 1.0, lo_open=True, hi_open=False),
+        )
 
     @property
     def lossless(self):  # noqa: D102 - l = 1 is exactly speculative sampling.
@@ -88,8 +91,11 @@ class CoS(base.YieldRule):
     section = '§4.3'
 
     def __post_init__(self):
-        base.set_field(self, 'lam', base.check_range('cos', 'lam', self.lam, 0.0, 1.0,
-                                                     lo_open=False, hi_open=False))
+        base.set_field(
+            self,
+            'lam',
+            base.check_range('cos', 'lam', self.lam, 0.0, 1.0, lo_open=False, hi_open=False),
+        )
 
     @property
     def lossless(self):  # noqa: D102
@@ -122,8 +128,11 @@ class OvershootOnly(base.YieldRule):
     section = '§4.5'
 
     def __post_init__(self):
-        base.set_field(self, 'l', base.check_range('overshoot_only', 'l', self.l, 0.0, 1.0,
-                                                   lo_open=True, hi_open=False))
+        base.set_field(
+            self,
+            'l',
+            base.check_range('overshoot_only', 'l', self.l, 0.0, 1.0, lo_open=True, hi_open=False),
+        )
 
     def yield_from(self, px, qx, x, stats):
         return jnp.minimum(qx, px / self.l)
@@ -151,10 +160,18 @@ class OvershootTail(base.YieldRule):
     section = '§4.5'
 
     def __post_init__(self):
-        base.set_field(self, 'l', base.check_range('overshoot_tail', 'l', self.l, 0.0, 1.0,
-                                                   lo_open=True, hi_open=False))
-        base.set_field(self, 'rho', base.check_range('overshoot_tail', 'rho', self.rho, 0.0,
-                                                     1.0, lo_open=False, hi_open=False))
+        base.set_field(
+            self,
+            'l',
+            base.check_range('overshoot_tail', 'l', self.l, 0.0, 1.0, lo_open=True, hi_open=False),
+        )
+        base.set_field(
+            self,
+            'rho',
+            base.check_range(
+                'overshoot_tail', 'rho', self.rho, 0.0, 1.0, lo_open=False, hi_open=False
+            ),
+        )
 
     def stats(self, p, q):
         return sampling.min_p_threshold(p, self.rho)
@@ -193,8 +210,11 @@ class UniformInterp(base.Rule):
     section = '§4.5 (contrast)'
 
     def __post_init__(self):
-        base.set_field(self, 'w', base.check_range('uniform_interp', 'w', self.w, 0.0, 1.0,
-                                                   lo_open=False, hi_open=False))
+        base.set_field(
+            self,
+            'w',
+            base.check_range('uniform_interp', 'w', self.w, 0.0, 1.0, lo_open=False, hi_open=False),
+        )
 
     def stats(self, p, q):
         tv = jnp.maximum(p - q, 0.0).sum(-1)

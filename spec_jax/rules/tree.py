@@ -185,8 +185,11 @@ def _scan_node(rule, p_bv, sibs_bc, u_bc, q_bv=None):
             big_p, choice = carry
             _, c, ok, u, j = x
             pc, qc = base.gather(big_p, c), base.gather(q_bv, c)
-            g = jnp.where(qc > 0, jnp.clip(pc / jnp.where(qc > 0, qc, 1.0), 0.0, 1.0),
-                          (pc > 0).astype(pc.dtype))
+            g = jnp.where(
+                qc > 0,
+                jnp.clip(pc / jnp.where(qc > 0, qc, 1.0), 0.0, 1.0),
+                (pc > 0).astype(pc.dtype),
+            )
             active = ok & (choice < 0)
             acc = active & (u <= g)
             rej = active & ~acc
@@ -293,13 +296,15 @@ def verify_tree(
         depth = m - 1 if max_depth is None else int(max_depth)
         width = max(1, m - 1) if max_children is None else int(max_children)
         children = children_from_parents(parents, width)
-    return _verify_tree(rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv,
-                        depth, pad_id)
+    return _verify_tree(
+        rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv, depth, pad_id
+    )
 
 
 @functools.partial(jax.jit, static_argnames=('rule', 'max_depth', 'pad_id'))
-def _verify_tree(rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv,
-                 max_depth, pad_id):
+def _verify_tree(
+    rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv, max_depth, pad_id
+):
     sampled = draft_probs_bmv is not None
     _check_mode(rule, sampled)
     b, m = node_tokens_bm.shape
@@ -341,8 +346,9 @@ def _verify_tree(rule, key, children, node_tokens_bm, target_probs_bmv, draft_pr
     path_tokens = jnp.take_along_axis(tokens_bm, path[:, 1:], axis=1)  # [B, D]
     pos = jnp.arange(max_depth + 1)[None, :]
     padded = jnp.concatenate([path_tokens, jnp.full((b, 1), pad_id, jnp.int32)], axis=1)
-    tokens = jnp.where(pos < n_acc[:, None], padded,
-                       jnp.where(pos == n_acc[:, None], final[:, None], pad_id))
+    tokens = jnp.where(
+        pos < n_acc[:, None], padded, jnp.where(pos == n_acc[:, None], final[:, None], pad_id)
+    )
     return TreeResult(
         num_accepted=n_acc,
         path=path,

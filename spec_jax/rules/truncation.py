@@ -28,8 +28,10 @@ class MinPVerify(base.Rule):
     - a(x) = 1[x in A] (hard).
     - Replacement: a sample of the full, untruncated p.
     - Bonus: p.
-    - Law: pi = q 1_A + (1 - q(A)) p. As q -> p, pi -> p, so TV(pi, p_A) -> 1 - p(A): the
-      distortion against the matched baseline p_A does not vanish. Acceptance q(A).
+    - Law: pi = q 1_A + (1 - q(A)) p; acceptance q(A). The tail keeps (1 - q(A)) p(x), so
+      the distortion against the matched baseline p_A does not vanish as the draft improves:
+      at q = p, pi = p 1_A + (1 - p(A)) p and TV(pi, p_A) = (1 - p(A))^2. (PAPER.md §3.2
+      writes 'pi -> p, TV -> 1 - p(A)'; the exact limit is this one.)
     - rho = 0 accepts everything; rho = 1 accepts only the argmax (and exact ties).
     - Tree (§3.3): g_j = 1[P_{j-1}(c_j) >= rho max P_{j-1}] = 1[c_j in A] (the argmax is
       never rejected, so the ratio is invariant to renormalisation); rejection zeroes the
@@ -45,8 +47,13 @@ class MinPVerify(base.Rule):
     section = '§3.2, §3.3'
 
     def __post_init__(self):
-        base.set_field(self, 'rho', base.check_range('minp_verify', 'rho', self.rho, 0.0, 1.0,
-                                                     lo_open=False, hi_open=False))
+        base.set_field(
+            self,
+            'rho',
+            base.check_range(
+                'minp_verify', 'rho', self.rho, 0.0, 1.0, lo_open=False, hi_open=False
+            ),
+        )
 
     def allowed(self, p):
         """The allowed set A [..., V] bool."""
@@ -78,7 +85,7 @@ class EtaVerify(base.Rule):
 
     Chain (hard, as the patched HF code):
     - a(x) = 1[x in A]. Replacement: a sample of the full p. Bonus: p.
-    - Law: pi = q 1_A + (1 - q(A)) p; TV(pi, p_A) -> 1 - p(A) as q -> p.
+    - Law: pi = q 1_A + (1 - q(A)) p; at q = p, TV(pi, p_A) = (1 - p(A))^2 > 0.
 
     Tree (soft, as the patched EAGLE code): g_j = min(1, P_{j-1}(c_j) / tau(P_{j-1})) with
     the entropy recomputed on the current residual P_{j-1} (g = 1 if tau <= 1e-9); rejection
@@ -95,8 +102,11 @@ class EtaVerify(base.Rule):
     section = '§3.2, §3.3'
 
     def __post_init__(self):
-        base.set_field(self, 'eta', base.check_range('eta_verify', 'eta', self.eta, 0.0, 1.0,
-                                                     lo_open=True, hi_open=True))
+        base.set_field(
+            self,
+            'eta',
+            base.check_range('eta_verify', 'eta', self.eta, 0.0, 1.0, lo_open=True, hi_open=True),
+        )
 
     def allowed(self, p):
         """The allowed set A [..., V] bool."""
@@ -150,8 +160,11 @@ class Typical(base.Rule):
         eps = base.check_range('typical', 'eps', self.eps, 0.0, 1.0, lo_open=True, hi_open=True)
         base.set_field(self, 'eps', eps)
         delta = math.sqrt(eps) if self.delta is None else self.delta
-        base.set_field(self, 'delta', base.check_range('typical', 'delta', delta, 0.0, math.inf,
-                                                       lo_open=True, hi_open=True))
+        base.set_field(
+            self,
+            'delta',
+            base.check_range('typical', 'delta', delta, 0.0, math.inf, lo_open=True, hi_open=True),
+        )
         if self.mode not in ('argmax', 'sample'):
             raise ValueError(f"typical: mode={self.mode!r} must be 'argmax' or 'sample'")
 
