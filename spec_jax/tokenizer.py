@@ -307,12 +307,22 @@ class Tokenizer:
         else:
             backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         backend.decoder = decoders.ByteLevel()
-        special = [
-            tokenizers.AddedToken(tokens[i], special=True, normalized=False)
-            for i, t in enumerate(types)
-            if t in (_GGUF_CONTROL, _GGUF_USER_DEFINED)
-        ]
-        backend.add_special_tokens(special)
+        # Control tokens are special (skipped by decode(skip_special=True)); user-defined ones
+        # (e.g. Qwen's <think>) are matched whole in text but decoded like ordinary tokens.
+        backend.add_special_tokens(
+            [
+                tokenizers.AddedToken(tokens[i], special=True, normalized=False)
+                for i, t in enumerate(types)
+                if t == _GGUF_CONTROL
+            ]
+        )
+        backend.add_tokens(
+            [
+                tokenizers.AddedToken(tokens[i], special=False, normalized=False)
+                for i, t in enumerate(types)
+                if t == _GGUF_USER_DEFINED
+            ]
+        )
 
         def get_id(key):
             value = fields.get(f'tokenizer.ggml.{key}_token_id')

@@ -183,3 +183,26 @@ def test_matches_transformers_gguf_tokenizer(smollm):
     hf = AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
     for text in ROUND_TRIP[:1] + ROUND_TRIP[2:]:
         assert smollm.encode(text) == hf.encode(text, add_special_tokens=False), text
+
+
+@pytest.mark.parametrize('pre', ['qwen2', 'llama-bpe', 'smollm', 'unknown-pre'])
+def test_gguf_fields_pre_tokenizers_and_user_tokens(pre):
+    tokens = ['<|endoftext|>', '<|im_end|>', '<think>', 'a', 'b', 'Ġ', '1', '2', 'ab', 'Ċ']
+    fields = {
+        'tokenizer.ggml.model': 'gpt2',
+        'tokenizer.ggml.pre': pre,
+        'tokenizer.ggml.tokens': tokens,
+        'tokenizer.ggml.token_type': [3, 3, 4, 1, 1, 1, 1, 1, 1, 1],
+        'tokenizer.ggml.merges': ['a b'],
+        'tokenizer.ggml.eos_token_id': 1,
+        'tokenizer.ggml.bos_token_id': 0,
+        'tokenizer.ggml.add_bos_token': True,
+    }
+    tok = Tokenizer.from_gguf_fields(fields)
+    assert tok.stop_ids == (1, 0)
+    text = '<think>ab ab\n12<|im_end|>'
+    ids = tok.encode(text)
+    assert ids[0] == 2 and 8 in ids and ids[-1] == 1
+    assert tok.decode(ids) == text
+    assert tok.decode(ids, skip_special=True) == '<think>ab ab\n12'  # <think> is not special.
+    assert tok.encode('ab', add_special=True) == [0, 8]  # add_bos_token
