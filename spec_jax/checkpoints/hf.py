@@ -163,8 +163,12 @@ def config_from_hf(config: dict, lm_head_present: bool = False) -> ModelConfig:
     act = config.get('hidden_act', 'silu')
     if act != 'silu':
         raise CheckpointError(f'hidden_act {act!r} is not supported (only silu)')
-    if family == 'llama' and (config.get('attention_bias') or config.get('mlp_bias')):
-        raise CheckpointError('Llama checkpoints with attention_bias/mlp_bias are not supported')
+    if family != 'qwen2' and config.get('attention_bias'):
+        raise CheckpointError(f'{family} checkpoints with attention_bias are not supported')
+    if config.get('mlp_bias'):
+        raise CheckpointError('checkpoints with mlp_bias are not supported')
+    if config.get('use_sliding_window'):
+        raise CheckpointError('sliding-window attention (use_sliding_window) is not supported')
 
     try:
         width = int(config['hidden_size'])

@@ -187,3 +187,19 @@ def test_missing_paths(tmp_path):
     with pytest.raises(CheckpointError, match='no safetensors weights'):
         checkpoints.load(str(tmp_path / 'cfg'))
     assert os.listdir(tmp_path / 'cfg') == ['config.json']
+
+
+@pytest.mark.parametrize(
+    'changes, match',
+    [
+        ({'attention_bias': True}, 'attention_bias'),
+        ({'mlp_bias': True}, 'mlp_bias'),
+        ({'hidden_act': 'gelu'}, "hidden_act 'gelu'"),
+        ({'use_sliding_window': True}, 'sliding-window'),
+        ({'architectures': None, 'model_type': 'gemma'}, "model_type 'gemma'"),
+    ],
+)
+def test_unsupported_config_features(numpy_hf_dir, changes, match):
+    directory, _, _ = numpy_hf_dir('llama', tokenizer_vocab=0, config_changes=changes)
+    with pytest.raises(CheckpointError, match=match):
+        checkpoints.load(directory)
