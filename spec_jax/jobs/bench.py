@@ -1,0 +1,107 @@
+"""The bench job: AR speed, the cost of verifying T tokens, and the bandwidth bound.
+
+Every comparison runs interleaved in one process (rounds of A, B, C, A, B, C, ...) and
+reports medians: this machine's timings move by +-30 % between runs, ratios within one
+run by a few percent (CPU_NOTES.md §5).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from spec_jax.decoding import autoregressive as ar
+from spec_jax.jobs import common
+from spec_jax.models.cache import KVCache
+from spec_jax.models.llama import forward
+
+
+def interleaved_medians(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Median seconds of each thunk (each already compiled), timed in interleaved rounds."""
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def memory_bandwidth(num_bytes: int = 512 << 20, rounds: int = 7) -> float:
+    """Bytes/s of an XLA fp32 matrix-vector product over `num_bytes` of weights: the rate at
+    which a decode step can stream its weights from memory."""
+    cols = 4096
+    w = jnp.ones((num_bytes // 4 // cols, cols), jnp.float32)
+    x = jnp.ones((cols,), jnp.float32)
+    matvec = jax.jit(lambda w, x: w @ x)
+    matvec(w, x).block_until_ready()
+    return num_bytes / interleaved_medians({'matvec': lambda: matvec(w, x)}, rounds)['matvec']
+
+
+def forward_costs(cfg, params, new_tokens: tuple[int, ...], batch: int, slots: int,
+                  rounds: int) -> dict[int, float]:
+    """Median seconds of one cached forward over T new tokens, for each T."""
+    cache = KVCache.init(cfg, batch, slots).set_lengths(jnp.full((batch,), slots // 2))
+    fns = {}
+    for t in new_tokens:
+        tokens = jnp.ones((batch, t), jnp.int32)
+        args = (tokens, cache.positions(t), cache, cache.causal_mask(t))
+        forward(cfg, params, *args)[0].block_until_ready()  # Compile outside the timing.
+        fns[t] = lambda args=args: forward(cfg, params, *args)[0]
+    return interleaved_medians(fns, rounds)
+
+
+def ar_speed(model, batch: int, new_tokens: int, prompt_len: int, rounds: int) -> float:
+    """Tokens/s of the on-device AR loop (no stop tokens: every row makes `new_tokens`)."""
+    settings = ar.DecodeSettings(max_new_tokens=new_tokens, prompt_bucket=prompt_len,
+                                 max_prompt_len=prompt_len)
+    prompts = [[(7 * i + 3 * b) % 1000 + 100 for i in range(prompt_len)] for b in range(batch)]
+    run = lambda: ar.generate(model.cfg, model.params, prompts, settings)  # noqa: E731
+    run()  # Compile.
+    seconds = interleaved_medians({'ar': lambda: run().tokens}, rounds)['ar']
+    return batch * new_tokens / seconds
+
+
+def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
+    """Runs the benchmark of config `c` (configs/bench.py) and prints a report."""
+    common.log_devices()
+    model = common.load_model(c.model, c.dtype, c.seed)
+    cfg, params = model.cfg, model.params
+    param_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
+    report = {}
+
+    bandwidth = memory_bandwidth(c.bandwidth_bytes)
+    bound_s = param_bytes / bandwidth
+    print(f'model {c.model}: {param_bytes / 1e6:.0f} MB of {cfg.param_dtype} weights; '
+          f'XLA matvec bandwidth {bandwidth / 1e9:.1f} GB/s -> a decode step needs at least '
+          f'{bound_s * 1e3:.1f} ms ({1 / bound_s:.0f} tokens/s at batch 1)')
+    report['bandwidth_gbs'] = bandwidth / 1e9
+    report['bound_ms'] = bound_s * 1e3
+
+    costs = forward_costs(cfg, params, tuple(c.verify_tokens), 1, c.slots, c.rounds)
+    base = costs[1]
+    print(f'cost of one forward over T new tokens (batch 1, {c.slots} cache slots), '
+          f'relative to T=1 ({base * 1e3:.1f} ms):')
+    for t, s in costs.items():
+        print(f'  T={t:<3d} {s * 1e3:7.1f} ms  ratio {s / base:.2f}')
+    report['verify_cost_ratio'] = {t: s / base for t, s in costs.items()}
+    print(f'forward at T=1 vs the bandwidth bound: {bound_s / base:.2f} of the bound')
+
+    for batch in c.ar_batches:
+        tps = ar_speed(model, batch, c.ar_new_tokens, c.ar_prompt_len, c.ar_rounds)
+        per_step = batch / tps
+        print(f'AR decoding, batch {batch}: {tps:.1f} tokens/s ({per_step * 1e3:.1f} ms per '
+              f'step, prefill included); {bound_s / per_step:.2f} of the bandwidth bound')
+        report[f'ar_tokens_per_s_b{batch}'] = tps
+    if workdir:
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, 'bench.json'), 'w') as f:
+            json.dump(report, f, indent=2)
+    return report
