@@ -88,10 +88,26 @@ def load_orbax(path: str | os.PathLike, dtype: str | None = None):
             cfg = config_from_dict(json.load(f))
     except (json.JSONDecodeError, TypeError, ValueError) as e:
         raise CheckpointError(f'bad {config_path}: {e}') from None
-    target = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+    params_dir = os.path.join(path, PARAMS_DIR)
+    ckptr = ocp.StandardCheckpointer()
     try:
-        params = ocp.StandardCheckpointer().restore(os.path.join(path, PARAMS_DIR), target)
+        saved = ckptr.metadata(params_dir).item_metadata.tree
     except Exception as e:  # orbax raises many types for missing/corrupt trees.
+        raise CheckpointError(f'cannot restore the orbax params in {path}: {e}') from None
+    # The saved tree must be the one `cfg` describes; dtypes are kept as saved.
+    expected = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+    got_shapes = jax.tree.map(lambda m: tuple(m.shape), saved)
+    want_shapes = jax.tree.map(lambda s: tuple(s.shape), expected)
+    if got_shapes != want_shapes:
+        raise CheckpointError(
+            f'the orbax params in {path} do not match its {CONFIG_FILE} '
+            f'(saved {got_shapes}, config wants {want_shapes})'
+        )
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), saved)
+    try:
+        params = ckptr.restore(params_dir, target)
+    except Exception as e:
         raise CheckpointError(f'cannot restore the orbax params in {path}: {e}') from None
     if dtype is not None and dtype != cfg.param_dtype:
         params = jax.tree.map(lambda x: x.astype(dtype), params)

@@ -67,3 +67,25 @@ def test_bad_orbax_dirs(tmp_path):
     (broken / 'model_config.json').write_text(json.dumps({'family': 'llama'}))
     with pytest.raises(CheckpointError, match='cannot restore the orbax params'):
         checkpoints.load(str(broken))
+
+
+def test_bf16_round_trip_keeps_dtypes(numpy_hf_dir, tmp_path):
+    directory, _, _ = numpy_hf_dir('qwen3', tokenizer_vocab=0)
+    model = checkpoints.load(directory, dtype='bfloat16')
+    out = checkpoints.save_orbax(tmp_path / 'ckpt', model.cfg, model.params)
+    restored = checkpoints.load(out, dtype=None)
+    assert restored.cfg == model.cfg
+    for a, b in zip(jax.tree.leaves(restored.params), jax.tree.leaves(model.params), strict=True):
+        assert a.dtype == b.dtype == np.dtype('bfloat16')
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+def test_params_config_mismatch(numpy_hf_dir, tmp_path):
+    directory, _, _ = numpy_hf_dir('llama', tokenizer_vocab=0)
+    model = checkpoints.load(directory)
+    out = checkpoints.save_orbax(tmp_path / 'ckpt', model.cfg, model.params)
+    config = checkpoints.config_to_dict(model.cfg.replace(mlp_width=40))
+    with open(os.path.join(out, 'model_config.json'), 'w') as f:
+        json.dump(config, f)
+    with pytest.raises(CheckpointError, match='do not match'):
+        checkpoints.load(out)
