@@ -37,3 +37,27 @@ def test_hub_error_is_os_error(monkeypatch):
     monkeypatch.setenv('HF_HUB_OFFLINE', '1')
     with pytest.raises(OSError):
         checkpoints.load('org/model')
+
+
+def test_hub_download_path(monkeypatch, numpy_hf_dir):
+    """When the hub answers, the snapshot directory is loaded like a local one."""
+    import huggingface_hub
+
+    from spec_jax.checkpoints import hub
+
+    directory, cfg, _ = numpy_hf_dir('qwen2')
+    calls = []
+
+    def fake_snapshot_download(repo_id, local_files_only=False, **kwargs):
+        calls.append((repo_id, local_files_only, kwargs.get('allow_patterns')))
+        if local_files_only:
+            raise huggingface_hub.errors.LocalEntryNotFoundError('not cached')
+        return directory
+
+    monkeypatch.setattr(huggingface_hub, 'snapshot_download', fake_snapshot_download)
+    monkeypatch.setattr(hub, 'hub_reachable', lambda timeout=5.0: True)
+    assert checkpoints.load('Qwen/Qwen2.5-0.5B-Instruct').cfg == cfg
+    assert [c[:2] for c in calls] == [('Qwen/Qwen2.5-0.5B-Instruct', True)] + [
+        ('Qwen/Qwen2.5-0.5B-Instruct', False)
+    ]
+    assert '*.safetensors' in calls[-1][2]
