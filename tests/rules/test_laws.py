@@ -59,6 +59,11 @@ def _siblings(q):
     return np.concatenate([order[:, :3], order[:, :1], -np.ones_like(order[:, :1])], axis=1)
 
 
+# Root with four children (the fourth duplicates the first, so it must be skipped) and one
+# grandchild, so that the walk also descends.
+_TREE = rules.Tree(parents=(0, 0, 0, 0, 0, 1))
+
+
 @pytest.mark.parametrize('spec', _cases.TREE_SPECS)
 def test_tree_node_law_matches_induced(spec):
     rule = rules.make(spec)
@@ -68,8 +73,13 @@ def test_tree_node_law_matches_induced(spec):
     pi = np.asarray(jax.jit(rule.induced_tree_node)(p, sibs))
     assert np.all(np.isfinite(pi)), spec
     np.testing.assert_allclose(pi.sum(-1), 1.0, atol=1e-5)
-    out = rules.verify_node(rule, _cases.key(1), _rows(p, N), _rows(sibs, N))
-    tokens = np.asarray(out.token).reshape(k, N)
+    node_tokens = np.concatenate([np.zeros((k, 1)), sibs[:, :4], sibs[:, :1]], 1)
+    m = _TREE.num_nodes
+    target = jnp.broadcast_to(_rows(p, N)[:, None], (k * N, m, v))
+    out = rules.verify_tree(
+        rule, _cases.key(1), _TREE, _rows(node_tokens.astype(np.int32), N), target
+    )
+    tokens = np.asarray(out.tokens[:, 0]).reshape(k, N)
     for i, name in enumerate(names):
         emp = _cases.empirical(tokens[i], v)
         tv = 0.5 * np.abs(emp - pi[i]).sum()
