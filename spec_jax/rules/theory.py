@@ -1,0 +1,252 @@
+"""Theory mode of `launch/diagnose.py`: closed-form distortion curves on synthetic (p, q).
+
+For a family of random targets p and drafts q_t = softmax((1 - t) z_q + t z_p) that move
+towards p as t goes 0 -> 1, every rule's induced law pi (chain: `rule.induced`; tree node:
+`rule.induced_tree_node` with the draft's top-C tokens as ordered siblings) is compared with
+its matched baseline p_A (PAPER.md §5). Draft quality is 1 - TV(p, q_t). The run writes a
+CSV of the curves, a PNG (chain and tree panels) and a JSON of the paper's claims checked
+numerically:
+
+  lossless_exact          lossless (and greedy) distortion is 0 in chain and tree mode;
+  chain_truncation_floor  chain min-p/eta distortion does not vanish as q -> p: at q = p it
+                          equals (1 - p(A))^2, the leaked tail mass (PAPER.md §3.2 writes
+                          1 - p(A), assuming pi -> p; the exact limit is the square);
+  tree_truncation_greedy  tree min-p/eta tends to onehot(argmax p) (near-greedy) and its
+                          distortion tends to 1 - p_A(argmax) > 0;
+  lenience_ceiling        lenience keeps pi <= p/l everywhere (chain and tree);
+  cos_no_ceiling          CoS's pi/p is unbounded (large on tail tokens).
+
+This module imports matplotlib lazily (only to write the PNG); `spec_jax.rules` does not
+import it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spec_jax.rules import base, distortion
+from spec_jax.rules.baselines import matched_baseline
+
+
+def synthetic_family(
+    seed: int, vocab: int, num_pairs: int, num_points: int, logit_scale: float
+) -> dict[str, np.ndarray]:
+    """Random targets p [P, V] and drafts q [T, P, V] moving towards p (q at t = 1 is p).
+
+    Logits are N(0, logit_scale^2); q_t = softmax((1 - t) z_q + t z_p), t = linspace(0, 1).
+    """
+    rng = np.random.default_rng(seed)
+    z_p = rng.normal(size=(num_pairs, vocab)) * logit_scale
+    z_q = rng.normal(size=(num_pairs, vocab)) * logit_scale
+    t = np.linspace(0.0, 1.0, num_points)
+    p = jax.nn.softmax(jnp.asarray(z_p, jnp.float32), -1)
+    z_t = (1.0 - t)[:, None, None] * z_q[None] + t[:, None, None] * z_p[None]
+    q = jax.nn.softmax(jnp.asarray(z_t, jnp.float32), -1)
+    q = q.at[-1].set(p)  # Exactly p at t = 1.
+    return {'t': t, 'p': np.asarray(p), 'q': np.asarray(q)}
+
+
+def _metrics(pi, p, law):
+    """Per-pair metrics [..]: TV/KL to the baseline law, TV to p, max pi/p, TV to argmax."""
+    greedy = base.onehot_argmax(p)
+    return {
+        'tv_baseline': distortion.tv(pi, law),
+        'kl_baseline': distortion.kl(pi, law),
+        'tv_target': distortion.tv(pi, p),
+        'overshoot_p': distortion.overshoot_ratio(pi, p),
+        'tv_greedy': distortion.tv(pi, greedy),
+        'one_minus_pa': 1.0 - jnp.where(law > 0, p, 0.0).sum(-1),
+        'one_minus_pa_top': 1.0 - (law * greedy).sum(-1),
+    }
+
+
+def curves(
+    rule: base.Rule, family: dict[str, np.ndarray], mode: str, num_siblings: int
+) -> dict[str, np.ndarray]:
+    """Distortion curves of one rule in 'chain' or 'tree' mode: each metric [T, P]."""
+    baseline = matched_baseline(rule)
+
+    @jax.jit
+    def run(p, q):
+        law = baseline.law(p)
+        if mode == 'chain':
+            pi = jax.vmap(lambda qt: rule.induced(p, qt))(q)
+            rate = jax.vmap(lambda qt: rule.acceptance_rate(p, qt))(q)
+        else:
+            sibs = jax.lax.top_k(q, num_siblings)[1]  # [T, P, C], descending draft order.
+            pi = jax.vmap(lambda s: rule.induced_tree_node(p, s))(sibs)
+            rate = jnp.zeros(q.shape[:-1])
+        out = _metrics(pi, p[None], law[None])
+        out['acceptance'] = rate
+        out['quality'] = 1.0 - distortion.tv(p[None], q)
+        return out
+
+    return {k: np.asarray(v) for k, v in run(family['p'], family['q']).items()}
+
+
+def run_theory(config: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Computes every rule's curves and checks the claims; returns (csv rows, claims)."""
+    fam = synthetic_family(
+        config.seed, config.vocab, config.num_pairs, config.num_points, config.logit_scale
+    )
+    rows, results = [], {}
+    for spec in config.rules:
+        rule = base.make(spec)
+        modes = ['chain'] + (['tree'] if 'deterministic' in rule.tree_modes else [])
+        for mode in modes:
+            res = curves(rule, fam, mode, config.num_siblings)
+            results[(spec, mode)] = (rule, res)
+            for i, t in enumerate(fam['t']):
+                rows.append(
+                    {
+                        'mode': mode,
+                        'rule': spec,
+                        't': float(t),
+                        'quality': float(res['quality'][i].mean()),
+                        'tv_baseline': float(res['tv_baseline'][i].mean()),
+                        'kl_baseline': float(res['kl_baseline'][i].mean()),
+                        'tv_target': float(res['tv_target'][i].mean()),
+                        'tv_greedy': float(res['tv_greedy'][i].mean()),
+                        'overshoot_p_max': float(res['overshoot_p'][i].max()),
+                        'acceptance': float(res['acceptance'][i].mean()),
+                    }
+                )
+    return rows, check_claims(results)
+
+
+def check_claims(results: dict) -> dict[str, Any]:
+    """Checks the paper's claims on computed curves; each entry has 'holds' and numbers."""
+    claims: dict[str, Any] = {}
+
+    def add(name, holds, **numbers):
+        entry = claims.setdefault(name, {'holds': True, 'cases': []})
+        entry['holds'] = bool(entry['holds'] and holds)
+        entry['cases'].append({'holds': bool(holds), **numbers})
+
+    for (spec, mode), (rule, res) in results.items():
+        tv_end = res['tv_baseline'][-1]  # At q = p.
+        if rule.lossless:
+            worst = float(res['tv_baseline'].max())
+            add('lossless_exact', worst < 1e-5, rule=spec, mode=mode, max_tv=worst)
+        truncation = rule.name in ('minp_verify', 'eta_verify') or (
+            rule.name == 'speccascade' and getattr(rule, 'deferral', '') == 'token_v3'
+        )
+        if truncation and mode == 'chain':
+            floor = float(np.mean(res['one_minus_pa'][-1] ** 2))
+            got = float(tv_end.mean())
+            add(
+                'chain_truncation_floor',
+                abs(got - floor) < 1e-4 and got > 0,
+                rule=spec,
+                tv_at_q_eq_p=got,
+                predicted_sq=floor,
+                paper_1_minus_pA=float(res['one_minus_pa'][-1].mean()),
+            )
+        if truncation and mode == 'tree':
+            greedy_gap = float(res['tv_greedy'][-1].mean())
+            got = float(tv_end.mean())
+            predicted = float(res['one_minus_pa_top'][-1].mean())
+            add(
+                'tree_truncation_greedy',
+                greedy_gap < 1e-3 and got > 0.01 and abs(got - predicted) < 1e-3,
+                rule=spec,
+                tv_to_greedy_at_q_eq_p=greedy_gap,
+                tv_at_q_eq_p=got,
+                predicted=predicted,
+            )
+        if rule.name == 'lenience':
+            worst = float(res['overshoot_p'].max())
+            add(
+                'lenience_ceiling',
+                worst <= 1.0 / rule.l + 1e-4,
+                rule=spec,
+                mode=mode,
+                max_ratio=worst,
+                ceiling=1.0 / rule.l,
+            )
+        if rule.name == 'cos' and mode == 'chain':
+            worst = float(res['overshoot_p'].max())
+            bound = 1.0 / max(1.0 - rule.lam, 1e-6)
+            add(
+                'cos_no_ceiling',
+                worst > 10.0 * bound,
+                rule=spec,
+                max_ratio=worst,
+                comparison_1_over_1_minus_lam=bound,
+            )
+    return claims
+
+
+def write_outputs(rows: list[dict[str, Any]], claims: dict[str, Any], workdir: str) -> dict:
+    """Writes diagnose_theory.csv, diagnose_theory.png and diagnose_claims.json."""
+    import matplotlib
+
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    os.makedirs(workdir, exist_ok=True)
+    paths = {
+        'csv': os.path.join(workdir, 'diagnose_theory.csv'),
+        'png': os.path.join(workdir, 'diagnose_theory.png'),
+        'claims': os.path.join(workdir, 'diagnose_claims.json'),
+    }
+    with open(paths['csv'], 'w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(paths['claims'], 'w') as f:
+        json.dump(claims, f, indent=2, default=lambda x: None if math.isnan(x) else x)
+
+    specs = list(dict.fromkeys(r['rule'] for r in rows))
+    colors = plt.get_cmap('tab20')(np.linspace(0, 1, max(len(specs), 2)))
+    styles = ('-', '--', '-.', ':')
+    fig, axes = plt.subplots(1, 2, figsize=(15, 5), sharey=True)
+    for ax, mode in zip(axes, ('chain', 'tree'), strict=True):
+        for k, spec in enumerate(specs):
+            sel = [r for r in rows if r['mode'] == mode and r['rule'] == spec]
+            if not sel:
+                continue
+            ax.plot(
+                [r['quality'] for r in sel],
+                [r['tv_baseline'] for r in sel],
+                marker='o',
+                markersize=3,
+                color=colors[k],
+                linestyle=styles[k % len(styles)],
+                label=spec,
+            )
+        ax.set_title(f'{mode} verification (TV to the matched baseline)')
+        ax.set_xlabel('draft quality 1 - TV(p, q)')
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel('TV(pi, matched baseline p_A)')
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc='center right')
+    fig.tight_layout(rect=(0, 0, 0.8, 1))
+    fig.savefig(paths['png'], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def run_diagnose(config: Any, workdir: str) -> dict[str, Any]:
+    """The library entry point of `launch/diagnose.py`.
+
+    Args:
+      config: ml_collections ConfigDict from configs/diagnose.py (mode 'theory').
+      workdir: output directory.
+
+    Returns:
+      {'rows': csv rows, 'claims': claims dict, 'paths': written files}.
+    """
+    if config.mode != 'theory':
+        raise ValueError(f"diagnose: mode={config.mode!r}; only 'theory' is implemented")
+    rows, claims = run_theory(config)
+    paths = write_outputs(rows, claims, workdir)
+    return {'rows': rows, 'claims': claims, 'paths': paths}
