@@ -18,7 +18,7 @@ from spec_jax.checkpoints.convert import (
     params_to_state,
     state_to_params,
 )
-from spec_jax.checkpoints.gguf import embedded_default_path, load_gguf
+from spec_jax.checkpoints.gguf import embedded_default_path, load_gguf, load_gguf_tokenizer
 from spec_jax.checkpoints.hf import ARCHITECTURES, config_from_hf, load_hf
 from spec_jax.checkpoints.loader import EMBEDDED, LoadedModel, load
 from spec_jax.checkpoints.orbax_io import load_orbax, save_orbax
@@ -35,6 +35,7 @@ __all__ = [
     'embedded_default_path',
     'load',
     'load_gguf',
+    'load_gguf_tokenizer',
     'load_hf',
     'load_orbax',
     'params_to_state',
