@@ -30,8 +30,8 @@ Every allowed set also keeps the argmax, so none is ever empty (HF `min_tokens_t
 
 `Sampler` bundles the transforms and applies them in Hugging Face's order: temperature, top-k,
 top-p, min-p, typical, epsilon, eta; each truncation sees the renormalised output of the
-previous one. `sample(key, probs)` draws a token by Gumbel-max on log-probabilities, which is
-exact argmax for one-hot vectors.
+previous one. `sample(key, probs)` draws a token by inverse CDF with one uniform per row (or
+Gumbel-max on log-probabilities); both are exact argmax for one-hot vectors.
 """
 
 from __future__ import annotations
@@ -231,13 +231,51 @@ def eta(probs: Array, eta_value: Any) -> Array:
     return renormalize(probs, eta_mask(probs, eta_value))
 
 
-def sample(key: Array, probs: Array) -> Array:
-    """Draws one token per row of probs [..., V] -> [...] int32 (Gumbel-max on log probs).
+_BLOCK = 256
 
-    Tokens with probability 0 are never drawn, so a one-hot row returns its argmax exactly.
+
+def sample(key: Array, probs: Array, method: str = 'cdf') -> Array:
+    """Draws one token per row of probs [..., V] -> [...] int32.
+
+    Rows need not be normalised. Tokens with probability 0 are never drawn, so a one-hot row
+    returns its argmax exactly.
+
+    Args:
+      key: PRNG key.
+      probs: [..., V] non-negative weights.
+      method: 'cdf' (default): inverse-CDF with ONE uniform per row, searched in two levels
+        (block sums of 256 tokens, then a cumulative sum inside the chosen block), so the
+        cost is one pass over probs; 'gumbel': Gumbel-max on log probs
+        (`jax.random.categorical`), which draws V random numbers per row (~10x slower on CPU
+        at V = 49152).
+
+    Returns:
+      [...] int32 token ids.
     """
-    logp = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)), -jnp.inf)
-    return jax.random.categorical(key, logp, axis=-1).astype(jnp.int32)
+    if method == 'gumbel':
+        logp = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)), -jnp.inf)
+        return jax.random.categorical(key, logp, axis=-1).astype(jnp.int32)
+    if method != 'cdf':
+        raise ValueError(f"sample: method={method!r} must be 'cdf' or 'gumbel'")
+    lead, v = probs.shape[:-1], probs.shape[-1]
+    rows = int(np.prod(lead)) if lead else 1
+    blk = v if v <= 4 * _BLOCK else _BLOCK
+    nb = -(-v // blk)
+    x = jnp.asarray(probs, jnp.float32).reshape(rows, v)
+    if nb * blk != v:
+        x = jnp.pad(x, ((0, 0), (0, nb * blk - v)))
+    x = x.reshape(rows, nb, blk)
+    block_tot = x.sum(-1)  # [R, nb]
+    block_cum = jnp.cumsum(block_tot, -1)
+    target = jax.random.uniform(key, (rows,), jnp.float32) * block_cum[:, -1]  # [0, total)
+    last_block = jnp.max(jnp.where(block_tot > 0, jnp.arange(nb), 0), -1)
+    bi = jnp.minimum((block_cum <= target[:, None]).sum(-1), last_block)  # [R]
+    r = jnp.arange(rows)
+    local = target - (block_cum[r, bi] - block_tot[r, bi])
+    row = x[r, bi]  # [R, blk]
+    last_in = jnp.max(jnp.where(row > 0, jnp.arange(blk), 0), -1)
+    j = jnp.minimum((jnp.cumsum(row, -1) <= local[:, None]).sum(-1), last_in)
+    return (bi * blk + j).astype(jnp.int32).reshape(lead)
 
 
 # ----------------------------------------------------------------------------------------

@@ -165,3 +165,23 @@ def test_sample_follows_probs_and_onehot_is_exact():
     np.testing.assert_array_equal(
         np.asarray(sampling.sample(jax.random.key(1), onehot)), np.arange(V)
     )
+
+
+def test_sample_blocked_cdf_at_large_vocab():
+    v, n = 3001, 100_000  # Not a multiple of the 256-token block: exercises the padding.
+    probs = np.zeros(v, np.float32)
+    support = np.array([3, 255, 256, 1000, 2999, 3000])
+    probs[support] = [0.1, 0.2, 0.05, 0.3, 0.15, 0.2]
+    toks = np.asarray(
+        sampling.sample(jax.random.key(3), jnp.tile(jnp.asarray(probs) * 7.0, (n, 1)))
+    )
+    assert set(np.unique(toks)) <= set(support.tolist())
+    emp = np.bincount(toks, minlength=v)[support] / n
+    pv = probs[support].astype(np.float64)
+    assert 0.5 * np.abs(emp - pv).sum() <= 4 * 0.5 * np.sum(np.sqrt(pv * (1 - pv) / n)) + 1e-4
+    onehot = jax.nn.one_hot(jnp.asarray([0, 255, 256, 3000]), v)
+    for method in ('cdf', 'gumbel'):
+        got = sampling.sample(jax.random.key(4), onehot, method=method)
+        np.testing.assert_array_equal(np.asarray(got), [0, 255, 256, 3000])
+    with pytest.raises(ValueError, match='method'):
+        sampling.sample(jax.random.key(0), onehot, method='nope')

@@ -208,17 +208,24 @@ class Rule:
       tree_modes: the tree verification modes supported: 'deterministic' (EAGLE-style
         ordered siblings, rejection zeroes the sibling) and/or 'sampled' (SpecInfer).
       section: the PAPER.md section that defines the rule.
+      stats_need_q: whether `stats(p, q)` reads q. When it does not, `verify_chain` computes
+        the statistics on the whole target [B, A+1, V] with q=None and drops the last row,
+        which avoids copying a [B, A, V] slice of the target.
     """
 
     name: ClassVar[str] = ''
     lossless: ClassVar[bool] = False
+    stats_need_q: ClassVar[bool] = False
     tree_modes: ClassVar[tuple[str, ...]] = ()
     section: ClassVar[str] = ''
 
     # --- chain mode: the scalar path used by verify_chain ---------------------------------
 
-    def stats(self, p: Array, q: Array) -> Any:
-        """Per-row statistics [...] needed by `accept_from` (default: none)."""
+    def stats(self, p: Array, q: Array | None) -> Any:
+        """Per-row statistics [...] needed by `accept_from` (default: none).
+
+        q may be None when `stats_need_q` is False.
+        """
         del p, q
         return ()
 

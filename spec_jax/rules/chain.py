@@ -84,7 +84,11 @@ def verify_chain(
         p_draft = target_probs_bav1[:, :a]
         px = base.gather(p_draft, x)
         qx = base.gather(draft_probs_bav, x)
-        accept_probs = rule.accept_from(px, qx, x, rule.stats(p_draft, draft_probs_bav))
+        if rule.stats_need_q:
+            stats = rule.stats(p_draft, draft_probs_bav)
+        else:  # Reduce over the whole target and drop the bonus row: no [B, A, V] copy.
+            stats = jax.tree_util.tree_map(lambda s: s[:, :a], rule.stats(target_probs_bav1, None))
+        accept_probs = rule.accept_from(px, qx, x, stats)
         accept_probs = accept_probs.astype(jnp.float32)
         accept = uniform_open_closed(key_u, (b, a)) <= accept_probs
         accepted = jnp.cumprod(accept.astype(jnp.int32), axis=1).astype(bool)

@@ -207,6 +207,7 @@ class UniformInterp(base.Rule):
     w: float = 0.5
 
     name = 'uniform_interp'
+    stats_need_q = True
     section = '§4.5 (contrast)'
 
     def __post_init__(self):
