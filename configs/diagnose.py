@@ -38,8 +38,6 @@ TINY_RULES = (
     'lenience:l=0.5',
     'cos:lam=0.5',
     'minp_verify:rho=0.3',
-    'eta_verify:eta=0.1',
-    'speccascade:deferral=token_v3,alpha=0.7',
 )
 
 

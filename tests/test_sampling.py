@@ -172,9 +172,10 @@ def test_sample_blocked_cdf_at_large_vocab():
     probs = np.zeros(v, np.float32)
     support = np.array([3, 255, 256, 1000, 2999, 3000])
     probs[support] = [0.1, 0.2, 0.05, 0.3, 0.15, 0.2]
-    toks = np.asarray(
-        sampling.sample(jax.random.key(3), jnp.tile(jnp.asarray(probs) * 7.0, (n, 1)))
-    )
+    keys = jax.random.split(jax.random.key(3), n)
+    # vmap over keys keeps one copy of the (unnormalised) row instead of n.
+    draw = jax.jit(jax.vmap(lambda k: sampling.sample(k, jnp.asarray(probs) * 7.0)))
+    toks = np.asarray(draw(keys))
     assert set(np.unique(toks)) <= set(support.tolist())
     emp = np.bincount(toks, minlength=v)[support] / n
     pv = probs[support].astype(np.float64)
