@@ -183,7 +183,7 @@ class OvershootTail(base.YieldRule):
 @base.register
 @dataclasses.dataclass(frozen=True)
 class UniformInterp(base.Rule):
-    """Uniform interpolation without an overshoot ceiling (contrast ablation to §4.1/§4.5).
+    """Uniform interpolation without an overshoot ceiling (contrast to PAPER.md §4.1, §4.5).
 
     Definition. With U = {q <= p} (draft under-estimates), O = {q > p} (overshoot),
     TV = sum_v (p - q)_+ and q(O) = sum_{v in O} q(v), the rule targets

@@ -50,7 +50,9 @@ class Lossless(base.YieldRule):
 @base.register
 @dataclasses.dataclass(frozen=True)
 class Greedy(base.Rule):
-    """Greedy verification: accept the drafted token iff it is the target argmax.
+    """Greedy verification (PAPER.md §2; EAGLE3.md §1.8 greedy path).
+
+    Accept the drafted token iff it is the target argmax.
 
     Lossless with respect to greedy decoding (temperature 0): its law is onehot(argmax p),
     which is p itself when p is the T = 0 processed target.
