@@ -1,0 +1,38 @@
+"""Test helpers shipped with the package: random weights without compiling anything.
+
+`init_params` compiles a Flax init (seconds on 2 cores, per config); tests need many small
+random models, so they draw weights with numpy into the shapes `jax.eval_shape` gives.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from spec_jax.models.config import ModelConfig
+from spec_jax.models.llama import init_params
+
+
+def random_params(cfg: ModelConfig, seed: int = 0, std: float = 0.02,
+                  embed_scale: float = 1.0) -> dict:
+    """Random parameters for `cfg`: normal(std) matrices, norms near 1, biases near 0.
+
+    `embed_scale` multiplies the embedding (and so, when tied, the logits): the default
+    init gives nearly uniform next-token laws; 8 gives peaked but not degenerate ones.
+    """
+    rng = np.random.default_rng(seed)
+    shapes = jax.eval_shape(init_params, cfg, jax.random.PRNGKey(0))
+
+    def draw(path, leaf):
+        name = jax.tree_util.keystr(path)
+        if 'norm' in name:
+            x = 1.0 + 0.1 * rng.standard_normal(leaf.shape)
+        elif 'bias' in name:
+            x = 0.1 * rng.standard_normal(leaf.shape)
+        else:
+            x = std * rng.standard_normal(leaf.shape)
+            if 'embed' in name or 'lm_head' in name:
+                x = x * embed_scale
+        return x.astype(leaf.dtype)
+
+    return jax.tree_util.tree_map_with_path(draw, shapes)
