@@ -53,6 +53,20 @@ def sampling_config(temperature: float = 0.0) -> ml_collections.ConfigDict:
     )
 
 
+def spec_config(enabled: bool = False, draft: str = '') -> ml_collections.ConfigDict:
+    """The speculative-decoding block of a config (see configs/smollm2_135m_chain.py)."""
+    return ml_collections.ConfigDict(dict(
+        enabled=enabled,
+        drafter='lm',  # 'lm' (a draft model at `draft`) or 'ngram' (prompt lookup).
+        draft=draft,  # A checkpoint spec for the draft LM (same tokenizer as the target).
+        num_draft=5,  # gamma: drafted tokens per block.
+        ngram=3,  # Longest n-gram the prompt-lookup drafter matches.
+        rule='lossless',  # A spec_jax.rules name, with parameters: 'lenience:l=0.5'.
+        baseline=False,  # Run the rule's matched baseline (truncation + lossless) instead.
+        meter_distortion=False,  # Per-position TV / overshoot against the matched baseline.
+    ))
+
+
 def log_devices() -> None:
     logging.info('JAX %s, process %d/%d, devices: %s', jax.__version__, jax.process_index(),
                  jax.process_count(), jax.devices())

@@ -15,8 +15,38 @@ import ml_collections
 from absl import logging
 from tqdm import tqdm
 
+from spec_jax import rules
 from spec_jax.decoding import autoregressive as ar
+from spec_jax.decoding import speculative as sp
+from spec_jax.decoding.drafters import LMDrafter, NgramDrafter
 from spec_jax.jobs import common
+
+
+def default_config(tiny: bool = False) -> ml_collections.ConfigDict:
+    """The generate job's config with every field and its default (configs/ build on it)."""
+    c = ml_collections.ConfigDict()
+    # 'embedded', a .gguf file, an HF directory or hub id, an orbax directory, or
+    # 'random:<preset>' (random weights with the embedded tokenizer).
+    c.model = 'random:tiny' if tiny else 'embedded'
+    c.dtype = 'float32'  # bf16 is 7-10x slower than fp32 under XLA:CPU; use it on TPU/GPU.
+    c.seed = 0
+    c.prompts = (
+        'What is the capital of France?',
+        'Write a Python function that checks whether a number is prime.',
+        'Natalia sold clips to 48 of her friends in April, and then she sold half as many '
+        'clips in May. How many clips did Natalia sell altogether in April and May?',
+    )
+    c.prompt_file = ''  # Text (one prompt a line) or jsonl (see prompt_field); overrides prompts.
+    c.prompt_field = 'prompt'
+    c.chat = True  # Wrap each prompt in the model's chat template as a user message.
+    c.system_prompt = ''  # Empty: the template's own default.
+    c.batch_size = 8
+    c.max_new_tokens = 8 if tiny else 128
+    c.max_prompt_len = 512
+    c.prompt_bucket = 64
+    c.sampling = common.sampling_config(temperature=0.0)
+    c.spec = common.spec_config(enabled=False)  # configs/smollm2_135m_chain.py turns it on.
+    return c
 
 
 def read_prompts(c: ml_collections.ConfigDict) -> list[str]:
@@ -46,6 +76,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
         pad_id=tok.pad_id or 0,
     )
     sampler = common.sampler_from_config(c.sampling)
+    decode = make_decoder(c, model, settings, sampler)
 
     out_path = os.path.join(workdir, 'generations.jsonl') if workdir else None
     records = _read_records(out_path)
@@ -58,21 +89,67 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
     for batch in tqdm(batches, desc='generate', unit='batch', disable=len(batches) < 2):
         ids = [encode(tok, prompts[i], c.chat, c.system_prompt) for i in batch]
         start = time.perf_counter()
-        result = ar.generate(model.cfg, model.params, ids, settings, sampler, seed=c.seed)
+        result = decode(ids)
         seconds = time.perf_counter() - start
         new = [
             dict(index=i, prompt=prompts[i], text=tok.decode(out, skip_special=True),
                  num_tokens=len(out), seconds=seconds)
             for i, out in zip(batch, result.tokens)
         ]
+        if result.stats:
+            for row, r in enumerate(new):
+                r.update({k: v[row] for k, v in result.stats['per_row'].items()})
         _append_records(out_path, new)
         records += new
         n = sum(r['num_tokens'] for r in new)
         print(f'[batch of {len(batch)}] {n} tokens in {seconds:.2f} s = {n / seconds:.1f} '
-              f'tokens/s (first batch includes compilation)')
+              f'tokens/s (first batch includes compilation){spec_summary(result.stats)}')
         for r in new:
             print(f'--- prompt {r["index"]}: {r["prompt"]!r}\n{r["text"]}')
     return sorted(records, key=lambda r: r['index'])
+
+
+def make_decoder(c, model, settings: ar.DecodeSettings, sampler):
+    """prompt ids -> GenerationResult: plain AR, or chain speculative decoding if enabled."""
+    if not c.spec.enabled:
+        return lambda ids: ar.generate(model.cfg, model.params, ids, settings, sampler,
+                                       seed=c.seed)
+    spec = sp.SpecSettings(
+        settings, c.spec.num_draft, rules.make(c.spec.rule), c.spec.baseline,
+        c.spec.meter_distortion,
+    )
+    if c.spec.drafter == 'ngram':
+        drafter, draft_params = NgramDrafter(c.spec.ngram, model.cfg.vocab_size), None
+    elif c.spec.drafter == 'lm':
+        if not c.spec.draft:
+            raise ValueError("spec.drafter='lm' needs spec.draft, a draft checkpoint")
+        draft = common.load_model(c.spec.draft, c.dtype, c.seed)
+        check_same_tokenizer(model.tokenizer, draft.tokenizer)
+        drafter, draft_params = LMDrafter(draft.cfg), draft.params
+    else:
+        raise ValueError(f"spec.drafter={c.spec.drafter!r}; valid: 'lm', 'ngram'")
+    sp.check_drafter(model.cfg, drafter)
+    return lambda ids: sp.generate(model.cfg, model.params, drafter, draft_params, ids, spec,
+                                   sampler, seed=c.seed)
+
+
+def check_same_tokenizer(target_tok, draft_tok) -> None:
+    """Draft and target must tokenize alike; compare vocabularies when both are known."""
+    if draft_tok is None or target_tok is None:
+        return
+    if draft_tok.backend.get_vocab() != target_tok.backend.get_vocab():
+        raise ValueError('the draft\'s tokenizer differs from the target\'s: speculative '
+                         'decoding needs one shared vocabulary')
+
+
+def spec_summary(stats: dict) -> str:
+    if not stats:
+        return ''
+    text = (f'; block efficiency {stats["block_efficiency"]:.2f}, acceptance '
+            f'{stats["acceptance_rate"]:.2f}')
+    if 'mean_tv' in stats:
+        text += f', mean TV {stats["mean_tv"]:.3f}, max overshoot {stats["max_overshoot"]:.2f}'
+    return text
 
 
 def encode(tok, prompt: str, chat: bool, system_prompt: str | None) -> list[int]:

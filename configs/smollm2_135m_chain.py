@@ -1,0 +1,34 @@
+"""Chain speculative decoding on the embedded default with its shipped draft LM.
+
+    python launch/generate.py --config configs/smollm2_135m_chain.py
+    python launch/generate.py --config configs/smollm2_135m_chain.py \
+        --config.spec.rule='lenience:l=0.5' --config.sampling.temperature=0.7
+    python launch/generate.py --config configs/smollm2_135m_chain.py:ngram  # prompt lookup
+    python launch/generate.py --config configs/smollm2_135m_chain.py:tiny   # random models
+
+The draft LM (spec_jax/assets/drafts/smollm2_135m_draft, see its MODEL_CARD.md) was
+distilled from the target with launch/train_draft.py and configs/smollm2_135m_draft.py.
+"""
+
+import os
+
+import ml_collections
+
+import spec_jax
+from spec_jax.jobs import generate
+
+DRAFT_DIR = os.path.join(os.path.dirname(spec_jax.__file__), 'assets', 'drafts',
+                         'smollm2_135m_draft')
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    c = generate.default_config(tiny=arg == 'tiny')
+    c.spec.enabled = True
+    c.spec.num_draft = 5
+    if arg == 'tiny':
+        c.spec.draft = 'random:tiny'
+    elif arg == 'ngram':
+        c.spec.drafter = 'ngram'
+    else:
+        c.spec.draft = DRAFT_DIR
+    return c

@@ -1,0 +1,85 @@
+"""Distil a small draft LM from the embedded default (SmolLM2-135M-Instruct).
+
+    python launch/train_draft.py --config configs/smollm2_135m_draft.py --workdir runs/draft
+    python launch/train_draft.py --config configs/smollm2_135m_draft.py:tiny --workdir /tmp/d
+
+Stages (each resumable in the workdir): self-distillation data (the target answers GSM8K
+train / MBPP train+validation / BFCL live_multiple prompts, greedy), KL distillation on
+response tokens, held-out acceptance on ../shared/data/speed prompts, export as an HF
+directory (bf16 safetensors + tokenizer). `:tiny` runs in about a minute on a random tiny
+target (a smoke test of every stage).
+"""
+
+import ml_collections
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    tiny = arg == 'tiny'
+    c = ml_collections.ConfigDict()
+    c.kind = 'draft_lm'
+    c.target = 'random:tiny' if tiny else 'embedded'
+    c.seed = 0
+
+    c.data = ml_collections.ConfigDict()
+    c.data.generate = True
+    c.data.dir = ''  # '' = <workdir>/data; point several runs at one data directory.
+    c.data.sources = ('gsm8k', 'mbpp', 'bfcl')
+    c.data.num_prompts = 32 if tiny else 0  # 0 = all (about 8.7k prompts).
+    c.data.batch_size = 16 if tiny else 64
+    c.data.max_new_tokens = 16 if tiny else 160
+    c.data.max_prompt_len = 512
+    c.data.seconds = 0.0  # Time budget for generation (0 = no limit); rerun to continue.
+    c.data.seed = 0
+    # Extra distillation text: the datasets' own answers as assistant turns (no generation;
+    # the loss is still KL to the target's logits). () to disable.
+    c.data.reference = () if tiny else ('gsm8k', 'mbpp')
+    c.data.reference_limit = 0
+
+    c.model = ml_collections.ConfigDict()
+    c.model.width = 32 if tiny else 192
+    c.model.num_layers = 2 if tiny else 4
+    c.model.num_heads = 4 if tiny else 4
+    c.model.num_kv_heads = 2
+    c.model.head_dim = 8 if tiny else 48
+    c.model.mlp_width = 64 if tiny else 512
+    c.model.init_embedding = 'project'  # 'project' (target PCA) or 'random'.
+
+    c.train = ml_collections.ConfigDict()
+    c.train.steps = 30 if tiny else 3000
+    c.train.seconds = 0.0  # Wall-clock budget (0 = none): checkpoint and stop when spent.
+    c.train.batch_size = 4 if tiny else 8
+    c.train.seq_len = 64 if tiny else 320
+    c.train.bucket = 32 if tiny else 64
+    c.train.lr = 3e-3
+    c.train.warmup = 5 if tiny else 100
+    c.train.clip = 1.0
+    c.train.weight_decay = 0.0
+    c.train.temperature = 1.0
+    # First steps: hard-label cross-entropy on the training text (no teacher forward, about
+    # 5x cheaper), then KL to the target's logits.
+    c.train.ce_steps = 10 if tiny else 0
+    c.train.seed = 0
+    c.train.checkpoint_every = 10 if tiny else 200
+    c.train.log_every = 5 if tiny else 20
+
+    c.eval = eval_config(tiny)
+    c.export = ml_collections.ConfigDict()
+    c.export.dir = ''  # e.g. spec_jax/assets/drafts/smollm2_135m_draft
+    c.export.dtype = 'bfloat16'
+    return c
+
+
+def eval_config(tiny: bool) -> ml_collections.ConfigDict:
+    e = ml_collections.ConfigDict()
+    e.enabled = True
+    e.speed_dir = ''  # '' = ../shared/data/speed
+    e.sets = ('mt_bench', 'humaneval', 'gsm8k', 'alpaca', 'qa', 'sum')
+    e.per_set = 2 if tiny else 8
+    e.data_dir = ''  # '' = <workdir>/eval_data (target-greedy responses, cached)
+    e.batch_size = 16
+    e.max_new_tokens = 16 if tiny else 128
+    e.max_prompt_len = 256 if tiny else 1536
+    e.seq_len = 512 if tiny else 2048
+    e.chain = 5
+    e.tree = (4, 2, 2, 1, 1)  # Children per node at each depth: 60 nodes.
+    return e
