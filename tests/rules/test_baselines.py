@@ -8,7 +8,8 @@ import numpy as np
 
 import spec_jax.rules as rules
 from spec_jax import sampling
-from tests.rules import _cases
+
+from . import _cases
 
 V = 7
 

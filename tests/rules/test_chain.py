@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import spec_jax.rules as rules
-from tests.rules import _cases
+
+from . import _cases
 
 B, A, V = 7, 4, 11
 

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import spec_jax.rules as rules
-from tests.rules import _cases
+
+from . import _cases
 
 N = 100_000
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import spec_jax.rules as rules
-from tests.rules import _cases
+
+from . import _cases
 
 V = 5
 N = 60_000
