@@ -18,7 +18,7 @@ import ml_collections
 import numpy as np
 
 from spec_jax.decoding import autoregressive as ar
-from spec_jax.jobs import common
+from spec_jax.jobs import bench_chain, common
 from spec_jax.models.cache import KVCache
 from spec_jax.models.llama import forward
 
@@ -70,7 +70,13 @@ def ar_speed(model, batch: int, new_tokens: int, prompt_len: int, rounds: int) -
 
 
 def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
-    """Runs the benchmark of config `c` (configs/bench.py) and prints a report."""
+    """Runs the benchmark of config `c` (configs/bench.py) and prints a report.
+
+    A config with `mode = 'chain'` (configs/bench_chain.py) runs the chain speculative
+    benchmark instead (spec_jax.jobs.bench_chain).
+    """
+    if c.get('mode') == 'chain':
+        return bench_chain.run(c, workdir)
     common.log_devices()
     model = common.load_model(c.model, c.dtype, c.seed)
     cfg, params = model.cfg, model.params

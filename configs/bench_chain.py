@@ -1,0 +1,46 @@
+"""Benchmark chain speculative decoding against AR decoding on the EAGLE speed prompts.
+
+    python launch/bench.py --config configs/bench_chain.py
+    python launch/bench.py --config configs/bench_chain.py --config.speed_dir=../shared/data/speed
+    python launch/bench.py --config configs/bench_chain.py:ngram   # prompt lookup drafting
+    python launch/bench.py --config configs/bench_chain.py:tiny    # random models, seconds
+
+Prints, per temperature (0, 0.7) and batch (1, 4): AR and chain tokens/s, the speedup,
+block efficiency and acceptance; then transformers' assisted generation (batch 1) on the
+same weights and prompts, and our tokens/s over theirs.
+"""
+
+import os
+
+import ml_collections
+
+import spec_jax
+
+ASSETS = os.path.join(os.path.dirname(spec_jax.__file__), 'assets')
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    tiny = arg == 'tiny'
+    c = ml_collections.ConfigDict()
+    c.mode = 'chain'
+    c.model = 'random:tiny' if tiny else 'embedded'
+    c.dtype = 'float32'
+    c.seed = 0
+    c.drafter = 'ngram' if arg == 'ngram' else 'lm'
+    c.draft = 'random:tiny' if tiny else os.path.join(ASSETS, 'drafts', 'smollm2_135m_draft')
+    c.ngram = 3
+    c.num_draft = 5
+    c.rule = 'lossless'
+    c.speed_dir = os.path.join(ASSETS, 'speed')  # A 4-per-set sample; see its README.
+    c.sets = ('mt_bench', 'humaneval', 'gsm8k', 'alpaca', 'sum', 'qa')
+    if tiny:  # The tiny model's context (512) is shorter than a CNN/DM article.
+        c.sets = ('mt_bench', 'gsm8k')
+    c.prompts_per_set = 1 if tiny else 2
+    c.max_new_tokens = 8 if tiny else 128
+    c.max_prompt_len = 1024
+    c.prompt_bucket = 64
+    c.temperatures = (0.0, 0.7)
+    c.batches = (1, 4)
+    c.rounds = 1 if tiny else 2
+    c.hf_peer = not tiny
+    return c
