@@ -46,19 +46,26 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     if c.data.generate:
         prompts = data.training_prompts(tuple(c.data.sources), c.data.seed)
         if c.data.num_prompts:
-            prompts = prompts[:c.data.num_prompts]
+            prompts = prompts[: c.data.num_prompts]
         summary['data'] = data.generate_dataset(
-            target, prompts, data_dir, batch_size=c.data.batch_size,
-            max_new_tokens=c.data.max_new_tokens, max_prompt_len=c.data.max_prompt_len,
-            seed=c.data.seed, deadline=_deadline(c.data.seconds),
+            target,
+            prompts,
+            data_dir,
+            batch_size=c.data.batch_size,
+            max_new_tokens=c.data.max_new_tokens,
+            max_prompt_len=c.data.max_prompt_len,
+            seed=c.data.seed,
+            deadline=_deadline(c.data.seconds),
         )
     examples = data.read_examples(data_dir) if os.path.isdir(data_dir) else []
     if c.data.reference:
-        examples += data.reference_examples(target.tokenizer, tuple(c.data.reference),
-                                            c.data.seed, c.data.reference_limit)
+        examples += data.reference_examples(
+            target.tokenizer, tuple(c.data.reference), c.data.seed, c.data.reference_limit
+        )
     if not examples:
-        raise ValueError(f'no training examples in {data_dir}: enable data.generate or '
-                         'data.reference')
+        raise ValueError(
+            f'no training examples in {data_dir}: enable data.generate or data.reference'
+        )
     n_resp = int(sum(e.loss_mask.sum() for e in examples))
     logging.info('%d examples, %d response tokens', len(examples), n_resp)
     summary.update(examples=len(examples), response_tokens=n_resp)
@@ -95,9 +102,10 @@ def _train_state(params, optimizer):
 
 def _batches(c, examples):
     def make(start):
-        for b in data.batch_stream(examples, c.train.batch_size, c.train.seq_len, c.train.seed,
-                                   start, c.train.bucket):
-            yield b
+        yield from data.batch_stream(
+            examples, c.train.batch_size, c.train.seq_len, c.train.seed, start, c.train.bucket
+        )
+
     return make
 
 
@@ -106,19 +114,27 @@ def _batches(c, examples):
 
 def draft_lm_config(c: ml_collections.ConfigDict, target_cfg: ModelConfig) -> ModelConfig:
     m = c.model
-    return distill.draft_config(target_cfg, width=m.width, num_layers=m.num_layers,
-                                num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
-                                head_dim=m.head_dim, mlp_width=m.mlp_width)
+    return distill.draft_config(
+        target_cfg,
+        width=m.width,
+        num_layers=m.num_layers,
+        num_heads=m.num_heads,
+        num_kv_heads=m.num_kv_heads,
+        head_dim=m.head_dim,
+        mlp_width=m.mlp_width,
+    )
 
 
 def _train_draft_lm(c, workdir, target, examples) -> dict:
     dcfg = draft_lm_config(c, target.cfg)
-    params = distill.init_draft(dcfg, target.params, jax.random.PRNGKey(c.train.seed),
-                                c.model.init_embedding)
+    params = distill.init_draft(
+        dcfg, target.params, jax.random.PRNGKey(c.train.seed), c.model.init_embedding
+    )
     n_params = sum(x.size for x in jax.tree.leaves(params))
     logging.info('draft LM %s: %.2fM params', dcfg, n_params / 1e6)
-    opt = common.make_optimizer(c.train.lr, c.train.steps, c.train.warmup, c.train.clip,
-                                c.train.weight_decay)
+    opt = common.make_optimizer(
+        c.train.lr, c.train.steps, c.train.warmup, c.train.clip, c.train.weight_decay
+    )
     step = distill.make_train_step(target.cfg, dcfg, opt, c.train.temperature)
     ce_step = distill.make_ce_step(dcfg, opt)
     tparams = target.params
@@ -131,19 +147,30 @@ def _train_draft_lm(c, workdir, target, examples) -> dict:
 
     t0 = time.time()
     state, history = common.train_loop(
-        state=_train_state(params, opt), step_fn=step_fn, batches=_batches(c, examples),
-        steps=c.train.steps, workdir=workdir, checkpoint_every=c.train.checkpoint_every,
-        log_every=c.train.log_every, deadline=_deadline(c.train.seconds),
-        tokens_per_batch=lambda b: int(b.valid_bt.sum()), on_log=_metrics_logger(workdir),
+        state=_train_state(params, opt),
+        step_fn=step_fn,
+        batches=_batches(c, examples),
+        steps=c.train.steps,
+        workdir=workdir,
+        checkpoint_every=c.train.checkpoint_every,
+        log_every=c.train.log_every,
+        deadline=_deadline(c.train.seconds),
+        tokens_per_batch=lambda b: int(b.valid_bt.sum()),
+        on_log=_metrics_logger(workdir),
     )
-    out = dict(params_m=n_params / 1e6, train_seconds=time.time() - t0,
-               steps=int(state['step']), last=history[-1] if history else {})
+    out = dict(
+        params_m=n_params / 1e6,
+        train_seconds=time.time() - t0,
+        steps=int(state['step']),
+        last=history[-1] if history else {},
+    )
     params = state['params']
     if c.eval.enabled:
         out['eval'] = evaluate_draft_lm(c, workdir, target, dcfg, params)
     if c.export.dir:
-        out['export'] = export_draft_lm(c.export.dir, dcfg, params, target.tokenizer,
-                                        c.export.dtype)
+        out['export'] = export_draft_lm(
+            c.export.dir, dcfg, params, target.tokenizer, c.export.dtype
+        )
     return out
 
 
@@ -160,14 +187,23 @@ def export_draft_lm(directory: str, dcfg: ModelConfig, params, tokenizer, dtype=
     state = {k: np.asarray(v, np.float32).astype(np_dtype) for k, v in state.items()}
     save_file(state, os.path.join(directory, 'model.safetensors'), metadata={'format': 'pt'})
     config = {
-        'architectures': ['LlamaForCausalLM'], 'model_type': 'llama',
-        'hidden_size': dcfg.width, 'intermediate_size': dcfg.mlp_width,
-        'num_hidden_layers': dcfg.num_layers, 'num_attention_heads': dcfg.num_heads,
-        'num_key_value_heads': dcfg.num_kv_heads, 'head_dim': dcfg.head_dim,
-        'vocab_size': dcfg.vocab_size, 'rms_norm_eps': dcfg.rms_eps,
-        'rope_theta': dcfg.rope_theta, 'max_position_embeddings': dcfg.max_position,
-        'tie_word_embeddings': True, 'hidden_act': 'silu', 'attention_bias': False,
-        'mlp_bias': False, 'torch_dtype': dtype,
+        'architectures': ['LlamaForCausalLM'],
+        'model_type': 'llama',
+        'hidden_size': dcfg.width,
+        'intermediate_size': dcfg.mlp_width,
+        'num_hidden_layers': dcfg.num_layers,
+        'num_attention_heads': dcfg.num_heads,
+        'num_key_value_heads': dcfg.num_kv_heads,
+        'head_dim': dcfg.head_dim,
+        'vocab_size': dcfg.vocab_size,
+        'rms_norm_eps': dcfg.rms_eps,
+        'rope_theta': dcfg.rope_theta,
+        'max_position_embeddings': dcfg.max_position,
+        'tie_word_embeddings': True,
+        'hidden_act': 'silu',
+        'attention_bias': False,
+        'mlp_bias': False,
+        'torch_dtype': dtype,
         'bos_token_id': tokenizer.token_to_id(tokenizer.bos_token) if tokenizer.bos_token else None,
         'eos_token_id': tokenizer.token_to_id(tokenizer.eos_token) if tokenizer.eos_token else None,
     }
@@ -187,12 +223,18 @@ def heldout_examples(c, target, workdir: str) -> list[data.Example]:
     for name in c.eval.sets:
         with open(os.path.join(c.eval.speed_dir or SPEED_DIR, f'{name}.jsonl')) as f:
             rows = [json.loads(line) for line in f if line.strip()]
-        for r in rows[:c.eval.per_set]:
+        for r in rows[: c.eval.per_set]:
             prompts.append(data.Prompt(name, ({'role': 'user', 'content': r['turns'][0]},)))
     directory = c.eval.data_dir or os.path.join(workdir, 'eval_data')
-    data.generate_dataset(target, prompts, directory, batch_size=c.eval.batch_size,
-                          max_new_tokens=c.eval.max_new_tokens,
-                          max_prompt_len=c.eval.max_prompt_len, seed=0)
+    data.generate_dataset(
+        target,
+        prompts,
+        directory,
+        batch_size=c.eval.batch_size,
+        max_new_tokens=c.eval.max_new_tokens,
+        max_prompt_len=c.eval.max_prompt_len,
+        seed=0,
+    )
     return data.read_examples(directory)
 
 
@@ -206,7 +248,7 @@ def evaluate_draft_lm(c, workdir, target, dcfg, params) -> dict:
     agree, total, lengths = 0, 0, []
     k = c.eval.chain
     for i in range(0, len(examples), c.eval.batch_size):
-        chunk = examples[i:i + c.eval.batch_size]
+        chunk = examples[i : i + c.eval.batch_size]
         b = data.make_batch(chunk, c.eval.seq_len, 64)
         tokens, mask, valid = (jnp.asarray(x) for x in (b.tokens_bt, b.loss_mask_bt, b.valid_bt))
         pos, m = common.positions(*tokens.shape), common.causal_mask(valid)
@@ -218,8 +260,11 @@ def evaluate_draft_lm(c, workdir, target, dcfg, params) -> dict:
             hits = np.stack([np.roll(g[row], -(j + 1)) for j in range(k)])  # hits[j, r] = g[r+j+1]
             start, last = _span(b.loss_mask_bt[row])
             lengths += train_e3.chain_lengths(hits, start, last, k)
-    out = dict(per_token_acceptance=agree / max(total, 1), tokens=total,
-               **{f'chain{k}_{key}': v for key, v in _round_stats(lengths).items()})
+    out = dict(
+        per_token_acceptance=agree / max(total, 1),
+        tokens=total,
+        **{f'chain{k}_{key}': v for key, v in _round_stats(lengths).items()},
+    )
     logging.info('held-out draft LM: %s', out)
     return out
 
@@ -249,49 +294,71 @@ def _train_eagle3(c, workdir, target, examples) -> dict:
     from spec_jax.models import eagle3 as e3
 
     counts = data.token_counts(examples, target.cfg.vocab_size)
-    used = e3.draft_vocab_from_counts(counts, c.model.draft_vocab_size,
-                                      always=target.tokenizer.stop_ids)
+    used = e3.draft_vocab_from_counts(
+        counts, c.model.draft_vocab_size, always=target.tokenizer.stop_ids
+    )
     d2t, t2d = e3.vocab_maps(used, target.cfg.vocab_size)
     coverage = float(counts[used].sum() / max(counts.sum(), 1))
     logging.info('draft vocab %d covers %.4f of response tokens', len(used), coverage)
     m = c.model
     hcfg = e3.Eagle3Config.for_target(
-        target.cfg, m.draft_vocab_size, **({k: m[k] for k in
-                                            ('num_heads', 'num_kv_heads', 'head_dim',
-                                             'mlp_width') if m.get(k)}))
+        target.cfg,
+        m.draft_vocab_size,
+        **({k: m[k] for k in ('num_heads', 'num_kv_heads', 'head_dim', 'mlp_width') if m.get(k)}),
+    )
     params = e3.init_params(hcfg, jax.random.PRNGKey(c.train.seed))
     n_params = sum(x.size for x in jax.tree.leaves(params))
-    opt = common.make_optimizer(c.train.lr, c.train.steps, c.train.warmup, c.train.clip,
-                                c.train.weight_decay)
-    step = train_e3.make_train_step(target.cfg, hcfg, opt, c.train.ttt_steps,
-                                    c.train.step_weight)
+    opt = common.make_optimizer(
+        c.train.lr, c.train.steps, c.train.warmup, c.train.clip, c.train.weight_decay
+    )
+    step = train_e3.make_train_step(target.cfg, hcfg, opt, c.train.ttt_steps, c.train.step_weight)
     tparams = target.params
     draft_ids = jnp.asarray(used.astype(np.int32))
     t2d_j = jnp.asarray(t2d)
 
     def step_fn(state, b):
-        return step(tparams, draft_ids, t2d_j, state, jnp.asarray(b.tokens_bt),
-                    jnp.asarray(b.loss_mask_bt), jnp.asarray(b.valid_bt))
+        return step(
+            tparams,
+            draft_ids,
+            t2d_j,
+            state,
+            jnp.asarray(b.tokens_bt),
+            jnp.asarray(b.loss_mask_bt),
+            jnp.asarray(b.valid_bt),
+        )
 
     t0 = time.time()
     state, history = common.train_loop(
-        state=_train_state(params, opt), step_fn=step_fn, batches=_batches(c, examples),
-        steps=c.train.steps, workdir=workdir, checkpoint_every=c.train.checkpoint_every,
-        log_every=c.train.log_every, deadline=_deadline(c.train.seconds),
-        tokens_per_batch=lambda b: int(b.valid_bt.sum()), on_log=_metrics_logger(workdir),
+        state=_train_state(params, opt),
+        step_fn=step_fn,
+        batches=_batches(c, examples),
+        steps=c.train.steps,
+        workdir=workdir,
+        checkpoint_every=c.train.checkpoint_every,
+        log_every=c.train.log_every,
+        deadline=_deadline(c.train.seconds),
+        tokens_per_batch=lambda b: int(b.valid_bt.sum()),
+        on_log=_metrics_logger(workdir),
     )
     head = e3.Eagle3Head(hcfg, state['params'], jnp.asarray(d2t), t2d_j)
-    out = dict(params_m=n_params / 1e6, train_seconds=time.time() - t0, vocab_coverage=coverage,
-               steps=int(state['step']), last=history[-1] if history else {})
+    out = dict(
+        params_m=n_params / 1e6,
+        train_seconds=time.time() - t0,
+        vocab_coverage=coverage,
+        steps=int(state['step']),
+        last=history[-1] if history else {},
+    )
     if c.eval.enabled:
         out['eval'] = evaluate_eagle3(c, workdir, target, head)
     if c.export.dir:
         from spec_jax.checkpoints import eagle_formats
 
-        eagle_formats.save_head(c.export.dir, head, c.export.format, c.export.dtype,
-                                target_name=c.target)
-        out['export'] = dict(dir=c.export.dir, bytes=os.path.getsize(
-            os.path.join(c.export.dir, 'model.safetensors')))
+        eagle_formats.save_head(
+            c.export.dir, head, c.export.format, c.export.dtype, target_name=c.target
+        )
+        out['export'] = dict(
+            dir=c.export.dir, bytes=os.path.getsize(os.path.join(c.export.dir, 'model.safetensors'))
+        )
     return out
 
 
@@ -305,11 +372,21 @@ def evaluate_eagle3(c, workdir, target, head) -> dict:
     top = max(branching)
     chain, tree, hit_sum, hit_n = [], [], np.zeros(depth), np.zeros(depth)
     for i in range(0, len(examples), c.eval.batch_size):
-        chunk = examples[i:i + c.eval.batch_size]
+        chunk = examples[i : i + c.eval.batch_size]
         b = data.make_batch(chunk, c.eval.seq_len, 64)
-        topk = np.asarray(train_e3.ttt_topk(
-            target.cfg, head.cfg, target.params, head.params, head.draft_ids_u,
-            jnp.asarray(b.tokens_bt), jnp.asarray(b.valid_bt), depth, top))
+        topk = np.asarray(
+            train_e3.ttt_topk(
+                target.cfg,
+                head.cfg,
+                target.params,
+                head.params,
+                head.draft_ids_u,
+                jnp.asarray(b.tokens_bt),
+                jnp.asarray(b.valid_bt),
+                depth,
+                top,
+            )
+        )
         hits1 = train_e3.tree_hits(topk, b.tokens_bt, (1,) * depth)
         hitsb = train_e3.tree_hits(topk, b.tokens_bt, branching)
         for row in range(len(chunk)):
@@ -317,11 +394,12 @@ def evaluate_eagle3(c, workdir, target, head) -> dict:
             chain += train_e3.chain_lengths(hits1[:, row], start, last, k)
             tree += train_e3.chain_lengths(hitsb[:, row], start, last, len(branching))
             for j in range(depth):
-                hit_sum[j] += hits1[j, row, start:last - j - 1].sum()
+                hit_sum[j] += hits1[j, row, start : last - j - 1].sum()
                 hit_n[j] += max(last - j - 1 - start, 0)
     out = dict(
         depth_agreement=(hit_sum / np.maximum(hit_n, 1)).round(4).tolist(),
-        tree_nodes=train_e3.tree_size(branching), tree_branching=list(branching),
+        tree_nodes=train_e3.tree_size(branching),
+        tree_branching=list(branching),
         **{f'chain{k}_{key}': v for key, v in _round_stats(chain).items()},
         **{f'tree_{key}': v for key, v in _round_stats(tree).items()},
     )

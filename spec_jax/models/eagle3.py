@@ -1,0 +1,383 @@
+"""The EAGLE-3 draft head (docs EAGLE3.md §1.1) in Flax.
+
+One call of the head:
+
+    logits_btu, hidden_btd, kv = eagle3_forward(cfg, params, embeds_btd, hidden, positions_bt,
+                                                mask_bts, apply_fc=True)
+
+- `hidden` is either the target's taps [B, T, E, D_t] (E = 3: HF hidden_states
+  [2, L//2, L-3], concatenated low/mid/high and projected by `fc`; `apply_fc=True`), or the
+  head's own previous output [B, T, D] (`apply_fc=False`). The flag is static: the head
+  never guesses from widths (the official code's width test misfires on 1xH inputs).
+- `embeds_btd` are the TARGET's input embeddings of the paired tokens (the head does not own
+  them unless the checkpoint ships `embed_tokens`).
+- the single decoder layer ("midlayer") attends with input concat(norm(embed), norm(hidden))
+  of width 2D (embedding FIRST), residual = the hidden stream before `hidden_norm`;
+  `norm` then `lm_head` over the reduced draft vocabulary U (`draft_vocab_size`);
+  `d2t` maps a draft id u to the target id u + d2t[u]; `t2d` marks target ids in U.
+- Pairing (§1.6): feature of position t goes with token t+1 at RoPE position t; the output at
+  t predicts token t+2.
+
+Attention context: with a KV cache (`kv=(cache_k [B, K, S, H], cache_v, lengths [B])`)
+the new keys are written at slots lengths+t and the mask is [B, T, S] (chain or tree
+drafting). Without a cache the T tokens attend each other through a [B, T, T] mask, plus,
+for the training-time test, `diag_kv`: keys/values of earlier TTT steps, each attended only
+at the same index t (EAGLE3.md §1.10).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from functools import partial
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from spec_jax.models import rope
+from spec_jax.models.config import ModelConfig, RopeScaling
+from spec_jax.models.llama import RMSNorm
+
+_init = nn.initializers.normal(stddev=0.02)
+
+
+@dataclasses.dataclass(frozen=True)
+class Eagle3Config:
+    """Static description of an EAGLE-3 head.
+
+    Attributes:
+      target_width: D_t, the target's residual width (fc input is E * D_t).
+      width: D, the head's width (usually D_t).
+      num_heads, num_kv_heads, head_dim: N, K, H of the midlayer attention.
+      mlp_width: F.
+      vocab_size: V, the target's vocabulary (size of t2d).
+      draft_vocab_size: U, the reduced draft vocabulary (rows of lm_head, size of d2t).
+      rms_eps: RMSNorm epsilon.
+      rope_theta, rope_scaling: the head's RoPE (official Llama-3.1 head: 10000, none).
+      taps: HF hidden_states indices of the target's features (low, mid, high).
+      norm_before_residual: residual taken after hidden_norm (speculators option).
+      own_embedding: the head ships its own embed_tokens [V, D].
+      dtype: compute dtype.
+    """
+
+    target_width: int
+    width: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    mlp_width: int
+    vocab_size: int
+    draft_vocab_size: int
+    rms_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScaling = RopeScaling()
+    taps: tuple[int, ...] = (2, 15, 27)
+    norm_before_residual: bool = False
+    own_embedding: bool = False
+    dtype: str = 'float32'
+
+    def __post_init__(self):
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f'num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}'
+            )
+        if not 0 < self.draft_vocab_size <= self.vocab_size:
+            raise ValueError(
+                f'draft_vocab_size {self.draft_vocab_size} must be in '
+                f'[1, vocab_size {self.vocab_size}]'
+            )
+        if len(self.taps) != 3:
+            raise ValueError(f'EAGLE-3 uses 3 feature taps, got {self.taps}')
+
+    @property
+    def num_taps(self) -> int:
+        return len(self.taps)
+
+    def replace(self, **changes) -> Eagle3Config:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def for_target(cls, target: ModelConfig, draft_vocab_size: int, **changes) -> Eagle3Config:
+        """A head shaped like one layer of `target` (the official recipe)."""
+        base = dict(
+            target_width=target.width,
+            width=target.width,
+            num_heads=target.num_heads,
+            num_kv_heads=target.num_kv_heads,
+            head_dim=target.head_dim,
+            mlp_width=target.mlp_width,
+            vocab_size=target.vocab_size,
+            draft_vocab_size=draft_vocab_size,
+            rms_eps=target.rms_eps,
+            rope_theta=target.rope_theta,
+            rope_scaling=target.rope_scaling,
+            taps=target.hf_taps(),
+            dtype=target.dtype,
+        )
+        base.update(changes)
+        return cls(**base)
+
+    def check_target(self, target: ModelConfig) -> None:
+        """Raises ValueError when this head cannot run on `target`'s features."""
+        if self.target_width != target.width:
+            raise ValueError(
+                f'EAGLE-3 head expects target width {self.target_width} (fc in-dim '
+                f'{self.num_taps * self.target_width}) but the target has width {target.width}'
+            )
+        if self.vocab_size != target.vocab_size:
+            raise ValueError(
+                f'EAGLE-3 head t2d covers {self.vocab_size} target ids but the '
+                f'target vocabulary has {target.vocab_size}'
+            )
+        bad = [i for i in self.taps if not 0 <= i < target.num_layers]
+        if bad:
+            raise ValueError(
+                f"tap layers {bad} are outside the target's {target.num_layers} layers"
+            )
+
+
+class Midlayer(nn.Module):
+    """The EAGLE-3 decoder layer with a 2D-wide attention input."""
+
+    cfg: Eagle3Config
+
+    @nn.compact
+    def __call__(self, embeds_btd, hidden_btd, positions_bt, mask_bts, kv, diag_kv, ctx_kv):
+        cfg = self.cfg
+        dt = jnp.dtype(cfg.dtype)
+        d, n, k, h = cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        g = n // k
+        normed_hidden = RMSNorm(cfg.rms_eps, name='hidden_norm')(hidden_btd)
+        residual = normed_hidden if cfg.norm_before_residual else hidden_btd
+        x_btx = jnp.concatenate(
+            [RMSNorm(cfg.rms_eps, name='input_norm')(embeds_btd), normed_hidden], axis=-1
+        )
+        q_btnh = jnp.einsum(
+            'btx,xnh->btnh', x_btx, self.param('q_xnh', _init, (2 * d, n, h)).astype(dt)
+        )
+        k_btkh = jnp.einsum(
+            'btx,xkh->btkh', x_btx, self.param('k_xkh', _init, (2 * d, k, h)).astype(dt)
+        )
+        v_btkh = jnp.einsum(
+            'btx,xkh->btkh', x_btx, self.param('v_xkh', _init, (2 * d, k, h)).astype(dt)
+        )
+        inv_freq = rope.inverse_frequencies(h, cfg.rope_theta, cfg.rope_scaling)
+        q_btnh = rope.apply_rope(q_btnh, positions_bt, inv_freq)
+        k_btkh = rope.apply_rope(k_btkh, positions_bt, inv_freq)
+        new_kv = (k_btkh, v_btkh)
+
+        if ctx_kv is not None:  # TTT step j >= 1: step-0 keys, then this step on the diagonal.
+            keys_bksh = ctx_kv[0].transpose(0, 2, 1, 3)
+            values_bksh = ctx_kv[1].transpose(0, 2, 1, 3)
+            diag_kv = (*diag_kv, (k_btkh, v_btkh))
+        elif kv is None:
+            keys_bksh = k_btkh.transpose(0, 2, 1, 3)
+            values_bksh = v_btkh.transpose(0, 2, 1, 3)
+        else:
+            cache_k, cache_v, lengths_b = kv
+            b, t = positions_bt.shape
+            rows_b1 = jnp.arange(b)[:, None]
+            slots_bt = lengths_b[:, None] + jnp.arange(t)[None, :]
+            cache_k = cache_k.at[rows_b1, :, slots_bt, :].set(k_btkh.astype(cache_k.dtype))
+            cache_v = cache_v.at[rows_b1, :, slots_bt, :].set(v_btkh.astype(cache_v.dtype))
+            keys_bksh, values_bksh = cache_k.astype(dt), cache_v.astype(dt)
+            new_kv = (cache_k, cache_v, lengths_b)
+
+        q_btkgh = q_btnh.reshape(*q_btnh.shape[:2], k, g, h)
+        scale = h**-0.5
+        scores_bkgts = jnp.einsum('btkgh,bksh->bkgts', q_btkgh, keys_bksh).astype(jnp.float32)
+        scores_bkgts = jnp.where(
+            mask_bts[:, None, None], scores_bkgts * scale, jnp.finfo(jnp.float32).min
+        )
+        # Earlier TTT steps: one extra key per step, at the same index t (the diagonal).
+        diag = [
+            jnp.einsum('btkgh,btkh->bkgt', q_btkgh, dk).astype(jnp.float32)[..., None] * scale
+            for dk, _ in diag_kv
+        ]
+        scores = jnp.concatenate([scores_bkgts, *diag], axis=-1)
+        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+        s = scores_bkgts.shape[-1]
+        out_btkgh = jnp.einsum('bkgts,bksh->btkgh', probs[..., :s], values_bksh)
+        for i, (_, dv) in enumerate(diag_kv):
+            out_btkgh += jnp.einsum('bkgt,btkh->btkgh', probs[..., s + i], dv)
+        out_btnh = out_btkgh.reshape(q_btnh.shape)
+        attn = jnp.einsum(
+            'btnh,nhd->btd', out_btnh, self.param('o_nhd', _init, (n, h, d)).astype(dt)
+        )
+        x_btd = residual + attn
+        y_btd = RMSNorm(cfg.rms_eps, name='mlp_norm')(x_btd)
+        gate = jnp.einsum(
+            'btd,df->btf', y_btd, self.param('gate_df', _init, (d, cfg.mlp_width)).astype(dt)
+        )
+        up = jnp.einsum(
+            'btd,df->btf', y_btd, self.param('up_df', _init, (d, cfg.mlp_width)).astype(dt)
+        )
+        down = self.param('down_fd', _init, (cfg.mlp_width, d)).astype(dt)
+        x_btd = x_btd + jnp.einsum('btf,fd->btd', jax.nn.silu(gate) * up, down)
+        return x_btd, new_kv
+
+
+class Eagle3(nn.Module):
+    """fc + midlayer + norm + lm_head (reduced vocabulary). See the module docstring."""
+
+    cfg: Eagle3Config
+
+    @nn.compact
+    def __call__(
+        self,
+        embeds_btd,
+        hidden,
+        positions_bt,
+        mask_bts,
+        kv=None,
+        diag_kv=(),
+        ctx_kv=None,
+        apply_fc=True,
+    ):
+        cfg = self.cfg
+        dt = jnp.dtype(cfg.dtype)
+        fc_xd = self.param('fc_xd', _init, (cfg.num_taps * cfg.target_width, cfg.width))
+        if apply_fc:
+            b, t = hidden.shape[:2]
+            hidden = jnp.einsum(
+                'btx,xd->btd', hidden.reshape(b, t, -1).astype(dt), fc_xd.astype(dt)
+            )
+        hidden_btd, new_kv = Midlayer(cfg, name='midlayer')(
+            embeds_btd.astype(dt),
+            hidden.astype(dt),
+            positions_bt,
+            mask_bts,
+            kv,
+            tuple(diag_kv),
+            ctx_kv,
+        )
+        x_btd = RMSNorm(cfg.rms_eps, name='norm')(hidden_btd)
+        head_ud = self.param('lm_head_ud', _init, (cfg.draft_vocab_size, cfg.width))
+        logits_btu = jnp.einsum('btd,ud->btu', x_btd, head_ud.astype(dt)).astype(jnp.float32)
+        return logits_btu, hidden_btd, new_kv
+
+
+def init_params(cfg: Eagle3Config, key: jax.Array) -> dict:
+    """Random head parameters (normal(0.02) weights, unit norms)."""
+    return _init_params(cfg, key)
+
+
+@partial(jax.jit, static_argnums=0)
+def _init_params(cfg, key):
+    b, t = 1, 1
+    embeds = jnp.zeros((b, t, cfg.width))
+    taps = jnp.zeros((b, t, cfg.num_taps, cfg.target_width))
+    pos = jnp.zeros((b, t), jnp.int32)
+    mask = jnp.ones((b, t, t), bool)
+    params = Eagle3(cfg).init(key, embeds, taps, pos, mask)['params']
+    if cfg.own_embedding:
+        params = dict(params, embed_vd=_init(key, (cfg.vocab_size, cfg.width)))
+    return params
+
+
+def eagle3_forward(
+    cfg: Eagle3Config,
+    params: dict,
+    embeds_btd: jax.Array,
+    hidden: jax.Array,
+    positions_bt: jax.Array,
+    mask_bts: jax.Array,
+    kv=None,
+    diag_kv: Sequence[tuple[jax.Array, jax.Array]] = (),
+    ctx_kv: tuple[jax.Array, jax.Array] | None = None,
+    apply_fc: bool = True,
+):
+    """One head call (not jitted itself: jit the caller).
+
+    Args:
+      cfg: the head config.
+      params: the head parameters.
+      embeds_btd: target input embeddings of the paired tokens [B, T, D].
+      hidden: target taps [B, T, E, D_t] (apply_fc=True) or head outputs [B, T, D].
+      positions_bt: RoPE positions [B, T] (the feature's position).
+      mask_bts: [B, T, S] with a cache, [B, T, T] without.
+      kv: None, or (cache_k [B, K, S, H], cache_v [B, K, S, H], lengths [B]).
+      diag_kv: earlier TTT steps' (k [B, T, K, H], v [B, T, K, H]) (no cache only).
+      ctx_kv: TTT steps >= 1: the step-0 (k, v) [B, T, K, H] attended through `mask_bts`
+        instead of this call's own keys, which then join `diag_kv` (the diagonal).
+      apply_fc: project `hidden` with fc (target taps) or not (the head's own output).
+
+    Returns:
+      (logits over the draft vocab [B, T, U] fp32, output hidden (pre-norm) [B, T, D],
+       the updated cache tuple, or this call's (k [B, T, K, H], v [B, T, K, H]) without one).
+    """
+    params = {k: v for k, v in params.items() if k != 'embed_vd'}
+    return Eagle3(cfg).apply(
+        {'params': params},
+        embeds_btd,
+        hidden,
+        positions_bt,
+        mask_bts,
+        kv,
+        tuple(diag_kv),
+        ctx_kv,
+        apply_fc,
+    )
+
+
+def embed(cfg: Eagle3Config, params: dict, target_embed_vd: jax.Array, tokens_bt: jax.Array):
+    """Token embeddings for the head: its own table when it ships one, else the target's."""
+    table = params['embed_vd'] if cfg.own_embedding else target_embed_vd
+    return table[tokens_bt].astype(jnp.dtype(cfg.dtype))
+
+
+def draft_to_target(d2t_u: jax.Array, draft_ids: jax.Array) -> jax.Array:
+    """Maps draft-vocab ids to target ids: u + d2t[u]."""
+    return draft_ids + d2t_u[draft_ids]
+
+
+def vocab_maps(used_target_ids, vocab_size: int):
+    """(d2t [U] int32 offsets, t2d [V] bool) for a set of target ids (sorted ascending)."""
+    import numpy as np
+
+    used = np.unique(np.asarray(used_target_ids, np.int64))
+    if used.size and (used[0] < 0 or used[-1] >= vocab_size):
+        raise ValueError(f'draft vocabulary ids must be in [0, {vocab_size})')
+    d2t = (used - np.arange(used.size)).astype(np.int32)
+    t2d = np.zeros(vocab_size, bool)
+    t2d[used] = True
+    return d2t, t2d
+
+
+def draft_vocab_from_counts(counts_v, draft_vocab_size: int, always=()):
+    """The `draft_vocab_size` most frequent target ids (ties: lower id), plus `always`
+    (e.g. stop tokens), sorted ascending (EAGLE-3 `scandata`)."""
+    import numpy as np
+
+    counts = np.asarray(counts_v, np.float64).copy()
+    if draft_vocab_size > counts.size:
+        raise ValueError(
+            f'draft vocab {draft_vocab_size} is larger than the target vocab {counts.size}'
+        )
+    for i in always:
+        counts[i] = np.inf
+    order = np.lexsort((np.arange(counts.size), -counts))
+    return np.sort(order[:draft_vocab_size])
+
+
+@dataclasses.dataclass
+class Eagle3Head:
+    """A loaded or trained head: config, parameters, and the vocabulary maps.
+
+    Attributes:
+      cfg: the head config.
+      params: trainable parameters.
+      d2t: [U] int32 offsets (target id = u + d2t[u]).
+      t2d: [V] bool, target ids inside the draft vocabulary.
+    """
+
+    cfg: Eagle3Config
+    params: dict
+    d2t: jax.Array
+    t2d: jax.Array
+
+    @property
+    def draft_ids_u(self) -> jax.Array:
+        """The target id of each draft id [U]."""
+        return jnp.arange(self.cfg.draft_vocab_size) + jnp.asarray(self.d2t)

@@ -1,0 +1,401 @@
+"""Self-distillation data: the target answers training prompts; we keep ids and loss masks.
+
+Prompts come from splits that are never evaluated (GSM8K train, MBPP train/validation,
+BFCL live_multiple; any chat dataset through `datasets` on a user's machine). The target
+generates a response to each (greedy by default) and every example is stored as
+
+    tokens = chat-template prompt ids + response ids,   loss_mask = 1 on the response only
+
+in numbered shards `<dir>/shard_00000.npz`, each written atomically (tmp file + rename).
+Prompt order is a fixed function of the seed, shard k always holds batch k, so a crashed
+run continues at the first missing shard and loses no finished work. Target hidden-state
+taps are not stored: one teacher forward recomputes them (far cheaper than generation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import random
+import time
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+from absl import logging
+
+DATA_ROOT = os.environ.get(
+    'SPEC_JAX_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data')
+)
+# MBPP's test split (task ids 11-510) is evaluated; train/validation/prompt ids are not.
+MBPP_TEST_IDS = range(11, 511)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prompt:
+    """One training prompt: chat messages (the target's template renders them)."""
+
+    source: str
+    messages: tuple[dict, ...]
+
+
+def gsm8k_train(root: str = DATA_ROOT) -> list[Prompt]:
+    path = os.path.join(root, 'gsm8k', 'train.jsonl')
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [Prompt('gsm8k', ({'role': 'user', 'content': r['question']},)) for r in rows]
+
+
+def mbpp_train(root: str = DATA_ROOT) -> list[Prompt]:
+    with open(os.path.join(root, 'mbpp', 'sanitized-mbpp.json')) as f:
+        rows = json.load(f)
+    out = []
+    for r in rows:
+        if r['task_id'] in MBPP_TEST_IDS:
+            continue
+        text = f'{r["prompt"]}\nYour code should pass this test:\n{r["test_list"][0]}'
+        out.append(Prompt('mbpp', ({'role': 'user', 'content': text},)))
+    return out
+
+
+def bfcl_live_multiple(root: str = DATA_ROOT) -> list[Prompt]:
+    with open(os.path.join(root, 'bfcl', 'BFCL_v4_live_multiple.json')) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    out = []
+    for r in rows:
+        tools = json.dumps(r['function'])
+        system = (
+            'You can call these functions. Answer with a Python-style call such as '
+            f'func(arg=value).\nFunctions: {tools}'
+        )
+        turns = [m for m in r['question'][0] if m['role'] in ('user', 'assistant')]
+        out.append(Prompt('bfcl', ({'role': 'system', 'content': system}, *turns)))
+    return out
+
+
+def hf_chat_dataset(name: str, split: str = 'train', field: str = 'messages') -> list[Prompt]:
+    """Prompts from any chat dataset through `datasets` (the last assistant turn dropped)."""
+    import datasets  # Optional dependency; only on a user's machine with network.
+
+    out = []
+    for row in datasets.load_dataset(name, split=split):
+        msgs = [dict(role=m['role'], content=m['content']) for m in row[field]]
+        while msgs and msgs[-1]['role'] == 'assistant':
+            msgs.pop()
+        if msgs:
+            out.append(Prompt(name, tuple(msgs)))
+    return out
+
+
+SOURCES = {'gsm8k': gsm8k_train, 'mbpp': mbpp_train, 'bfcl': bfcl_live_multiple}
+
+
+def training_prompts(sources: Sequence[str], seed: int, root: str = DATA_ROOT) -> list[Prompt]:
+    """The prompts of `sources`, interleaved round-robin after a seeded shuffle of each.
+
+    Interleaving keeps the mix of sources the same in every prefix, so a run stopped early
+    still trains on all of them.
+    """
+    lists = []
+    for i, name in enumerate(sources):
+        prompts = SOURCES[name](root) if name in SOURCES else hf_chat_dataset(name)
+        random.Random(seed * 1000 + i).shuffle(prompts)
+        lists.append(prompts)
+    out = []
+    for j in range(max(len(x) for x in lists)):
+        out.extend(x[j] for x in lists if j < len(x))
+    return out
+
+
+def reference_examples(
+    tok, sources: Sequence[str], seed: int, limit: int = 0, root: str = DATA_ROOT
+) -> list[Example]:
+    """Prompts with the dataset's OWN answers as the assistant turn (no generation).
+
+    Cheap extra distillation text: the loss is still KL to the target's logits at every
+    response position, only the context is not target-generated. GSM8K calculator
+    annotations (<<48/2=24>>) are removed.
+    """
+    import re
+
+    with open(os.path.join(root, 'gsm8k', 'train.jsonl')) as f:
+        gsm = [json.loads(line) for line in f if line.strip()]
+    with open(os.path.join(root, 'mbpp', 'sanitized-mbpp.json')) as f:
+        mbpp = [r for r in json.load(f) if r['task_id'] not in MBPP_TEST_IDS]
+    pairs = []
+    if 'gsm8k' in sources:
+        pairs += [(r['question'], re.sub(r'<<[^>]*>>', '', r['answer'])) for r in gsm]
+    if 'mbpp' in sources:
+        pairs += [
+            (f'{r["prompt"]}\nYour code should pass this test:\n{r["test_list"][0]}', r['code'])
+            for r in mbpp
+        ]
+    random.Random(seed).shuffle(pairs)
+    if limit:
+        pairs = pairs[:limit]
+    out = []
+    for question, answer in pairs:
+        msgs = [{'role': 'user', 'content': question}]
+        prompt = tok.encode_chat(msgs)
+        full = tok.encode_chat(
+            msgs + [{'role': 'assistant', 'content': answer}], add_generation_prompt=False
+        )
+        if full[: len(prompt)] != prompt or len(full) <= len(prompt):
+            continue
+        tokens = np.array(full, np.int32)
+        if len(tokens) > len(prompt) + 1 and tokens[-1] not in tok.stop_ids:
+            tokens = tokens[:-1] if tokens[-2] in tok.stop_ids else tokens  # trailing newline
+        mask = np.zeros(len(tokens), bool)
+        mask[len(prompt) :] = True
+        out.append(Example(tokens, mask))
+    return out
+
+
+# ---- storage ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Example:
+    """One stored example: tokens [T] int32 and loss_mask [T] bool (response tokens)."""
+
+    tokens: np.ndarray
+    loss_mask: np.ndarray
+
+
+def shard_path(directory: str, k: int) -> str:
+    return os.path.join(directory, f'shard_{k:05d}.npz')
+
+
+def write_shard(directory: str, k: int, examples: Sequence[Example], meta: dict) -> None:
+    """Writes shard k atomically: a crash never leaves a half-written shard."""
+    os.makedirs(directory, exist_ok=True)
+    lengths = np.array([len(e.tokens) for e in examples], np.int32)
+    tmp = shard_path(directory, k) + '.tmp.npz'
+    np.savez(
+        tmp,
+        tokens=np.concatenate([e.tokens for e in examples]).astype(np.int32),
+        loss_mask=np.concatenate([e.loss_mask for e in examples]).astype(bool),
+        lengths=lengths,
+        meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
+    )
+    os.replace(tmp, shard_path(directory, k))
+
+
+def read_shard(path: str) -> list[Example]:
+    with np.load(path) as z:
+        tokens, mask, lengths = z['tokens'], z['loss_mask'], z['lengths']
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    return [
+        Example(tokens[s : s + n], mask[s : s + n]) for s, n in zip(starts, lengths, strict=True)
+    ]
+
+
+def read_examples(directory: str) -> list[Example]:
+    """Every example of every finished shard of `directory`, in shard order."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(directory, 'shard_[0-9]*.npz'))):
+        if path.endswith('.tmp.npz'):
+            continue
+        out.extend(read_shard(path))
+    return out
+
+
+def finished_shards(directory: str) -> set[int]:
+    paths = glob.glob(os.path.join(directory, 'shard_[0-9][0-9][0-9][0-9][0-9].npz'))
+    return {int(os.path.basename(p)[6:11]) for p in paths}
+
+
+# ---- generation -------------------------------------------------------------------------
+
+
+def generate_dataset(
+    model,
+    prompts: Sequence[Prompt],
+    directory: str,
+    *,
+    batch_size: int = 16,
+    max_new_tokens: int = 192,
+    max_prompt_len: int = 512,
+    prompt_bucket: int = 64,
+    seed: int = 0,
+    deadline: float | None = None,
+    progress: bool = True,
+) -> dict:
+    """Self-distillation: the target (greedy) answers `prompts`; resumable shard by shard.
+
+    Args:
+      model: a checkpoints.LoadedModel (cfg, params, tokenizer) — the target.
+      prompts: training prompts in a fixed order.
+      directory: shard directory; shards already there are skipped.
+      batch_size: prompts per generate call (= per shard).
+      max_new_tokens: response length cap.
+      max_prompt_len: longer prompts are dropped (deterministically).
+      prompt_bucket: prompt padding bucket (fewer compiled shapes).
+      seed: generation seed.
+      deadline: time.time() after which no new batch starts.
+      progress: show a tqdm bar.
+
+    Returns:
+      Counts: shards written now, shards total, response tokens written now, seconds.
+    """
+    from tqdm import tqdm
+
+    from spec_jax.decoding import autoregressive as ar
+    from spec_jax.sampling import Sampler
+
+    tok = model.tokenizer
+    settings = ar.DecodeSettings(
+        max_new_tokens=max_new_tokens,
+        stop_tokens=tok.stop_ids,
+        max_prompt_len=max_prompt_len,
+        prompt_bucket=prompt_bucket,
+        pad_id=tok.pad_id or 0,
+    )
+    encoded = []
+    for p in prompts:
+        ids = tok.encode_chat(list(p.messages))
+        if len(ids) <= max_prompt_len:
+            encoded.append((p.source, ids))
+    # Sort windows of 16 batches by prompt length: similar lengths share a prompt bucket.
+    window = batch_size * 16
+    encoded = [
+        x
+        for i in range(0, len(encoded), window)
+        for x in sorted(encoded[i : i + window], key=lambda x: len(x[1]))
+    ]
+    batches = [encoded[i : i + batch_size] for i in range(0, len(encoded), batch_size)]
+    done = finished_shards(directory)
+    todo = [k for k in range(len(batches)) if k not in done]
+    if done:
+        logging.info(
+            'resuming data generation: %d of %d shards already in %s',
+            len(done),
+            len(batches),
+            directory,
+        )
+    written, new_tokens, start = 0, 0, time.time()
+    bar = tqdm(todo, desc='self-distill', unit='batch', disable=not progress)
+    for k in bar:
+        if deadline is not None and time.time() > deadline:
+            break
+        batch = batches[k]
+        result = ar.generate(
+            model.cfg,
+            model.params,
+            [ids for _, ids in batch],
+            settings,
+            Sampler(temperature=0.0),
+            seed=seed + k,
+        )
+        examples = []
+        for (_, ids), out in zip(batch, result.tokens, strict=True):
+            tokens = np.array(list(ids) + list(out), np.int32)
+            mask = np.zeros(len(tokens), bool)
+            mask[len(ids) :] = True
+            examples.append(Example(tokens, mask))
+        write_shard(directory, k, examples, dict(sources=[s for s, _ in batch], seed=seed + k))
+        written += 1
+        new_tokens += sum(len(o) for o in result.tokens)
+        bar.set_postfix(tok_s=f'{new_tokens / (time.time() - start):.0f}')
+    return dict(
+        shards_written=written,
+        shards_total=len(batches),
+        tokens=new_tokens,
+        seconds=time.time() - start,
+    )
+
+
+# ---- batching for training --------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class TrainBatch:
+    """A padded training batch.
+
+    Attributes:
+      tokens_bt: [B, T] int32 (pad 0).
+      loss_mask_bt: [B, T] bool, True where the NEXT token (t+1) is a response token, i.e.
+        the positions whose prediction is trained.
+      valid_bt: [B, T] bool, real (non-pad) tokens.
+    """
+
+    tokens_bt: np.ndarray
+    loss_mask_bt: np.ndarray
+    valid_bt: np.ndarray
+
+
+def make_batch(examples: Sequence[Example], seq_len: int, bucket: int = 64) -> TrainBatch:
+    """Packs examples into a [B, T] batch, T = the longest (capped at seq_len) rounded up to
+    a multiple of `bucket` (so only seq_len / bucket shapes are ever compiled).
+
+    An example longer than seq_len keeps its LAST seq_len tokens (the response survives).
+    The loss mask is shifted to prediction positions: position t predicts token t+1, so it
+    is trained when token t+1 is a response token.
+    """
+    b = len(examples)
+    longest = max(min(len(e.tokens), seq_len) for e in examples)
+    t = min(-(-longest // bucket) * bucket, max(seq_len, 1))
+    tokens = np.zeros((b, t), np.int32)
+    mask = np.zeros((b, t), bool)
+    valid = np.zeros((b, t), bool)
+    for i, e in enumerate(examples):
+        toks, lm = e.tokens[-seq_len:], e.loss_mask[-seq_len:]
+        n = len(toks)
+        tokens[i, :n] = toks
+        valid[i, :n] = True
+        mask[i, : n - 1] = lm[1:n]
+    return TrainBatch(tokens, mask, valid)
+
+
+def epoch_batches(
+    examples: Sequence[Example], batch_size: int, seed: int, epoch: int, sort_window: int = 32
+) -> list[np.ndarray]:
+    """The batches (index arrays) of one epoch: a seeded permutation, sorted by length in
+    windows of `sort_window` batches (less padding), batch order shuffled again."""
+    n = len(examples)
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(n)
+    if n < batch_size:
+        order = np.resize(order, batch_size)
+    lengths = np.array([len(examples[i].tokens) for i in order])
+    w = batch_size * sort_window
+    chunks = []
+    for s in range(0, len(order), w):
+        idx = order[s : s + w][np.argsort(lengths[s : s + w], kind='stable')]
+        chunks.extend(idx[j : j + batch_size] for j in range(0, len(idx), batch_size))
+    chunks = [c for c in chunks if len(c) == batch_size]
+    return [chunks[i] for i in rng.permutation(len(chunks))]
+
+
+def batch_stream(
+    examples: Sequence[Example],
+    batch_size: int,
+    seq_len: int,
+    seed: int,
+    start_step: int = 0,
+    bucket: int = 64,
+) -> Iterator[TrainBatch]:
+    """An endless, deterministic stream of batches.
+
+    Batch `s` depends only on (examples, seed, s), so a resumed run at `start_step` sees
+    exactly the batches an uninterrupted run would.
+    """
+    step = start_step
+    cache: dict[int, list[np.ndarray]] = {}
+    per_epoch = len(epoch_batches(examples, batch_size, seed, 0))
+    while True:
+        epoch, j = divmod(step, per_epoch)
+        if epoch not in cache:
+            cache.clear()
+            cache[epoch] = epoch_batches(examples, batch_size, seed, epoch)
+        yield make_batch([examples[i] for i in cache[epoch][j]], seq_len, bucket)
+        step += 1
+
+
+def token_counts(examples: Sequence[Example], vocab_size: int) -> np.ndarray:
+    """Frequency of each token id over the response (loss-masked) tokens [V]."""
+    counts = np.zeros(vocab_size, np.int64)
+    for e in examples:
+        np.add.at(counts, e.tokens[e.loss_mask], 1)
+    return counts

@@ -1,0 +1,231 @@
+"""EAGLE-3 head training with the training-time test (TTT), EAGLE3.md §1.10.
+
+Pairs (the "shift", §1.6): with tokens x_0..x_{T-1}, target taps f_t and target logits z_t
+(z_t predicts x_{t+1}),
+
+    step 0, index t: hidden fc(f_t), token x_{t+1}, position t -> x_{t+2} ~ z_{t+1}
+    step j, index t: hidden out_{j-1}[t], token x_{t+j+1}, pos t+j -> x_{t+j+2} ~ z_{t+j+1}
+
+Index t at step j therefore stands for draft position t+j of a chain rooted after x_{t+1}.
+Attention at step j: step-0 keys causally (index <= t) plus the keys of steps 1..j at the
+same index t (the chain's own earlier entries), exactly the context a chain draft sees.
+The loss is the soft cross-entropy against softmax(z restricted to the draft vocabulary),
+on positions whose predicted token is a response token and whose target argmax is in the
+draft vocabulary, averaged over those positions, summed over steps with weights 0.8**j.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from spec_jax.models.config import ModelConfig
+from spec_jax.models.eagle3 import Eagle3Config, eagle3_forward, embed
+from spec_jax.models.llama import forward
+from spec_jax.train.common import causal_mask, positions
+
+
+def shift_left(x, j: int, fill=0):
+    """x[:, t + j] at t (fill past the end) along axis 1."""
+    if j == 0:
+        return x
+    pad = jnp.full((x.shape[0], j, *x.shape[2:]), fill, x.dtype)
+    return jnp.concatenate([x[:, j:], pad], axis=1)
+
+
+def ttt_forward(
+    cfg: Eagle3Config, params, target_embed_vd, taps_bted, tokens_bt, valid_bt, steps: int
+):
+    """Unrolled TTT: draft logits [steps, B, T, U] (index t of step j predicts x_{t+j+2})."""
+    b, t = tokens_bt.shape
+    mask = causal_mask(valid_bt)
+    pos = positions(b, t)
+    hidden, apply_fc = taps_bted, True
+    step0_kv, diag, logits = None, [], []
+    for j in range(steps):
+        emb = embed(cfg, params, target_embed_vd, shift_left(tokens_bt, j + 1))
+        logit, hidden, kv = eagle3_forward(
+            cfg,
+            params,
+            emb,
+            hidden,
+            pos + j,
+            mask,
+            diag_kv=diag,
+            ctx_kv=step0_kv,
+            apply_fc=apply_fc,
+        )
+        if j == 0:
+            step0_kv = kv
+        else:
+            diag = diag + [kv]
+        logits.append(logit)
+        apply_fc = False
+    return jnp.stack(logits)
+
+
+def ttt_targets(teacher_logits_btv, loss_mask_bt, valid_bt, steps: int):
+    """Per step j: teacher logits z_{t+j+1} [B, T, V] and the mask of trained positions."""
+    out = []
+    for j in range(steps):
+        z = shift_left(teacher_logits_btv, j + 1)
+        m = shift_left(loss_mask_bt, j + 1, False) & shift_left(valid_bt, j + 1, False)
+        out.append((z, m))
+    return out
+
+
+def ttt_loss(
+    cfg: Eagle3Config,
+    logits_jbtu,
+    teacher_logits_btv,
+    loss_mask_bt,
+    valid_bt,
+    draft_ids_u,
+    t2d_v,
+    step_weight: float = 0.8,
+):
+    """Weighted soft CE over TTT steps, and per-step argmax agreement (acceptance proxy).
+
+    Returns:
+      (loss scalar, acc [steps]): acc_j = P(draft argmax at step j == target argmax) over
+      response positions (all of them, also those whose target token is outside the draft
+      vocabulary, which the draft can never match).
+    """
+    steps = logits_jbtu.shape[0]
+    total, accs = 0.0, []
+    for j, (z, m) in enumerate(ttt_targets(teacher_logits_btv, loss_mask_bt, valid_bt, steps)):
+        top_bt = jnp.argmax(z, -1)
+        p_btu = jax.nn.softmax(z[..., draft_ids_u], axis=-1)
+        logq = jax.nn.log_softmax(logits_jbtu[j], axis=-1)
+        ce_bt = -jnp.sum(p_btu * logq, -1)
+        m_loss = (m & t2d_v[top_bt]).astype(jnp.float32)
+        total = total + step_weight**j * (ce_bt * m_loss).sum() / jnp.maximum(m_loss.sum(), 1.0)
+        pred = draft_ids_u[jnp.argmax(logits_jbtu[j], -1)]
+        mf = m.astype(jnp.float32)
+        accs.append(((pred == top_bt) * mf).sum() / jnp.maximum(mf.sum(), 1.0))
+    return total, jnp.stack(accs)
+
+
+def make_train_step(
+    target_cfg: ModelConfig,
+    cfg: Eagle3Config,
+    optimizer: optax.GradientTransformation,
+    steps: int = 7,
+    step_weight: float = 0.8,
+):
+    """A jitted (target_params, draft_ids_u, t2d_v, state, tokens, loss_mask, valid) -> (state,
+    metrics) that runs the frozen target for taps and logits, then the TTT loss."""
+
+    @partial(jax.jit, donate_argnums=(3,))
+    def step(target_params, draft_ids_u, t2d_v, state, tokens_bt, loss_mask_bt, valid_bt):
+        b, t = tokens_bt.shape
+        teacher, taps, _ = forward(
+            target_cfg,
+            target_params,
+            tokens_bt,
+            positions(b, t),
+            None,
+            causal_mask(valid_bt),
+            tap_layers=cfg.taps,
+        )
+        teacher, taps = jax.lax.stop_gradient((teacher, taps))
+        embed_vd = target_params['embed_vd']
+
+        def loss_fn(params):
+            logits = ttt_forward(cfg, params, embed_vd, taps, tokens_bt, valid_bt, steps)
+            return ttt_loss(
+                cfg, logits, teacher, loss_mask_bt, valid_bt, draft_ids_u, t2d_v, step_weight
+            )
+
+        (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
+        updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
+        params = optax.apply_updates(state['params'], updates)
+        metrics = dict(loss=loss, grad_norm=optax.global_norm(grads))
+        metrics.update({f'acc{j}': acc[j] for j in range(steps)})
+        return dict(params=params, opt_state=opt_state, step=state['step'] + 1), metrics
+
+    return step
+
+
+# ---- acceptance on held-out target-greedy text ------------------------------------------
+
+
+@partial(jax.jit, static_argnames=('target_cfg', 'cfg', 'steps', 'top'))
+def ttt_topk(
+    target_cfg,
+    cfg,
+    target_params,
+    head_params,
+    draft_ids_u,
+    tokens_bt,
+    valid_bt,
+    steps: int,
+    top: int,
+):
+    """Top-`top` draft predictions (target ids) per TTT step: [steps, B, T, top]."""
+    b, t = tokens_bt.shape
+    _, taps, _ = forward(
+        target_cfg,
+        target_params,
+        tokens_bt,
+        positions(b, t),
+        None,
+        causal_mask(valid_bt),
+        tap_layers=cfg.taps,
+    )
+    logits = ttt_forward(
+        cfg, head_params, target_params['embed_vd'], taps, tokens_bt, valid_bt, steps
+    )
+    _, idx = jax.lax.top_k(logits, top)
+    return draft_ids_u[idx]
+
+
+def chain_lengths(hits_jt: np.ndarray, start: int, last: int, k: int) -> list[int]:
+    """Tokens per target call (accepted drafts + 1) of each round of greedy speculation.
+
+    Args:
+      hits_jt: [>= k, T] bool; hits_jt[j, r] = the draft at depth j+1 of a round whose root
+        (last committed token) is x_{r+1} proposes x_{r+j+2} correctly, given a correct prefix.
+      start: r of the first round (prompt length P - 2: the root is x_{P-1}... see callers).
+      last: index of the last token of the sequence; drafts past it do not count.
+      k: draft length.
+
+    Returns:
+      Per-round acceptance lengths, each in [1, k + 1].
+    """
+    out, r = [], start
+    while r + 1 < last:
+        a = 0
+        while a < k and r + a + 2 <= last and hits_jt[a, r]:
+            a += 1
+        out.append(a + 1)
+        r += a + 1
+    return out
+
+
+def tree_hits(topk_jbtc: np.ndarray, tokens_bt: np.ndarray, branching) -> np.ndarray:
+    """[k, B, T] hits of a static tree with `branching[j]` children per node at depth j+1.
+
+    Every node is expanded, so the node on the target's path at depth j exists whenever the
+    path matched so far; it matches when the target token is among the top-branching[j].
+    """
+    k = len(branching)
+    b, t = tokens_bt.shape
+    hits = np.zeros((k, b, t), bool)
+    for j, c in enumerate(branching):
+        want = np.zeros((b, t), np.int64) - 1
+        want[:, : t - j - 2] = tokens_bt[:, j + 2 :]
+        hits[j] = (topk_jbtc[j, :, :, :c] == want[..., None]).any(-1)
+    return hits
+
+
+def tree_size(branching) -> int:
+    n, width = 0, 1
+    for c in branching:
+        width *= c
+        n += width
+    return n

@@ -1,0 +1,145 @@
+"""EAGLE-3 head: the token/feature shift, TTT == chain drafting with a KV cache, configs."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spec_jax.models import eagle3 as e3
+from spec_jax.models import llama
+from spec_jax.models.config import ModelConfig
+from spec_jax.train import common, data
+from spec_jax.train import eagle3 as te
+
+TARGET = ModelConfig.tiny(num_layers=6)
+HEAD = e3.Eagle3Config.for_target(
+    TARGET, draft_vocab_size=31, num_heads=4, num_kv_heads=2, head_dim=6, mlp_width=23
+)
+B, T, S = 2, 11, 16
+
+
+@pytest.fixture(scope='module')
+def setup():
+    tp = llama.init_params(TARGET, jax.random.PRNGKey(0))
+    hp = e3.init_params(HEAD, jax.random.PRNGKey(1))
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, TARGET.vocab_size, (B, T)), jnp.int32)
+    valid = jnp.ones((B, T), bool)
+    logits, taps = common.teacher_forward(TARGET, tp, tokens, valid, taps=True)
+    ttt = te.ttt_forward(HEAD, hp, tp['embed_vd'], taps, tokens, valid, 3)
+    return tp, hp, tokens, logits, taps, ttt
+
+
+@jax.jit
+def _cached_call(hp, emb, hidden_or_taps, pos, mask, ck, cv, lens):
+    apply_fc = hidden_or_taps.ndim == 4
+    return e3.eagle3_forward(
+        HEAD, hp, emb, hidden_or_taps, pos, mask, kv=(ck, cv, lens), apply_fc=apply_fc
+    )
+
+
+def test_taps_are_hf_hidden_states(setup):
+    tp, _, tokens, _, taps, _ = setup
+    assert TARGET.hf_taps() == (2, 3, 3)
+    assert taps.shape == (B, T, 3, TARGET.width)
+    # hidden_states[0] is the embedding output; tap i is the stream ENTERING layer i.
+    _, emb_tap, _ = llama.forward(
+        TARGET,
+        tp,
+        tokens,
+        common.positions(B, T),
+        None,
+        common.causal_mask(jnp.ones((B, T), bool)),
+        tap_layers=(0,),
+    )
+    np.testing.assert_allclose(emb_tap[:, :, 0], tp['embed_vd'][tokens], atol=1e-6)
+
+
+def test_shift_pairs_by_hand(setup):
+    """Step 0 built pair by pair (feature t, token t+1, position t) with a KV cache, like
+    inference, equals TTT step 0; its target is the teacher's logits at t+1."""
+    tp, hp, tokens, logits, taps, ttt = setup
+    tok, tap = np.asarray(tokens), np.asarray(taps)
+    ck = jnp.zeros((B, HEAD.num_kv_heads, S, HEAD.head_dim))
+    cv = jnp.zeros_like(ck)
+    for t in range(T - 1):
+        emb = tp['embed_vd'][jnp.asarray(tok[:, t + 1 : t + 2])]  # token t+1
+        feat = jnp.asarray(tap[:, t : t + 1])  # feature of position t
+        pos = jnp.full((B, 1), t, jnp.int32)
+        mask = jnp.broadcast_to(jnp.arange(S) <= t, (B, 1, S))
+        lg, _, (ck, cv, _) = _cached_call(
+            hp, emb, feat, pos, mask, ck, cv, jnp.full((B,), t, jnp.int32)
+        )
+        np.testing.assert_allclose(lg[:, 0], ttt[0][:, t], atol=2e-5)
+    # Targets: index t at step j is trained on teacher logits z_{t+j+1} where x_{t+j+2} is
+    # a response token.
+    loss_mask = np.zeros((B, T), bool)
+    loss_mask[:, 4:] = True
+    (z0, m0), (z1, m1) = te.ttt_targets(logits, jnp.asarray(loss_mask), jnp.ones((B, T), bool), 2)
+    np.testing.assert_array_equal(z0[:, : T - 1], logits[:, 1:])
+    np.testing.assert_array_equal(z1[:, : T - 2], logits[:, 2:])
+    assert not np.asarray(m0[:, T - 1]).any() and not np.asarray(m1[:, T - 2 :]).any()
+    np.testing.assert_array_equal(m0[:, : T - 1], loss_mask[:, 1:])
+
+
+def test_ttt_equals_chain_drafting(setup):
+    """Step j of the training-time test at index r-1 == depth j+1 of a chain draft rooted at
+    x_r (draft fed its own hidden, tokens x_{r+j}, positions r-1+j, KV cache)."""
+    tp, hp, tokens, _, taps, ttt = setup
+    r = 6
+    ck = jnp.zeros((B, HEAD.num_kv_heads, S, HEAD.head_dim))
+    cv = jnp.zeros_like(ck)
+    emb = tp['embed_vd'][tokens[:, 1 : r + 1]]
+    pos = jnp.broadcast_to(jnp.arange(r), (B, r))
+    mask = jnp.broadcast_to(jnp.arange(S)[None, :] <= jnp.arange(r)[:, None], (B, r, S))
+    lg, hid, (ck, cv, _) = e3.eagle3_forward(
+        HEAD, hp, emb, taps[:, :r], pos, mask, kv=(ck, cv, jnp.zeros((B,), jnp.int32))
+    )
+    np.testing.assert_allclose(lg[:, r - 1], ttt[0][:, r - 1], atol=2e-5)
+    h = hid[:, r - 1 : r]
+    for j in (1, 2):
+        emb = tp['embed_vd'][tokens[:, r + j : r + j + 1]]
+        pos = jnp.full((B, 1), r - 1 + j, jnp.int32)
+        mask = jnp.broadcast_to(jnp.arange(S) <= r - 1 + j, (B, 1, S))
+        lg, h, (ck, cv, _) = e3.eagle3_forward(
+            HEAD,
+            hp,
+            emb,
+            h,
+            pos,
+            mask,
+            kv=(ck, cv, jnp.full((B,), r - 1 + j, jnp.int32)),
+            apply_fc=False,
+        )
+        np.testing.assert_allclose(lg[:, 0], ttt[j][:, r - 1], atol=2e-5)
+
+
+def test_make_batch_loss_mask_is_shifted():
+    ex = data.Example(np.arange(1, 8, dtype=np.int32), np.array([0, 0, 0, 1, 1, 1, 1], bool))
+    b = data.make_batch([ex], seq_len=16, bucket=4)
+    assert b.tokens_bt.shape == (1, 8)
+    # Position t predicts token t+1: trained where token t+1 is a response token.
+    np.testing.assert_array_equal(b.loss_mask_bt[0], [0, 0, 1, 1, 1, 1, 0, 0])
+    np.testing.assert_array_equal(b.valid_bt[0], [1] * 7 + [0])
+    short = data.make_batch([ex], seq_len=5, bucket=4)  # keeps the LAST 5 tokens
+    np.testing.assert_array_equal(short.tokens_bt[0], [3, 4, 5, 6, 7])
+
+
+def test_vocab_maps_and_draft_vocab():
+    counts = np.array([5, 0, 9, 9, 1, 7, 0, 2])
+    used = e3.draft_vocab_from_counts(counts, 4, always=(6,))
+    np.testing.assert_array_equal(used, [2, 3, 5, 6])
+    d2t, t2d = e3.vocab_maps(used, 8)
+    np.testing.assert_array_equal(np.arange(4) + d2t, used)
+    np.testing.assert_array_equal(np.nonzero(t2d)[0], used)
+    with pytest.raises(ValueError, match='larger than the target vocab'):
+        e3.draft_vocab_from_counts(counts, 9)
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match='draft_vocab_size'):
+        e3.Eagle3Config.for_target(TARGET, draft_vocab_size=TARGET.vocab_size + 1)
+    head = e3.Eagle3Config.for_target(TARGET, draft_vocab_size=31)
+    with pytest.raises(ValueError, match='target width'):
+        head.check_target(TARGET.replace(width=32))
+    with pytest.raises(ValueError, match='tap layers'):
+        head.check_target(TARGET.replace(num_layers=3))

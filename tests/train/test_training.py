@@ -1,0 +1,218 @@
+"""Training: a tiny EAGLE-3 head learns a tiny target; a killed run resumes bit-exactly;
+resumable self-distillation data; the tiny job end to end."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spec_jax.models import eagle3 as e3
+from spec_jax.models import llama
+from spec_jax.models.config import ModelConfig
+from spec_jax.train import common, data, distill
+from spec_jax.train import eagle3 as te
+
+TARGET = ModelConfig.tiny(num_layers=6, vocab_size=61)
+HEAD = e3.Eagle3Config.for_target(
+    TARGET, draft_vocab_size=40, num_heads=4, num_kv_heads=2, head_dim=8, mlp_width=48
+)
+BATCH, SEQ, PROMPT = 8, 40, 8
+
+
+def _greedy_texts(tp, n, seed):
+    """n target-greedy sequences: random 8-token prompts + 32 greedy tokens (no cache)."""
+    rng = np.random.default_rng(seed)
+    toks = np.zeros((n, SEQ), np.int32)
+    toks[:, :PROMPT] = rng.integers(0, TARGET.vocab_size, (n, PROMPT))
+    fwd = jax.jit(lambda p, x: common.teacher_forward(TARGET, p, x, jnp.ones(x.shape, bool))[0])
+    for t in range(PROMPT, SEQ):
+        logits = fwd(tp, jnp.asarray(toks))
+        toks[:, t] = np.asarray(jnp.argmax(logits[:, t - 1], -1))
+    mask = np.zeros((n, SEQ), bool)
+    mask[:, PROMPT:] = True
+    return [data.Example(toks[i], mask[i]) for i in range(n)]
+
+
+@pytest.fixture(scope='module')
+def world():
+    # A sharper random target (larger weights): its greedy text has structure to learn.
+    tp = llama.init_params(TARGET, jax.random.PRNGKey(0))
+    tp = jax.tree.map(lambda x: x * 2.0 if x.ndim >= 2 else x, tp)
+    train = _greedy_texts(tp, 96, 1)
+    heldout = _greedy_texts(tp, 16, 2)
+    counts = data.token_counts(train, TARGET.vocab_size)
+    used = e3.draft_vocab_from_counts(counts, HEAD.draft_vocab_size)
+    return (
+        tp,
+        train,
+        heldout,
+        jnp.asarray(used.astype(np.int32)),
+        jnp.asarray(e3.vocab_maps(used, TARGET.vocab_size)[1]),
+    )
+
+
+def _depth_agreement(tp, hp, ids, examples):
+    b = data.make_batch(examples, SEQ, 8)
+    top = np.asarray(
+        te.ttt_topk(
+            TARGET, HEAD, tp, hp, ids, jnp.asarray(b.tokens_bt), jnp.asarray(b.valid_bt), 3, 1
+        )
+    )
+    hits = te.tree_hits(top, b.tokens_bt, (1, 1, 1))
+    out, lengths = [], []
+    for j in range(3):
+        m = np.zeros_like(b.loss_mask_bt)
+        m[:, PROMPT - 1 : SEQ - j - 2] = True
+        out.append(hits[j][m].mean())
+    for row in range(len(examples)):
+        lengths += te.chain_lengths(hits[:, row], PROMPT - 1, SEQ - 1, 3)
+    return np.array(out), float(np.mean(lengths))
+
+
+def _eagle_setup(world, steps, lr=1e-2):
+    tp, train, _, ids, t2d = world
+    opt = common.make_optimizer(lr, steps, 20, 1.0)
+    step = te.make_train_step(TARGET, HEAD, opt, steps=7)
+    params = e3.init_params(HEAD, jax.random.PRNGKey(3))
+    state = dict(params=params, opt_state=opt.init(params), step=jnp.zeros((), jnp.int32))
+
+    def step_fn(s, b):
+        return step(
+            tp,
+            ids,
+            t2d,
+            s,
+            jnp.asarray(b.tokens_bt),
+            jnp.asarray(b.loss_mask_bt),
+            jnp.asarray(b.valid_bt),
+        )
+
+    def batches(start):
+        return data.batch_stream(train, BATCH, SEQ, 0, start, 8)
+
+    return state, step_fn, batches
+
+
+def test_tiny_head_learns_far_above_chance(world):
+    """300 TTT steps: greedy agreement on held-out target-greedy text must exceed 0.6 at
+    depth 1 and 0.5 at depth 2 (chance: 1/40 over the draft vocabulary; the untrained head
+    scores < 0.1), and the chain-3 acceptance length must exceed 2.2 (1.0 = nothing
+    accepted). Measured: 0.83 / 0.84 and 2.69 (untrained 0.0 / 1.0)."""
+    tp, _, heldout, ids, _ = world
+    state, step_fn, batches = _eagle_setup(world, 300)
+    before, len_before = _depth_agreement(tp, state['params'], ids, heldout)
+    state, history = common.train_loop(
+        state=state,
+        step_fn=step_fn,
+        batches=batches,
+        steps=300,
+        workdir=None,
+        log_every=50,
+        progress=False,
+    )
+    after, len_after = _depth_agreement(tp, state['params'], ids, heldout)
+    print(
+        'agreement before',
+        before,
+        len_before,
+        'after',
+        after,
+        len_after,
+        'acc0 logged',
+        history[-1]['acc0'],
+    )
+    assert before[0] < 0.1
+    assert after[0] > 0.6 and after[1] > 0.5
+    assert len_after > 2.2
+    assert history[-1]['loss'] < history[0]['loss']
+
+
+def test_resume_matches_uninterrupted(world, tmp_path):
+    """Kill after 7 steps (last checkpoint at 4), resume to 12 == 12 uninterrupted steps."""
+    state, step_fn, batches = _eagle_setup(world, 12)
+    init = jax.tree.map(np.array, state)
+    full, _ = common.train_loop(
+        state=jax.tree.map(jnp.asarray, init),
+        step_fn=step_fn,
+        batches=batches,
+        steps=12,
+        workdir=str(tmp_path / 'a'),
+        checkpoint_every=4,
+        progress=False,
+    )
+    crashed, _ = common.train_loop(
+        state=jax.tree.map(jnp.asarray, init),
+        step_fn=step_fn,
+        batches=batches,
+        steps=12,
+        workdir=str(tmp_path / 'b'),
+        checkpoint_every=4,
+        stop_after=7,
+        progress=False,
+    )
+    assert int(crashed['step']) == 7
+    resumed, _ = common.train_loop(
+        state=jax.tree.map(jnp.asarray, init),
+        step_fn=step_fn,
+        batches=batches,
+        steps=12,
+        workdir=str(tmp_path / 'b'),
+        checkpoint_every=4,
+        progress=False,
+    )
+    assert int(resumed['step']) == 12
+    for a, b in zip(
+        jax.tree.leaves(full['params']), jax.tree.leaves(resumed['params']), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_batch_stream_is_a_function_of_the_step(world):
+    _, train, _, _, _ = world
+    a = data.batch_stream(train, 8, SEQ, 5, 0, 8)
+    seq = [next(a).tokens_bt for _ in range(15)]
+    b = data.batch_stream(train, 8, SEQ, 5, 9, 8)
+    for s in range(9, 15):
+        np.testing.assert_array_equal(next(b).tokens_bt, seq[s])
+
+
+def test_chain_lengths():
+    hits = np.ones((3, 10), bool)
+    assert te.chain_lengths(hits, 0, 9, 3) == [4, 4]  # rounds at r=0, 4; r=8: root x_9 = last
+    hits[1, 0] = False
+    assert te.chain_lengths(hits, 0, 9, 3)[0] == 2
+    assert te.tree_size((4, 2, 2, 1, 1)) == 60
+
+
+def test_draft_lm_kl_step_learns(world):
+    tp, train, _, _, _ = world
+    dcfg = distill.draft_config(
+        TARGET, width=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, mlp_width=48
+    )
+    params = distill.init_draft(dcfg, tp, jax.random.PRNGKey(0))
+    opt = common.make_optimizer(1e-2, 60, 5)
+    step = distill.make_train_step(TARGET, dcfg, opt)
+    state = dict(params=params, opt_state=opt.init(params), step=jnp.zeros((), jnp.int32))
+    losses = []
+    for b in data.batch_stream(train, 8, SEQ, 0, 0, 8):
+        state, m = step(
+            tp,
+            state,
+            jnp.asarray(b.tokens_bt),
+            jnp.asarray(b.loss_mask_bt),
+            jnp.asarray(b.valid_bt),
+        )
+        losses.append(float(m['loss']))
+        if len(losses) == 60:
+            break
+    assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:5])
+
+
+def test_projected_embedding_keeps_geometry():
+    rng = np.random.default_rng(0)
+    e = rng.normal(size=(50, 6)) @ rng.normal(size=(6, 20))  # rank 6
+    p = distill.projected_embedding(e, 6)
+    # Rank-6 data: the projection keeps every pairwise inner product (up to the mean shift).
+    ec, pc = e - e.mean(0), p - p.mean(0)
+    scale = (ec**2).sum() / (pc**2).sum()
+    np.testing.assert_allclose(pc @ pc.T * scale, ec @ ec.T, rtol=1e-4, atol=1e-3)
