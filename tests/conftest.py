@@ -25,6 +25,22 @@ def embedded():
     return checkpoints.load('embedded')
 
 
+@pytest.fixture(scope='session')
+def hf_embedded(embedded):
+    """transformers' own load of the embedded GGUF (independent dequantize and q/k
+    un-permute), fp32; skips with a reason where torch/transformers/accelerate are absent."""
+    torch = pytest.importorskip('torch', reason='torch is needed for the transformers parity test')
+    transformers = pytest.importorskip(
+        'transformers', reason='transformers is needed for the parity test'
+    )
+    pytest.importorskip('accelerate', reason='transformers needs accelerate to load a GGUF')
+    path = embedded.source
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32
+    )
+    return model.eval()
+
+
 @pytest.fixture
 def tiny_cfg():
     """ModelConfig.tiny(): V 67, D 28, L 3, N 6, K 2, H 14, F 38 (llama family)."""

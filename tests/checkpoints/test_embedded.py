@@ -4,8 +4,6 @@ The reference is transformers' own GGUF path (`from_pretrained(dir, gguf_file=..
 dequantizes and un-permutes q/k independently of spec_jax; both run in fp32.
 """
 
-import os
-
 import numpy as np
 import pytest
 
@@ -24,17 +22,8 @@ pytestmark = [pytest.mark.slow]
 
 
 @pytest.fixture(scope='module')
-def hf_model(embedded):
-    torch = pytest.importorskip('torch', reason='torch is needed for the transformers parity test')
-    transformers = pytest.importorskip(
-        'transformers', reason='transformers is needed for the parity test'
-    )
-    pytest.importorskip('accelerate', reason='transformers needs accelerate to load a GGUF')
-    path = embedded.source
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32
-    )
-    return model.eval()
+def hf_model(hf_embedded):
+    return hf_embedded
 
 
 def test_embedded_config(embedded):

@@ -1,0 +1,81 @@
+"""Decoding the embedded default (SmolLM2-135M-Instruct): parity with transformers, and
+greedy speculative decoding equal to greedy AR decoding."""
+
+import os
+
+import numpy as np
+import pytest
+
+from spec_jax import checkpoints
+from spec_jax.decoding import autoregressive as ar
+from spec_jax.decoding import speculative as sp
+from spec_jax.decoding.drafters import LMDrafter, NgramDrafter
+from spec_jax.models.config import ModelConfig
+from spec_jax.testing import random_params
+
+pytestmark = [pytest.mark.slow]
+
+CHAT_PROMPTS = [
+    'What is the capital of France?',
+    'Explain how a bicycle works.',
+    'Write a Python function that returns the n-th Fibonacci number.',
+    'Natalia sold clips to 48 of her friends in April, and then she sold half as many clips '
+    'in May. How many clips did Natalia sell altogether in April and May?',
+    'Give me three tips for staying focused while studying.',
+]
+NEW_TOKENS = 64
+DRAFT_DIR = os.path.join(os.path.dirname(checkpoints.__file__), '..', 'assets', 'drafts',
+                         'smollm2_135m_draft')
+
+
+@pytest.fixture(scope='module')
+def prompt_ids(embedded):
+    return [embedded.tokenizer.encode_chat([{'role': 'user', 'content': p}])
+            for p in CHAT_PROMPTS]
+
+
+@pytest.fixture(scope='module')
+def greedy_ar(embedded, prompt_ids):
+    """Greedy AR on all five prompts in one batch (rows of different lengths)."""
+    settings = ar.DecodeSettings(max_new_tokens=NEW_TOKENS, stop_tokens=())
+    return ar.generate(embedded.cfg, embedded.params, prompt_ids, settings).tokens
+
+
+@pytest.mark.parity
+def test_greedy_generation_matches_transformers(embedded, hf_embedded, prompt_ids, greedy_ar):
+    import torch
+
+    tok = embedded.tokenizer
+    for prompt, ids, ours in zip(CHAT_PROMPTS, prompt_ids, greedy_ar):
+        with torch.no_grad():
+            out = hf_embedded.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS,
+                                       do_sample=False, eos_token_id=None, pad_token_id=0)
+        theirs = out[0, len(ids):].tolist()
+        assert len(ours) == NEW_TOKENS
+        assert tok.decode(ours) == tok.decode(theirs), prompt
+        assert ours == theirs
+
+
+def drafters(embedded):
+    yield 'ngram', NgramDrafter(3, embedded.cfg.vocab_size), None
+    random_cfg = ModelConfig.tiny(vocab_size=embedded.cfg.vocab_size)
+    yield 'random', LMDrafter(random_cfg), random_params(random_cfg, seed=1)
+    if os.path.isdir(DRAFT_DIR):
+        draft = checkpoints.load(DRAFT_DIR)
+        yield 'shipped', LMDrafter(draft.cfg), draft.params
+
+
+@pytest.mark.parametrize('num_draft', [1, 3, 5])
+def test_greedy_speculative_equals_greedy_ar(embedded, prompt_ids, greedy_ar, num_draft):
+    settings = sp.SpecSettings(ar.DecodeSettings(max_new_tokens=NEW_TOKENS, stop_tokens=()),
+                               num_draft)
+    for name, drafter, params in drafters(embedded):
+        if num_draft != 3 and name != 'random':
+            continue  # Every gamma with one draft; every draft at gamma 3 (compile budget).
+        result = sp.generate(embedded.cfg, embedded.params, drafter, params, prompt_ids,
+                             settings)
+        assert result.tokens == greedy_ar, name
+        single = sp.generate(embedded.cfg, embedded.params, drafter, params, prompt_ids[:1],
+                             settings)
+        assert single.tokens == greedy_ar[:1], name
+        assert np.isfinite(result.stats['block_efficiency'])
