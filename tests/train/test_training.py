@@ -216,3 +216,55 @@ def test_projected_embedding_keeps_geometry():
     ec, pc = e - e.mean(0), p - p.mean(0)
     scale = (ec**2).sum() / (pc**2).sum()
     np.testing.assert_allclose(pc @ pc.T * scale, ec @ ec.T, rtol=1e-4, atol=1e-3)
+
+
+def test_draft_lm_export_loads_with_checkpoints_load(tmp_path):
+    """The exported draft LM is an HF directory that spec_jax.checkpoints.load reads."""
+    from spec_jax import checkpoints
+    from spec_jax.checkpoints import gguf
+    from spec_jax.jobs.train_draft import export_draft_lm
+
+    tok = gguf.load_gguf_tokenizer(gguf.embedded_default_path())
+    target = ModelConfig.smollm2_135m()
+    dcfg = distill.draft_config(
+        target, width=8, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=4, mlp_width=12
+    )
+    params = distill.init_draft(dcfg, None, jax.random.PRNGKey(0), 'random')
+    out = export_draft_lm(str(tmp_path), dcfg, params, tok, 'float32')
+    assert out['bytes'] > 49152 * 8 * 4
+    loaded = checkpoints.load(str(tmp_path))
+    assert loaded.cfg.width == 8 and loaded.cfg.num_layers == 2 and loaded.cfg.tie_embeddings
+    assert loaded.tokenizer.vocab_size == tok.vocab_size
+    x = jnp.asarray([[1, 2, 3, 4]], jnp.int32)
+    pos, mask = common.positions(1, 4), common.causal_mask(jnp.ones((1, 4), bool))
+    a = llama.forward(dcfg, params, x, pos, None, mask)[0]
+    b = llama.forward(loaded.cfg, loaded.params, x, pos, None, mask)[0]
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_data_generation_resumes_without_redoing_work(tmp_path):
+    """Shards are written atomically and skipped on rerun; a lost shard is regenerated
+    identically (greedy, fixed order)."""
+    import os
+
+    from spec_jax.jobs.common import load_model
+
+    model = load_model('random:tiny')
+    prompts = data.training_prompts(('gsm8k', 'mbpp'), seed=0)[:6]
+    kw = dict(batch_size=3, max_new_tokens=4, max_prompt_len=512, progress=False)
+    first = data.generate_dataset(model, prompts, str(tmp_path), **kw)
+    assert first['shards_written'] == 2 and data.finished_shards(str(tmp_path)) == {0, 1}
+    examples = data.read_examples(str(tmp_path))
+    assert len(examples) == 6
+    for e in examples:
+        n = int(e.loss_mask.sum())
+        assert 1 <= n <= 4 and e.loss_mask[-n:].all() and not e.loss_mask[:-n].any()
+    kept = os.path.getmtime(data.shard_path(str(tmp_path), 0))
+    lost = data.read_shard(data.shard_path(str(tmp_path), 1))
+    os.remove(data.shard_path(str(tmp_path), 1))  # a crash before shard 1 was finished
+    again = data.generate_dataset(model, prompts, str(tmp_path), **kw)
+    assert again['shards_written'] == 1
+    assert os.path.getmtime(data.shard_path(str(tmp_path), 0)) == kept
+    for a, b in zip(lost, data.read_shard(data.shard_path(str(tmp_path), 1)), strict=True):
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+    assert data.generate_dataset(model, prompts, str(tmp_path), **kw)['shards_written'] == 0
