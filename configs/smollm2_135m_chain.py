@@ -17,8 +17,9 @@ import ml_collections
 import spec_jax
 from spec_jax.jobs import generate
 
-DRAFT_DIR = os.path.join(os.path.dirname(spec_jax.__file__), 'assets', 'drafts',
-                         'smollm2_135m_draft')
+DRAFT_DIR = os.path.join(
+    os.path.dirname(spec_jax.__file__), 'assets', 'drafts', 'smollm2_135m_draft'
+)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

@@ -121,8 +121,14 @@ def prefill(cfg, params, cache, prompt_bp, prompt_len_b, tap_layers=()):
     batch, bucket = prompt_bp.shape
     positions_bp = jnp.broadcast_to(jnp.arange(bucket, dtype=jnp.int32), (batch, bucket))
     logits_b1v, taps, cache = forward(
-        cfg, params, prompt_bp, positions_bp, cache, cache.causal_mask(bucket),
-        tap_layers=tap_layers, logits_index_bu=(prompt_len_b - 1)[:, None],
+        cfg,
+        params,
+        prompt_bp,
+        positions_bp,
+        cache,
+        cache.causal_mask(bucket),
+        tap_layers=tap_layers,
+        logits_index_bu=(prompt_len_b - 1)[:, None],
     )
     return logits_b1v[:, 0], taps, cache.set_lengths(prompt_len_b)
 
@@ -147,8 +153,13 @@ def ar_generate(
     out_bn = jnp.full((batch, settings.buffer_len), settings.pad_id, jnp.int32)
     out_bn, num_out_b = emit(out_bn, jnp.zeros((batch,), jnp.int32), first_b, limit_b > 0)
     state = ARState(
-        cache=cache, last_b=first_b, out_bn=out_bn, num_out_b=num_out_b, limit_b=limit_b,
-        done_b=is_stop(first_b, settings.stop_tokens) | (num_out_b >= limit_b), key=key,
+        cache=cache,
+        last_b=first_b,
+        out_bn=out_bn,
+        num_out_b=num_out_b,
+        limit_b=limit_b,
+        done_b=is_stop(first_b, settings.stop_tokens) | (num_out_b >= limit_b),
+        key=key,
     )
 
     def step(s: ARState) -> ARState:
@@ -163,8 +174,9 @@ def ar_generate(
         token_b = jnp.where(live_b, token_b, settings.pad_id)
         out_bn, num_out_b = emit(s.out_bn, s.num_out_b, token_b, live_b)
         done_b = s.done_b | is_stop(token_b, settings.stop_tokens) | (num_out_b >= s.limit_b)
-        return s.replace(cache=cache, last_b=token_b, out_bn=out_bn, num_out_b=num_out_b,
-                         done_b=done_b, key=key)
+        return s.replace(
+            cache=cache, last_b=token_b, out_bn=out_bn, num_out_b=num_out_b, done_b=done_b, key=key
+        )
 
     state = jax.lax.while_loop(lambda s: ~jnp.all(s.done_b), step, state)
     return state.out_bn, state.num_out_b
@@ -175,7 +187,7 @@ def generate(
     params: dict,
     prompts: Sequence[Sequence[int]],
     settings: DecodeSettings,
-    sampler: Sampler = Sampler(temperature=0.0),
+    sampler: Sampler | None = None,
     *,
     seed: int = 0,
     max_new_tokens: Sequence[int] | int | None = None,
@@ -187,7 +199,7 @@ def generate(
       params: the model parameters.
       prompts: B token-id lists (different lengths allowed).
       settings: static settings (buffer sizes, stop tokens).
-      sampler: the sampling transform (temperature 0 = greedy).
+      sampler: the sampling transform (None: greedy, temperature 0).
       seed: PRNG seed; the same seed and inputs give the same tokens.
       max_new_tokens: per-row (or one) token limit, at most settings.max_new_tokens.
 
@@ -195,15 +207,24 @@ def generate(
       A GenerationResult; each row ends at its first stop token or its limit.
     """
     batch = batching.pack_prompts(
-        prompts, prompt_bucket=settings.prompt_bucket, max_prompt_len=settings.max_prompt_len,
+        prompts,
+        prompt_bucket=settings.prompt_bucket,
+        max_prompt_len=settings.max_prompt_len,
         pad_id=settings.pad_id,
     )
     limit_b = row_limits(max_new_tokens, len(prompts), settings.max_new_tokens)
     check_context(cfg, batch.bucket + settings.buffer_len)
+    sampler = sampler or Sampler(temperature=0.0)
     start = time.perf_counter()
     out_bn, num_b = ar_generate(
-        cfg, settings, params, sampler, jnp.asarray(batch.tokens), jnp.asarray(batch.lengths),
-        jnp.asarray(limit_b), jax.random.PRNGKey(seed),
+        cfg,
+        settings,
+        params,
+        sampler,
+        jnp.asarray(batch.tokens),
+        jnp.asarray(batch.lengths),
+        jnp.asarray(limit_b),
+        jax.random.PRNGKey(seed),
     )
     out_bn, num_b = jax.device_get((out_bn, num_b))
     seconds = time.perf_counter() - start

@@ -47,17 +47,35 @@ class LMDrafter:
         cache = KVCache.init(self.cfg, batch, slots)
         positions = jnp.broadcast_to(jnp.arange(bucket, dtype=jnp.int32), (batch, bucket))
         _, _, cache = forward(
-            self.cfg, params, prompt_bp, positions, cache, cache.causal_mask(bucket),
+            self.cfg,
+            params,
+            prompt_bp,
+            positions,
+            cache,
+            cache.causal_mask(bucket),
             logits_index_bu=jnp.zeros((batch, 1), jnp.int32),  # Logits unused: keep one.
         )
         return cache.set_lengths(prompt_len_b)
 
-    def propose(self, params, cache: KVCache, history_bs, committed_b, key, num_draft: int,
-                probs_fn: ProbsFn):
+    def propose(
+        self,
+        params,
+        cache: KVCache,
+        history_bs,
+        committed_b,
+        key,
+        num_draft: int,
+        probs_fn: ProbsFn,
+    ):
         cache = cache.set_lengths(committed_b - 1)
         window_b2 = gather_tokens(history_bs, cache.positions(2))
         logits_b2v, _, cache = forward(
-            self.cfg, params, window_b2, cache.positions(2), cache, cache.causal_mask(2),
+            self.cfg,
+            params,
+            window_b2,
+            cache.positions(2),
+            cache,
+            cache.causal_mask(2),
             logits_index_bu=jnp.ones((history_bs.shape[0], 1), jnp.int32),
         )
         cache = cache.advance(2)
@@ -67,13 +85,12 @@ class LMDrafter:
             cache, logits_bv = carry
             q_bv = probs_fn(logits_bv)
             x_b = sampling.sample(key, q_bv)
-            logits_b1v, _, cache = forward(self.cfg, params, x_b[:, None], cache.positions(1),
-                                           cache, cache.causal_mask(1))
+            logits_b1v, _, cache = forward(
+                self.cfg, params, x_b[:, None], cache.positions(1), cache, cache.causal_mask(1)
+            )
             return (cache.advance(1), logits_b1v[:, 0]), (x_b, q_bv)
 
-        (cache, logits_bv), (x_ab, q_abv) = jax.lax.scan(
-            draw, (cache, logits_b2v[:, 0]), keys[:-1]
-        )
+        (cache, logits_bv), (x_ab, q_abv) = jax.lax.scan(draw, (cache, logits_b2v[:, 0]), keys[:-1])
         q_last_bv = probs_fn(logits_bv)  # The last draft needs no forward of its own.
         x_ba = jnp.concatenate([x_ab.T, sampling.sample(keys[-1], q_last_bv)[:, None]], 1)
         q_bav = jnp.concatenate([q_abv.transpose(1, 0, 2), q_last_bv[:, None]], 1)
@@ -96,8 +113,9 @@ class NgramDrafter:
     def init(self, params, prompt_bp, prompt_len_b, slots: int):
         return None
 
-    def propose(self, params, state, history_bs, committed_b, key, num_draft: int,
-                probs_fn: ProbsFn):
+    def propose(
+        self, params, state, history_bs, committed_b, key, num_draft: int, probs_fn: ProbsFn
+    ):
         del params, key, probs_fn
         batch, slots = history_bs.shape
         end_b = committed_b  # The pending token's index: the suffix ends here.

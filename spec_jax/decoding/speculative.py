@@ -102,7 +102,9 @@ class SpecStats:
     def zeros(cls, batch: int, num_draft: int, max_blocks: int) -> SpecStats:
         z = jnp.zeros((batch,), jnp.int32)
         return cls(
-            blocks=z, accepted=z, emitted=z,
+            blocks=z,
+            accepted=z,
+            emitted=z,
             accepted_at_ba=jnp.zeros((batch, num_draft), jnp.int32),
             reached_at_ba=jnp.zeros((batch, num_draft), jnp.int32),
             block_accepted_bk=jnp.full((batch, max_blocks), -1, jnp.int32),
@@ -219,12 +221,16 @@ def spec_generate(
         cols_bt = jnp.where(jnp.arange(a + 1)[None, :] < kept_b[:, None], cols_bt, slots)
         history_bs = s.history_bs.at[rows_b[:, None], cols_bt].set(out.tokens, mode='drop')
         committed_b = s.committed_b + kept_b
-        done_b = s.done_b | (live_b & (stopped_b | (committed_b + 1 - s.prompt_len_b
-                                                      >= s.limit_b)))
+        done_b = s.done_b | (live_b & (stopped_b | (committed_b + 1 - s.prompt_len_b >= s.limit_b)))
         stats = update_stats(s.stats, settings, out, live_b, p_btv, q_bav)
         return s.replace(
-            cache=cache.set_lengths(committed_b), draft=draft, history_bs=history_bs,
-            committed_b=committed_b, done_b=done_b, key=key, stats=stats,
+            cache=cache.set_lengths(committed_b),
+            draft=draft,
+            history_bs=history_bs,
+            committed_b=committed_b,
+            done_b=done_b,
+            key=key,
+            stats=stats,
         )
 
     state = jax.lax.while_loop(lambda s: ~jnp.all(s.done_b), block, state)
@@ -233,8 +239,9 @@ def spec_generate(
     return tokens_bn, state.num_out_b, state.stats
 
 
-def update_stats(st: SpecStats, settings: SpecSettings, out: rules.ChainResult, live_b,
-                 p_btv, q_bav) -> SpecStats:
+def update_stats(
+    st: SpecStats, settings: SpecSettings, out: rules.ChainResult, live_b, p_btv, q_bav
+) -> SpecStats:
     live = live_b.astype(jnp.int32)
     rows_b = jnp.arange(live_b.shape[0])
     block_col_b = jnp.where(live_b, st.blocks, st.block_accepted_bk.shape[1])
@@ -245,7 +252,8 @@ def update_stats(st: SpecStats, settings: SpecSettings, out: rules.ChainResult, 
         accepted_at_ba=st.accepted_at_ba + out.accepted * live[:, None],
         reached_at_ba=st.reached_at_ba + out.reached * live[:, None],
         block_accepted_bk=st.block_accepted_bk.at[rows_b, block_col_b].set(
-            out.num_accepted, mode='drop'),
+            out.num_accepted, mode='drop'
+        ),
     )
     if not settings.meter_distortion:
         return st
@@ -278,8 +286,9 @@ def summarize(stats: SpecStats) -> dict:
         blocks=int(s.blocks.sum()),
         block_efficiency=float(s.emitted.sum() / total_blocks),
         acceptance_rate=float(s.accepted.sum() / max(s.reached_at_ba.shape[1] * total_blocks, 1)),
-        acceptance_at_position=(s.accepted_at_ba.sum(0) / np.maximum(s.reached_at_ba.sum(0), 1)
-                                ).tolist(),
+        acceptance_at_position=(
+            s.accepted_at_ba.sum(0) / np.maximum(s.reached_at_ba.sum(0), 1)
+        ).tolist(),
         per_row=per_row,
     )
     if s.metered.sum() > 0:
@@ -296,7 +305,7 @@ def generate(
     draft_params: dict | None,
     prompts: Sequence[Sequence[int]],
     settings: SpecSettings,
-    sampler: Sampler = Sampler(temperature=0.0),
+    sampler: Sampler | None = None,
     *,
     seed: int = 0,
     max_new_tokens: Sequence[int] | int | None = None,
@@ -308,7 +317,7 @@ def generate(
       drafter, draft_params: the proposer (LMDrafter with its params, or NgramDrafter, None).
       prompts: B token-id lists.
       settings: static settings (draft length, rule, baseline, buffers).
-      sampler: applied to target and draft logits alike.
+      sampler: applied to target and draft logits alike (None: greedy).
       seed: PRNG seed.
       max_new_tokens: per-row (or one) limit, at most settings.decode.max_new_tokens.
 
@@ -317,14 +326,27 @@ def generate(
     """
     check_drafter(cfg, drafter)
     dec = settings.decode
-    batch = batching.pack_prompts(prompts, prompt_bucket=dec.prompt_bucket,
-                                  max_prompt_len=dec.max_prompt_len, pad_id=dec.pad_id)
+    batch = batching.pack_prompts(
+        prompts,
+        prompt_bucket=dec.prompt_bucket,
+        max_prompt_len=dec.max_prompt_len,
+        pad_id=dec.pad_id,
+    )
     limit_b = ar.row_limits(max_new_tokens, len(prompts), dec.max_new_tokens)
     ar.check_context(cfg, batch.bucket + dec.buffer_len + settings.num_draft + 1)
+    sampler = sampler or Sampler(temperature=0.0)
     start = time.perf_counter()
     tokens_bn, num_b, stats = spec_generate(
-        cfg, drafter, settings, params, draft_params, sampler, jnp.asarray(batch.tokens),
-        jnp.asarray(batch.lengths), jnp.asarray(limit_b), jax.random.PRNGKey(seed),
+        cfg,
+        drafter,
+        settings,
+        params,
+        draft_params,
+        sampler,
+        jnp.asarray(batch.tokens),
+        jnp.asarray(batch.lengths),
+        jnp.asarray(limit_b),
+        jax.random.PRNGKey(seed),
     )
     tokens_bn, num_b, stats = jax.device_get((tokens_bn, num_b, stats))
     seconds = time.perf_counter() - start
@@ -336,6 +358,6 @@ def check_drafter(cfg: ModelConfig, drafter) -> None:
     vocab = drafter.cfg.vocab_size if isinstance(drafter, LMDrafter) else drafter.vocab_size
     if vocab != cfg.vocab_size:
         raise ValueError(
-            f'draft vocabulary size {vocab} differs from the target\'s {cfg.vocab_size}: '
+            f"draft vocabulary size {vocab} differs from the target's {cfg.vocab_size}: "
             'draft and target must share one tokenizer'
         )

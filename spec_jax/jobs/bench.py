@@ -45,8 +45,9 @@ def memory_bandwidth(num_bytes: int = 512 << 20, rounds: int = 7) -> float:
     return num_bytes / interleaved_medians({'matvec': lambda: matvec(w, x)}, rounds)['matvec']
 
 
-def forward_costs(cfg, params, new_tokens: tuple[int, ...], batch: int, slots: int,
-                  rounds: int) -> dict[int, float]:
+def forward_costs(
+    cfg, params, new_tokens: tuple[int, ...], batch: int, slots: int, rounds: int
+) -> dict[int, float]:
     """Median seconds of one cached forward over T new tokens, for each T."""
     cache = KVCache.init(cfg, batch, slots).set_lengths(jnp.full((batch,), slots // 2))
     fns = {}
@@ -60,8 +61,9 @@ def forward_costs(cfg, params, new_tokens: tuple[int, ...], batch: int, slots: i
 
 def ar_speed(model, batch: int, new_tokens: int, prompt_len: int, rounds: int) -> float:
     """Tokens/s of the on-device AR loop (no stop tokens: every row makes `new_tokens`)."""
-    settings = ar.DecodeSettings(max_new_tokens=new_tokens, prompt_bucket=prompt_len,
-                                 max_prompt_len=prompt_len)
+    settings = ar.DecodeSettings(
+        max_new_tokens=new_tokens, prompt_bucket=prompt_len, max_prompt_len=prompt_len
+    )
     prompts = [[(7 * i + 3 * b) % 1000 + 100 for i in range(prompt_len)] for b in range(batch)]
     run = lambda: ar.generate(model.cfg, model.params, prompts, settings)  # noqa: E731
     run()  # Compile.
@@ -85,16 +87,20 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
 
     bandwidth = memory_bandwidth(c.bandwidth_bytes)
     bound_s = param_bytes / bandwidth
-    print(f'model {c.model}: {param_bytes / 1e6:.0f} MB of {cfg.param_dtype} weights; '
-          f'XLA matvec bandwidth {bandwidth / 1e9:.1f} GB/s -> a decode step needs at least '
-          f'{bound_s * 1e3:.1f} ms ({1 / bound_s:.0f} tokens/s at batch 1)')
+    print(
+        f'model {c.model}: {param_bytes / 1e6:.0f} MB of {cfg.param_dtype} weights; '
+        f'XLA matvec bandwidth {bandwidth / 1e9:.1f} GB/s -> a decode step needs at least '
+        f'{bound_s * 1e3:.1f} ms ({1 / bound_s:.0f} tokens/s at batch 1)'
+    )
     report['bandwidth_gbs'] = bandwidth / 1e9
     report['bound_ms'] = bound_s * 1e3
 
     costs = forward_costs(cfg, params, tuple(c.verify_tokens), 1, c.slots, c.rounds)
     base = costs[1]
-    print(f'cost of one forward over T new tokens (batch 1, {c.slots} cache slots), '
-          f'relative to T=1 ({base * 1e3:.1f} ms):')
+    print(
+        f'cost of one forward over T new tokens (batch 1, {c.slots} cache slots), '
+        f'relative to T=1 ({base * 1e3:.1f} ms):'
+    )
     for t, s in costs.items():
         print(f'  T={t:<3d} {s * 1e3:7.1f} ms  ratio {s / base:.2f}')
     report['verify_cost_ratio'] = {t: s / base for t, s in costs.items()}
@@ -103,8 +109,10 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     for batch in c.ar_batches:
         tps = ar_speed(model, batch, c.ar_new_tokens, c.ar_prompt_len, c.ar_rounds)
         per_step = batch / tps
-        print(f'AR decoding, batch {batch}: {tps:.1f} tokens/s ({per_step * 1e3:.1f} ms per '
-              f'step, prefill included); {bound_s / per_step:.2f} of the bandwidth bound')
+        print(
+            f'AR decoding, batch {batch}: {tps:.1f} tokens/s ({per_step * 1e3:.1f} ms per '
+            f'step, prefill included); {bound_s / per_step:.2f} of the bandwidth bound'
+        )
         report[f'ar_tokens_per_s_b{batch}'] = tps
     if workdir:
         os.makedirs(workdir, exist_ok=True)

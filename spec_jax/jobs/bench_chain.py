@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from functools import partial
 
 import jax
 import ml_collections
@@ -51,45 +52,59 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     tok = target.tokenizer
     prompts = read_speed_prompts(c.speed_dir, c.sets, c.prompts_per_set)
     ids = [tok.encode_chat([{'role': 'user', 'content': text}]) for _, text in prompts]
-    dec = ar.DecodeSettings(max_new_tokens=c.max_new_tokens, stop_tokens=tok.stop_ids,
-                            max_prompt_len=c.max_prompt_len, prompt_bucket=c.prompt_bucket)
+    dec = ar.DecodeSettings(
+        max_new_tokens=c.max_new_tokens,
+        stop_tokens=tok.stop_ids,
+        max_prompt_len=c.max_prompt_len,
+        prompt_bucket=c.prompt_bucket,
+    )
     settings = sp.SpecSettings(dec, c.num_draft, rules.make(c.rule))
     if c.drafter == 'ngram':
         drafter, draft_params, draft = NgramDrafter(c.ngram, target.cfg.vocab_size), None, None
     else:
         draft = common.load_model(c.draft, c.dtype, c.seed)
         drafter, draft_params = LMDrafter(draft.cfg), draft.params
-    print(f'{len(prompts)} prompts ({c.prompts_per_set} from each of {", ".join(c.sets)}), '
-          f'{c.max_new_tokens} new tokens max, gamma {c.num_draft}, draft {c.drafter}'
-          f'{" " + c.draft if c.drafter == "lm" else ""}, rule {c.rule}')
+    print(
+        f'{len(prompts)} prompts ({c.prompts_per_set} from each of {", ".join(c.sets)}), '
+        f'{c.max_new_tokens} new tokens max, gamma {c.num_draft}, draft {c.drafter}'
+        f'{" " + c.draft if c.drafter == "lm" else ""}, rule {c.rule}'
+    )
 
     report = {'rows': []}
     for temperature in c.temperatures:
         sampler = Sampler(temperature=temperature)
         for batch in c.batches:
-            groups = [ids[i:i + batch] for i in range(0, len(ids), batch)]
-
-            def run_ar(seed):
-                return [ar.generate(target.cfg, target.params, g, dec, sampler, seed=seed)
-                        for g in groups]
-
-            def run_spec(seed):
-                return [sp.generate(target.cfg, target.params, drafter, draft_params, g,
-                                    settings, sampler, seed=seed) for g in groups]
-
-            run_ar(0), run_spec(0)  # Compile every shape first.
+            groups = [ids[i : i + batch] for i in range(0, len(ids), batch)]
+            runners = {
+                'ar': partial(
+                    ar.generate, target.cfg, target.params, settings=dec, sampler=sampler
+                ),
+                'spec': partial(
+                    sp.generate,
+                    target.cfg,
+                    target.params,
+                    drafter,
+                    draft_params,
+                    settings=settings,
+                    sampler=sampler,
+                ),
+            }
+            for run_group in runners.values():  # Compile every shape first.
+                [run_group(g, seed=0) for g in groups]
             times = {'ar': [], 'spec': []}
             for r in range(c.rounds):
-                for name, fn in (('ar', run_ar), ('spec', run_spec)):
-                    results = fn(r + 1)
+                for name, run_group in runners.items():
+                    results = [run_group(g, seed=r + 1) for g in groups]
                     tokens = sum(res.num_tokens for res in results)
                     times[name].append((sum(res.seconds for res in results), tokens, results))
             row = summarize_runs(temperature, batch, times)
             report['rows'].append(row)
-            print(f'T={temperature} batch {batch}: AR {row["ar_tokens_per_s"]:.1f} tok/s, '
-                  f'chain {row["spec_tokens_per_s"]:.1f} tok/s -> speedup '
-                  f'{row["speedup"]:.2f}x; block efficiency {row["block_efficiency"]:.2f}, '
-                  f'acceptance {row["acceptance_rate"]:.2f}')
+            print(
+                f'T={temperature} batch {batch}: AR {row["ar_tokens_per_s"]:.1f} tok/s, '
+                f'chain {row["spec_tokens_per_s"]:.1f} tok/s -> speedup '
+                f'{row["speedup"]:.2f}x; block efficiency {row["block_efficiency"]:.2f}, '
+                f'acceptance {row["acceptance_rate"]:.2f}'
+            )
 
     if c.hf_peer and draft is not None:
         report['hf_peer'] = hf_assisted_peer(c, target, draft, ids, report['rows'])
@@ -102,6 +117,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
 
 def summarize_runs(temperature, batch, times) -> dict:
     """Median-round tokens/s of AR and chain decoding, and the chain statistics."""
+
     def median_rate(runs):
         return float(np.median([tokens / seconds for seconds, tokens, _ in runs]))
 
@@ -111,9 +127,13 @@ def summarize_runs(temperature, batch, times) -> dict:
     accepted = sum(s['acceptance_rate'] * s['blocks'] for s in spec_stats)
     ar_rate, spec_rate = median_rate(times['ar']), median_rate(times['spec'])
     return dict(
-        temperature=temperature, batch=batch, ar_tokens_per_s=ar_rate,
-        spec_tokens_per_s=spec_rate, speedup=spec_rate / ar_rate,
-        block_efficiency=emitted / max(blocks, 1), acceptance_rate=accepted / max(blocks, 1),
+        temperature=temperature,
+        batch=batch,
+        ar_tokens_per_s=ar_rate,
+        spec_tokens_per_s=spec_rate,
+        speedup=spec_rate / ar_rate,
+        block_efficiency=emitted / max(blocks, 1),
+        acceptance_rate=accepted / max(blocks, 1),
     )
 
 
@@ -129,14 +149,20 @@ def hf_assisted_peer(c, target, draft, ids, rows) -> dict:
     hf_target, hf_draft = to_hf(target, transformers, torch), to_hf(draft, transformers, torch)
     out = {}
     for temperature in c.temperatures:
-        kwargs = dict(max_new_tokens=c.max_new_tokens, assistant_model=hf_draft,
-                      eos_token_id=list(target.tokenizer.stop_ids),
-                      pad_token_id=target.tokenizer.pad_id or 0,
-                      num_assistant_tokens=c.num_draft,
-                      num_assistant_tokens_schedule='constant',
-                      assistant_confidence_threshold=0.0)
-        kwargs.update(dict(do_sample=True, temperature=temperature) if temperature > 0
-                      else dict(do_sample=False))
+        kwargs = dict(
+            max_new_tokens=c.max_new_tokens,
+            assistant_model=hf_draft,
+            eos_token_id=list(target.tokenizer.stop_ids),
+            pad_token_id=target.tokenizer.pad_id or 0,
+            num_assistant_tokens=c.num_draft,
+            num_assistant_tokens_schedule='constant',
+            assistant_confidence_threshold=0.0,
+        )
+        kwargs.update(
+            dict(do_sample=True, temperature=temperature)
+            if temperature > 0
+            else dict(do_sample=False)
+        )
         tokens, seconds = 0, 0.0
         for prompt in ids:
             x = torch.tensor([prompt])
@@ -146,11 +172,16 @@ def hf_assisted_peer(c, target, draft, ids, rows) -> dict:
             seconds += time.perf_counter() - start
             tokens += y.shape[1] - x.shape[1]
         rate = tokens / seconds
-        ours = next(r['spec_tokens_per_s'] for r in rows
-                    if r['temperature'] == temperature and r['batch'] == 1)
+        ours = next(
+            r['spec_tokens_per_s']
+            for r in rows
+            if r['temperature'] == temperature and r['batch'] == 1
+        )
         out[str(temperature)] = dict(hf_tokens_per_s=rate, ours_over_hf=ours / rate)
-        print(f'transformers assisted generation, T={temperature}, batch 1: {rate:.1f} '
-              f'tok/s; spec_jax chain / transformers = {ours / rate:.2f}x')
+        print(
+            f'transformers assisted generation, T={temperature}, batch 1: {rate:.1f} '
+            f'tok/s; spec_jax chain / transformers = {ours / rate:.2f}x'
+        )
     return out
 
 
@@ -160,19 +191,28 @@ def to_hf(model, transformers, torch):
     if cfg.family != 'llama':
         raise ValueError(f'the transformers peer supports llama-family models, not {cfg.family}')
     hf_cfg = transformers.LlamaConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.width, intermediate_size=cfg.mlp_width,
-        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_eps,
-        rope_theta=cfg.rope_theta, tie_word_embeddings=cfg.tie_embeddings,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.width,
+        intermediate_size=cfg.mlp_width,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        rms_norm_eps=cfg.rms_eps,
+        rope_theta=cfg.rope_theta,
+        tie_word_embeddings=cfg.tie_embeddings,
         max_position_embeddings=cfg.max_position,
     )
     hf = transformers.LlamaForCausalLM(hf_cfg).eval()
-    state = {k: torch.from_numpy(np.asarray(v, np.float32))
-             for k, v in params_to_state(cfg, jax.device_get(model.params)).items()}
+    state = {
+        k: torch.from_numpy(np.asarray(v, np.float32))
+        for k, v in params_to_state(cfg, jax.device_get(model.params)).items()
+    }
     missing, unexpected = hf.load_state_dict(state, strict=False)
     if unexpected or [k for k in missing if k != 'lm_head.weight']:
-        raise ValueError(f'weights do not fit transformers: missing {missing}, '
-                         f'unexpected {unexpected}')
+        raise ValueError(
+            f'weights do not fit transformers: missing {missing}, unexpected {unexpected}'
+        )
     if cfg.tie_embeddings:
         hf.tie_weights()
     return hf

@@ -25,7 +25,7 @@ def load_model(spec: str, dtype: str = 'float32', seed: int = 0) -> checkpoints.
     if not spec.startswith(RANDOM_PREFIX):
         return checkpoints.load(spec, dtype=dtype)
     tokenizer = gguf.load_gguf_tokenizer(gguf.embedded_default_path())
-    cfg = preset(spec[len(RANDOM_PREFIX):]).replace(
+    cfg = preset(spec[len(RANDOM_PREFIX) :]).replace(
         vocab_size=tokenizer.vocab_size, dtype=dtype, param_dtype=dtype
     )
     params = init_params(cfg, jax.random.PRNGKey(seed))
@@ -48,25 +48,39 @@ def sampler_from_config(c: ml_collections.ConfigDict) -> Sampler:
 def sampling_config(temperature: float = 0.0) -> ml_collections.ConfigDict:
     """The sampling block of a config: every transform, switched off but temperature."""
     return ml_collections.ConfigDict(
-        dict(temperature=temperature, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0,
-             epsilon=0.0, eta=0.0)
+        dict(
+            temperature=temperature,
+            top_k=0,
+            top_p=1.0,
+            min_p=0.0,
+            typical_p=1.0,
+            epsilon=0.0,
+            eta=0.0,
+        )
     )
 
 
 def spec_config(enabled: bool = False, draft: str = '') -> ml_collections.ConfigDict:
     """The speculative-decoding block of a config (see configs/smollm2_135m_chain.py)."""
-    return ml_collections.ConfigDict(dict(
-        enabled=enabled,
-        drafter='lm',  # 'lm' (a draft model at `draft`) or 'ngram' (prompt lookup).
-        draft=draft,  # A checkpoint spec for the draft LM (same tokenizer as the target).
-        num_draft=5,  # gamma: drafted tokens per block.
-        ngram=3,  # Longest n-gram the prompt-lookup drafter matches.
-        rule='lossless',  # A spec_jax.rules name, with parameters: 'lenience:l=0.5'.
-        baseline=False,  # Run the rule's matched baseline (truncation + lossless) instead.
-        meter_distortion=False,  # Per-position TV / overshoot against the matched baseline.
-    ))
+    return ml_collections.ConfigDict(
+        dict(
+            enabled=enabled,
+            drafter='lm',  # 'lm' (a draft model at `draft`) or 'ngram' (prompt lookup).
+            draft=draft,  # A checkpoint spec for the draft LM (same tokenizer as the target).
+            num_draft=5,  # gamma: drafted tokens per block.
+            ngram=3,  # Longest n-gram the prompt-lookup drafter matches.
+            rule='lossless',  # A spec_jax.rules name, with parameters: 'lenience:l=0.5'.
+            baseline=False,  # Run the rule's matched baseline (truncation + lossless) instead.
+            meter_distortion=False,  # Per-position TV / overshoot against the matched baseline.
+        )
+    )
 
 
 def log_devices() -> None:
-    logging.info('JAX %s, process %d/%d, devices: %s', jax.__version__, jax.process_index(),
-                 jax.process_count(), jax.devices())
+    logging.info(
+        'JAX %s, process %d/%d, devices: %s',
+        jax.__version__,
+        jax.process_index(),
+        jax.process_count(),
+        jax.devices(),
+    )

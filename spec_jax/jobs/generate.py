@@ -71,8 +71,10 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
     tok = model.tokenizer
     prompts = read_prompts(c)
     settings = ar.DecodeSettings(
-        max_new_tokens=c.max_new_tokens, stop_tokens=tok.stop_ids,
-        max_prompt_len=c.max_prompt_len, prompt_bucket=c.prompt_bucket,
+        max_new_tokens=c.max_new_tokens,
+        stop_tokens=tok.stop_ids,
+        max_prompt_len=c.max_prompt_len,
+        prompt_bucket=c.prompt_bucket,
         pad_id=tok.pad_id or 0,
     )
     sampler = common.sampler_from_config(c.sampling)
@@ -82,18 +84,27 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
     records = _read_records(out_path)
     todo = [i for i in range(len(prompts)) if i not in {r['index'] for r in records}]
     if len(todo) < len(prompts):
-        logging.info('resuming: %d of %d prompts already in %s', len(prompts) - len(todo),
-                     len(prompts), out_path)
+        logging.info(
+            'resuming: %d of %d prompts already in %s',
+            len(prompts) - len(todo),
+            len(prompts),
+            out_path,
+        )
 
-    batches = [todo[i:i + c.batch_size] for i in range(0, len(todo), c.batch_size)]
+    batches = [todo[i : i + c.batch_size] for i in range(0, len(todo), c.batch_size)]
     for batch in tqdm(batches, desc='generate', unit='batch', disable=len(batches) < 2):
         ids = [encode(tok, prompts[i], c.chat, c.system_prompt) for i in batch]
         start = time.perf_counter()
         result = decode(ids)
         seconds = time.perf_counter() - start
         new = [
-            dict(index=i, prompt=prompts[i], text=tok.decode(out, skip_special=True),
-                 num_tokens=len(out), seconds=seconds)
+            dict(
+                index=i,
+                prompt=prompts[i],
+                text=tok.decode(out, skip_special=True),
+                num_tokens=len(out),
+                seconds=seconds,
+            )
             for i, out in zip(batch, result.tokens)
         ]
         if result.stats:
@@ -102,8 +113,10 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
         _append_records(out_path, new)
         records += new
         n = sum(r['num_tokens'] for r in new)
-        print(f'[batch of {len(batch)}] {n} tokens in {seconds:.2f} s = {n / seconds:.1f} '
-              f'tokens/s (first batch includes compilation){spec_summary(result.stats)}')
+        print(
+            f'[batch of {len(batch)}] {n} tokens in {seconds:.2f} s = {n / seconds:.1f} '
+            f'tokens/s (first batch includes compilation){spec_summary(result.stats)}'
+        )
         for r in new:
             print(f'--- prompt {r["index"]}: {r["prompt"]!r}\n{r["text"]}')
     return sorted(records, key=lambda r: r['index'])
@@ -112,10 +125,12 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
 def make_decoder(c, model, settings: ar.DecodeSettings, sampler):
     """prompt ids -> GenerationResult: plain AR, or chain speculative decoding if enabled."""
     if not c.spec.enabled:
-        return lambda ids: ar.generate(model.cfg, model.params, ids, settings, sampler,
-                                       seed=c.seed)
+        return lambda ids: ar.generate(model.cfg, model.params, ids, settings, sampler, seed=c.seed)
     spec = sp.SpecSettings(
-        settings, c.spec.num_draft, rules.make(c.spec.rule), c.spec.baseline,
+        settings,
+        c.spec.num_draft,
+        rules.make(c.spec.rule),
+        c.spec.baseline,
         c.spec.meter_distortion,
     )
     if c.spec.drafter == 'ngram':
@@ -129,8 +144,9 @@ def make_decoder(c, model, settings: ar.DecodeSettings, sampler):
     else:
         raise ValueError(f"spec.drafter={c.spec.drafter!r}; valid: 'lm', 'ngram'")
     sp.check_drafter(model.cfg, drafter)
-    return lambda ids: sp.generate(model.cfg, model.params, drafter, draft_params, ids, spec,
-                                   sampler, seed=c.seed)
+    return lambda ids: sp.generate(
+        model.cfg, model.params, drafter, draft_params, ids, spec, sampler, seed=c.seed
+    )
 
 
 def check_same_tokenizer(target_tok, draft_tok) -> None:
@@ -138,15 +154,19 @@ def check_same_tokenizer(target_tok, draft_tok) -> None:
     if draft_tok is None or target_tok is None:
         return
     if draft_tok.backend.get_vocab() != target_tok.backend.get_vocab():
-        raise ValueError('the draft\'s tokenizer differs from the target\'s: speculative '
-                         'decoding needs one shared vocabulary')
+        raise ValueError(
+            "the draft's tokenizer differs from the target's: speculative "
+            'decoding needs one shared vocabulary'
+        )
 
 
 def spec_summary(stats: dict) -> str:
     if not stats:
         return ''
-    text = (f'; block efficiency {stats["block_efficiency"]:.2f}, acceptance '
-            f'{stats["acceptance_rate"]:.2f}')
+    text = (
+        f'; block efficiency {stats["block_efficiency"]:.2f}, acceptance '
+        f'{stats["acceptance_rate"]:.2f}'
+    )
     if 'mean_tv' in stats:
         text += f', mean TV {stats["mean_tv"]:.3f}, max overshoot {stats["max_overshoot"]:.2f}'
     return text

@@ -115,7 +115,8 @@ def tree_mask(lengths_b: jax.Array, ancestors_bmm: jax.Array, max_len: int) -> j
     in_tree_bs = (offset_bs >= 0) & (offset_bs < num_nodes)
     node_bs = jnp.clip(offset_bs, 0, num_nodes - 1)
     ancestor_bms = jnp.take_along_axis(
-        ancestors_bmm, jnp.broadcast_to(node_bs[:, None, :], (lengths_b.shape[0], num_nodes,
-                                                              max_len)), axis=2
+        ancestors_bmm,
+        jnp.broadcast_to(node_bs[:, None, :], (lengths_b.shape[0], num_nodes, max_len)),
+        axis=2,
     )
     return committed_bs[:, None, :] | (in_tree_bs[:, None, :] & ancestor_bms)

@@ -32,7 +32,9 @@ class RopeScaling:
 
     def __post_init__(self):
         if self.kind not in ROPE_TYPES:
-            raise ValueError(f'rope scaling kind {self.kind!r} is not supported; valid: {ROPE_TYPES}')
+            raise ValueError(
+                f'rope scaling kind {self.kind!r} is not supported; valid: {ROPE_TYPES}'
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +84,15 @@ class ModelConfig:
             raise ValueError(
                 f'model family {self.family!r} is not supported; valid families: {FAMILIES}'
             )
-        for name in ('vocab_size', 'width', 'num_layers', 'num_heads', 'num_kv_heads',
-                     'head_dim', 'mlp_width'):
+        for name in (
+            'vocab_size',
+            'width',
+            'num_layers',
+            'num_heads',
+            'num_kv_heads',
+            'head_dim',
+            'mlp_width',
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
         if self.num_heads % self.num_kv_heads:
@@ -119,42 +128,87 @@ class ModelConfig:
     @classmethod
     def llama3_1_8b(cls) -> ModelConfig:
         return cls(
-            vocab_size=128256, width=4096, num_layers=32, num_heads=32, num_kv_heads=8,
-            head_dim=128, mlp_width=14336, rope_theta=500000.0, tie_embeddings=False,
-            rope_scaling=RopeScaling('llama3', 8.0, 1.0, 4.0, 8192), max_position=131072,
+            vocab_size=128256,
+            width=4096,
+            num_layers=32,
+            num_heads=32,
+            num_kv_heads=8,
+            head_dim=128,
+            mlp_width=14336,
+            rope_theta=500000.0,
+            tie_embeddings=False,
+            rope_scaling=RopeScaling('llama3', 8.0, 1.0, 4.0, 8192),
+            max_position=131072,
         )
 
     @classmethod
     def llama3_2_1b(cls) -> ModelConfig:
         return cls(
-            vocab_size=128256, width=2048, num_layers=16, num_heads=32, num_kv_heads=8,
-            head_dim=64, mlp_width=8192, rope_theta=500000.0, tie_embeddings=True,
-            rope_scaling=RopeScaling('llama3', 32.0, 1.0, 4.0, 8192), max_position=131072,
+            vocab_size=128256,
+            width=2048,
+            num_layers=16,
+            num_heads=32,
+            num_kv_heads=8,
+            head_dim=64,
+            mlp_width=8192,
+            rope_theta=500000.0,
+            tie_embeddings=True,
+            rope_scaling=RopeScaling('llama3', 32.0, 1.0, 4.0, 8192),
+            max_position=131072,
         )
 
     @classmethod
     def qwen2_5_0_5b(cls) -> ModelConfig:
         return cls(
-            family='qwen2', vocab_size=151936, width=896, num_layers=24, num_heads=14,
-            num_kv_heads=2, head_dim=64, mlp_width=4864, rms_eps=1e-6, rope_theta=1e6,
-            tie_embeddings=True, qkv_bias=True, max_position=32768,
+            family='qwen2',
+            vocab_size=151936,
+            width=896,
+            num_layers=24,
+            num_heads=14,
+            num_kv_heads=2,
+            head_dim=64,
+            mlp_width=4864,
+            rms_eps=1e-6,
+            rope_theta=1e6,
+            tie_embeddings=True,
+            qkv_bias=True,
+            max_position=32768,
         )
 
     @classmethod
     def qwen3_0_6b(cls) -> ModelConfig:
         return cls(
-            family='qwen3', vocab_size=151936, width=1024, num_layers=28, num_heads=16,
-            num_kv_heads=8, head_dim=128, mlp_width=3072, rms_eps=1e-6, rope_theta=1e6,
-            tie_embeddings=True, qk_norm=True, max_position=40960,
+            family='qwen3',
+            vocab_size=151936,
+            width=1024,
+            num_layers=28,
+            num_heads=16,
+            num_kv_heads=8,
+            head_dim=128,
+            mlp_width=3072,
+            rms_eps=1e-6,
+            rope_theta=1e6,
+            tie_embeddings=True,
+            qk_norm=True,
+            max_position=40960,
         )
 
     @classmethod
     def tiny(cls, family: str = 'llama', **changes: Any) -> ModelConfig:
         """A random-init test model with distinct prime-ish sizes (V 67, D 28, L 3, N 6, K 2)."""
         base = dict(
-            family=family, vocab_size=67, width=28, num_layers=3, num_heads=6, num_kv_heads=2,
-            head_dim=10 if family == 'qwen3' else 14, mlp_width=38, rope_theta=10000.0,
-            max_position=512, qkv_bias=family == 'qwen2', qk_norm=family == 'qwen3',
+            family=family,
+            vocab_size=67,
+            width=28,
+            num_layers=3,
+            num_heads=6,
+            num_kv_heads=2,
+            head_dim=10 if family == 'qwen3' else 14,
+            mlp_width=38,
+            rope_theta=10000.0,
+            max_position=512,
+            qkv_bias=family == 'qwen2',
+            qk_norm=family == 'qwen3',
             tie_embeddings=family != 'qwen2',
         )
         base.update(changes)

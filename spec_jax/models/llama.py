@@ -35,12 +35,20 @@ def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
     return normed.astype(x.dtype) * scale.astype(x.dtype)
 
 
+def weight(module: nn.Module, cfg: ModelConfig, name: str, shape, init=_init) -> jax.Array:
+    """Declares a parameter stored in cfg.param_dtype and returns it in cfg.dtype."""
+    return module.param(name, init, shape, jnp.dtype(cfg.param_dtype)).astype(cfg.dtype)
+
+
 class RMSNorm(nn.Module):
     eps: float
+    param_dtype: str = 'float32'
 
     @nn.compact
     def __call__(self, x):
-        scale = self.param('scale', nn.initializers.ones, (x.shape[-1],), jnp.float32)
+        scale = self.param(
+            'scale', nn.initializers.ones, (x.shape[-1],), jnp.dtype(self.param_dtype)
+        )
         return rms_norm(x, scale, self.eps)
 
 
@@ -52,18 +60,18 @@ class Attention(nn.Module):
     @nn.compact
     def __call__(self, x_btd, positions_bt, mask_bts, layer, kv):
         cfg = self.cfg
-        dt, pdt = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+        w = partial(weight, self, cfg)
         d, n, k, h = cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        q_btnh = jnp.einsum('btd,dnh->btnh', x_btd, self.param('q_dnh', _init, (d, n, h), pdt).astype(dt))
-        k_btkh = jnp.einsum('btd,dkh->btkh', x_btd, self.param('k_dkh', _init, (d, k, h), pdt).astype(dt))
-        v_btkh = jnp.einsum('btd,dkh->btkh', x_btd, self.param('v_dkh', _init, (d, k, h), pdt).astype(dt))
+        q_btnh = jnp.einsum('btd,dnh->btnh', x_btd, w('q_dnh', (d, n, h)))
+        k_btkh = jnp.einsum('btd,dkh->btkh', x_btd, w('k_dkh', (d, k, h)))
+        v_btkh = jnp.einsum('btd,dkh->btkh', x_btd, w('v_dkh', (d, k, h)))
         if cfg.qkv_bias:
-            q_btnh += self.param('q_bias_nh', nn.initializers.zeros, (n, h), pdt).astype(dt)
-            k_btkh += self.param('k_bias_kh', nn.initializers.zeros, (k, h), pdt).astype(dt)
-            v_btkh += self.param('v_bias_kh', nn.initializers.zeros, (k, h), pdt).astype(dt)
+            q_btnh += w('q_bias_nh', (n, h), nn.initializers.zeros)
+            k_btkh += w('k_bias_kh', (k, h), nn.initializers.zeros)
+            v_btkh += w('v_bias_kh', (k, h), nn.initializers.zeros)
         if cfg.qk_norm:
-            q_btnh = rms_norm(q_btnh, self.param('q_norm_h', nn.initializers.ones, (h,)), cfg.rms_eps)
-            k_btkh = rms_norm(k_btkh, self.param('k_norm_h', nn.initializers.ones, (h,)), cfg.rms_eps)
+            q_btnh = rms_norm(q_btnh, w('q_norm_h', (h,), nn.initializers.ones), cfg.rms_eps)
+            k_btkh = rms_norm(k_btkh, w('k_norm_h', (h,), nn.initializers.ones), cfg.rms_eps)
         inv_freq = rope.inverse_frequencies(h, cfg.rope_theta, cfg.rope_scaling)
         q_btnh = rope.apply_rope(q_btnh, positions_bt, inv_freq)
         k_btkh = rope.apply_rope(k_btkh, positions_bt, inv_freq)
@@ -79,19 +87,18 @@ class Attention(nn.Module):
             # Advanced indices (layer, rows, slots) go first: the update is [B, T, K, H].
             cache_k = cache_k.at[layer, rows_b1, :, slots_bt, :].set(k_btkh.astype(cache_k.dtype))
             cache_v = cache_v.at[layer, rows_b1, :, slots_bt, :].set(v_btkh.astype(cache_v.dtype))
-            keys_bksh = cache_k[layer].astype(dt)
-            values_bksh = cache_v[layer].astype(dt)
+            keys_bksh = cache_k[layer].astype(x_btd.dtype)
+            values_bksh = cache_v[layer].astype(x_btd.dtype)
             kv = (cache_k, cache_v, lengths_b)
 
         q_btkgh = q_btnh.reshape(*q_btnh.shape[:2], k, cfg.group_size, h)
         scores_bkgts = jnp.einsum('btkgh,bksh->bkgts', q_btkgh, keys_bksh).astype(jnp.float32)
         scores_bkgts = scores_bkgts * (h**-0.5)
         scores_bkgts = jnp.where(mask_bts[:, None, None], scores_bkgts, jnp.finfo(jnp.float32).min)
-        probs_bkgts = jax.nn.softmax(scores_bkgts, axis=-1).astype(dt)
+        probs_bkgts = jax.nn.softmax(scores_bkgts, axis=-1).astype(x_btd.dtype)
         out_btkgh = jnp.einsum('bkgts,bksh->btkgh', probs_bkgts, values_bksh)
         out_btnh = out_btkgh.reshape(q_btnh.shape)
-        o_nhd = self.param('o_nhd', _init, (n, h, d), pdt).astype(dt)
-        return jnp.einsum('btnh,nhd->btd', out_btnh, o_nhd), kv
+        return jnp.einsum('btnh,nhd->btd', out_btnh, w('o_nhd', (n, h, d))), kv
 
 
 class Mlp(nn.Module):
@@ -99,13 +106,11 @@ class Mlp(nn.Module):
 
     @nn.compact
     def __call__(self, x_btd):
-        cfg = self.cfg
-        dt, pdt = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
-        d, f = cfg.width, cfg.mlp_width
-        gate_btf = jnp.einsum('btd,df->btf', x_btd, self.param('gate_df', _init, (d, f), pdt).astype(dt))
-        up_btf = jnp.einsum('btd,df->btf', x_btd, self.param('up_df', _init, (d, f), pdt).astype(dt))
-        down_fd = self.param('down_fd', _init, (f, d), pdt).astype(dt)
-        return jnp.einsum('btf,fd->btd', jax.nn.silu(gate_btf) * up_btf, down_fd)
+        w = partial(weight, self, self.cfg)
+        d, f = self.cfg.width, self.cfg.mlp_width
+        gate_btf = jnp.einsum('btd,df->btf', x_btd, w('gate_df', (d, f)))
+        up_btf = jnp.einsum('btd,df->btf', x_btd, w('up_df', (d, f)))
+        return jnp.einsum('btf,fd->btd', jax.nn.silu(gate_btf) * up_btf, w('down_fd', (f, d)))
 
 
 class Block(nn.Module):
@@ -120,12 +125,16 @@ class Block(nn.Module):
         if self.tap_layers:  # HF hidden_states[i] is the residual stream entering layer i.
             hit_e = jnp.asarray(self.tap_layers) == layer
             taps_bted = jnp.where(hit_e[:, None], x_btd[:, :, None, :], taps_bted)
-        eps = self.cfg.rms_eps
-        attn_out, kv = Attention(self.cfg, name='attn')(
-            RMSNorm(eps, name='attn_norm')(x_btd), positions_bt, mask_bts, layer, kv
+        cfg, eps = self.cfg, self.cfg.rms_eps
+        attn_out, kv = Attention(cfg, name='attn')(
+            RMSNorm(eps, cfg.param_dtype, name='attn_norm')(x_btd),
+            positions_bt,
+            mask_bts,
+            layer,
+            kv,
         )
         x_btd = x_btd + attn_out
-        x_btd = x_btd + Mlp(self.cfg, name='mlp')(RMSNorm(eps, name='mlp_norm')(x_btd))
+        x_btd = x_btd + Mlp(cfg, name='mlp')(RMSNorm(eps, cfg.param_dtype, name='mlp_norm')(x_btd))
         return (x_btd, kv, taps_bted), None
 
 
@@ -160,7 +169,7 @@ class Decoder(nn.Module):
 
         if logits_index_bu is not None:
             x_btd = jnp.take_along_axis(x_btd, logits_index_bu[:, :, None], axis=1)
-        x_btd = RMSNorm(cfg.rms_eps, name='final_norm')(x_btd)
+        x_btd = RMSNorm(cfg.rms_eps, cfg.param_dtype, name='final_norm')(x_btd)
         if cfg.tie_embeddings:
             head_vd = embed_vd
         else:

@@ -13,8 +13,9 @@ from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import init_params
 
 
-def random_params(cfg: ModelConfig, seed: int = 0, std: float = 0.02,
-                  embed_scale: float = 1.0) -> dict:
+def random_params(
+    cfg: ModelConfig, seed: int = 0, std: float = 0.02, embed_scale: float = 1.0
+) -> dict:
     """Random parameters for `cfg`: normal(std) matrices, norms near 1, biases near 0.
 
     `embed_scale` multiplies the embedding (and so, when tied, the logits): the default

@@ -3,7 +3,6 @@
 import chex
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from spec_jax.decoding import autoregressive as ar
@@ -29,11 +28,15 @@ def naive_greedy(params, prompt, n):
     for _ in range(n):
         t = len(seq)
         logits, _, _ = forward(
-            CFG, params, jnp.array([seq]), jnp.arange(t)[None], None,
+            CFG,
+            params,
+            jnp.array([seq]),
+            jnp.arange(t)[None],
+            None,
             jnp.tril(jnp.ones((t, t), bool))[None],
         )
         seq.append(int(jnp.argmax(logits[0, -1])))
-    return seq[len(prompt):]
+    return seq[len(prompt) :]
 
 
 def test_greedy_matches_full_forward_reference(params):
@@ -81,9 +84,14 @@ def test_no_retrace_within_a_bucket(params):
     ]:
         batch = batching.pack_prompts(prompts, prompt_bucket=8, max_prompt_len=64)
         traced(
-            CFG, settings, params, Sampler(temperature=temperature),
-            jnp.asarray(batch.tokens), jnp.asarray(batch.lengths),
-            jnp.asarray(ar.row_limits(limit, 2, 6)), jax.random.PRNGKey(0),
+            CFG,
+            settings,
+            params,
+            Sampler(temperature=temperature),
+            jnp.asarray(batch.tokens),
+            jnp.asarray(batch.lengths),
+            jnp.asarray(ar.row_limits(limit, 2, 6)),
+            jax.random.PRNGKey(0),
         )
 
 

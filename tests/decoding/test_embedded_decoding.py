@@ -24,14 +24,14 @@ CHAT_PROMPTS = [
     'Give me three tips for staying focused while studying.',
 ]
 NEW_TOKENS = 64
-DRAFT_DIR = os.path.join(os.path.dirname(checkpoints.__file__), '..', 'assets', 'drafts',
-                         'smollm2_135m_draft')
+DRAFT_DIR = os.path.join(
+    os.path.dirname(checkpoints.__file__), '..', 'assets', 'drafts', 'smollm2_135m_draft'
+)
 
 
 @pytest.fixture(scope='module')
 def prompt_ids(embedded):
-    return [embedded.tokenizer.encode_chat([{'role': 'user', 'content': p}])
-            for p in CHAT_PROMPTS]
+    return [embedded.tokenizer.encode_chat([{'role': 'user', 'content': p}]) for p in CHAT_PROMPTS]
 
 
 @pytest.fixture(scope='module')
@@ -48,9 +48,14 @@ def test_greedy_generation_matches_transformers(embedded, hf_embedded, prompt_id
     tok = embedded.tokenizer
     for prompt, ids, ours in zip(CHAT_PROMPTS, prompt_ids, greedy_ar):
         with torch.no_grad():
-            out = hf_embedded.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS,
-                                       do_sample=False, eos_token_id=None, pad_token_id=0)
-        theirs = out[0, len(ids):].tolist()
+            out = hf_embedded.generate(
+                torch.tensor([ids]),
+                max_new_tokens=NEW_TOKENS,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+        theirs = out[0, len(ids) :].tolist()
         assert len(ours) == NEW_TOKENS
         assert tok.decode(ours) == tok.decode(theirs), prompt
         assert ours == theirs
@@ -67,15 +72,16 @@ def drafters(embedded):
 
 @pytest.mark.parametrize('num_draft', [1, 3, 5])
 def test_greedy_speculative_equals_greedy_ar(embedded, prompt_ids, greedy_ar, num_draft):
-    settings = sp.SpecSettings(ar.DecodeSettings(max_new_tokens=NEW_TOKENS, stop_tokens=()),
-                               num_draft)
+    settings = sp.SpecSettings(
+        ar.DecodeSettings(max_new_tokens=NEW_TOKENS, stop_tokens=()), num_draft
+    )
     for name, drafter, params in drafters(embedded):
         if num_draft != 3 and name != 'random':
             continue  # Every gamma with one draft; every draft at gamma 3 (compile budget).
-        result = sp.generate(embedded.cfg, embedded.params, drafter, params, prompt_ids,
-                             settings)
+        result = sp.generate(embedded.cfg, embedded.params, drafter, params, prompt_ids, settings)
         assert result.tokens == greedy_ar, name
-        single = sp.generate(embedded.cfg, embedded.params, drafter, params, prompt_ids[:1],
-                             settings)
+        single = sp.generate(
+            embedded.cfg, embedded.params, drafter, params, prompt_ids[:1], settings
+        )
         assert single.tokens == greedy_ar[:1], name
         assert np.isfinite(result.stats['block_efficiency'])

@@ -18,8 +18,9 @@ from spec_jax.testing import random_params
 
 V = 31
 CFG = ModelConfig.tiny(vocab_size=V)
-DRAFT_CFG = ModelConfig.tiny(vocab_size=V, num_layers=1, width=16, num_heads=2, num_kv_heads=1,
-                             head_dim=8, mlp_width=24)
+DRAFT_CFG = ModelConfig.tiny(
+    vocab_size=V, num_layers=1, width=16, num_heads=2, num_kv_heads=1, head_dim=8, mlp_width=24
+)
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11, 12], [7]]
 DEC = ar.DecodeSettings(max_new_tokens=20, prompt_bucket=8, new_tokens_bucket=8)
 
@@ -69,12 +70,20 @@ def test_greedy_rule_equals_greedy_ar(target, draft, greedy_ar):
 def test_stops_and_limits(target, draft, greedy_ar):
     free = greedy_ar
     stop = free[1][6]
-    dec = ar.DecodeSettings(max_new_tokens=20, prompt_bucket=8, new_tokens_bucket=8,
-                            stop_tokens=(stop,), pad_id=0)
+    dec = ar.DecodeSettings(
+        max_new_tokens=20, prompt_bucket=8, new_tokens_bucket=8, stop_tokens=(stop,), pad_id=0
+    )
     limits = [20, 20, 5]
     for num_draft in (2, 5):
-        result = sp.generate(CFG, target, LMDrafter(DRAFT_CFG), draft, PROMPTS,
-                             sp.SpecSettings(dec, num_draft), max_new_tokens=limits)
+        result = sp.generate(
+            CFG,
+            target,
+            LMDrafter(DRAFT_CFG),
+            draft,
+            PROMPTS,
+            sp.SpecSettings(dec, num_draft),
+            max_new_tokens=limits,
+        )
         for got, want, limit in zip(result.tokens, free, limits):
             cut = want.index(stop) + 1 if stop in want[:limit] else limit
             assert got == want[:cut]
@@ -93,24 +102,37 @@ def next_probs(params, contexts, sampler, transform=lambda p: p):
     """Exact processed target probabilities after each context (same length) [C, V]."""
     toks = jnp.asarray(contexts)
     c, t = toks.shape
-    logits, _, _ = forward(CFG, params, toks, jnp.broadcast_to(jnp.arange(t), (c, t)), None,
-                           jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (c, t, t)))
+    logits, _, _ = forward(
+        CFG,
+        params,
+        toks,
+        jnp.broadcast_to(jnp.arange(t), (c, t)),
+        None,
+        jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (c, t, t)),
+    )
     return transform(sampler.probs(logits[:, -1]))
 
 
 def draft_probs(params, contexts, sampler, transform=lambda p: p):
     toks = jnp.asarray(contexts)
     c, t = toks.shape
-    logits, _, _ = forward(DRAFT_CFG, params, toks, jnp.broadcast_to(jnp.arange(t), (c, t)),
-                           None, jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (c, t, t)))
+    logits, _, _ = forward(
+        DRAFT_CFG,
+        params,
+        toks,
+        jnp.broadcast_to(jnp.arange(t), (c, t)),
+        None,
+        jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (c, t, t)),
+    )
     return transform(sampler.probs(logits[:, -1]))
 
 
 def sample_rows(target, draft, settings, sampler, seed=0):
     dec = ar.DecodeSettings(max_new_tokens=3, prompt_bucket=8, new_tokens_bucket=8)
     settings = sp.SpecSettings(dec, settings.num_draft, settings.rule, settings.baseline)
-    result = sp.generate(CFG, target, LMDrafter(DRAFT_CFG), draft, [PROMPT] * N, settings,
-                         sampler, seed=seed)
+    result = sp.generate(
+        CFG, target, LMDrafter(DRAFT_CFG), draft, [PROMPT] * N, settings, sampler, seed=seed
+    )
     return np.array(result.tokens)
 
 
@@ -125,22 +147,30 @@ def tv(a, b):
 @pytest.fixture(scope='module')
 def soft_models():
     """A peaked (max p ~0.7, H ~1.4 nats) target and a different draft, at temperature 1."""
-    return (random_params(CFG, seed=7, embed_scale=8.0),
-            random_params(DRAFT_CFG, seed=8, embed_scale=8.0))
+    return (
+        random_params(CFG, seed=7, embed_scale=8.0),
+        random_params(DRAFT_CFG, seed=8, embed_scale=8.0),
+    )
 
 
 def second_token_law(target, draft, sampler, position_law):
     """Law of generated token 2 = sum_t1 p(t1) * position_law(p(.|t1), q(.|t1))."""
     p1 = np.asarray(next_probs(target, [PROMPT], sampler))[0]
     contexts = [PROMPT + [t] for t in range(V)]
-    law = position_law(next_probs(target, contexts, sampler), draft_probs(draft, contexts,
-                                                                          sampler))
+    law = position_law(next_probs(target, contexts, sampler), draft_probs(draft, contexts, sampler))
     return p1, (p1[:, None] * np.asarray(law)).sum(0)
 
 
-@pytest.mark.parametrize('name,distinct', [('lossless', False), ('lenience:l=0.2', True),
-                                           ('cos:lam=0.6', True), ('typical:eps=0.2', True),
-                                           ('minp_verify:rho=0.3', False)])
+@pytest.mark.parametrize(
+    'name,distinct',
+    [
+        ('lossless', False),
+        ('lenience:l=0.2', True),
+        ('cos:lam=0.6', True),
+        ('typical:eps=0.2', True),
+        ('minp_verify:rho=0.3', False),
+    ],
+)
 def test_first_tokens_follow_the_rule_law(soft_models, name, distinct):
     """Lossless: tokens 1 and 2 follow the target. Lossy: token 2 (the first drafted
     position) follows rule.induced on the visited contexts."""
@@ -161,12 +191,12 @@ def test_matched_baseline_equals_truncation_sampling(soft_models, name):
     target, draft = soft_models
     sampler = Sampler(temperature=1.0)
     base = rules.matched_baseline(rules.make(name))
-    tokens = sample_rows(target, draft, sp.SpecSettings(DEC, 2, rules.make(name), True),
-                         sampler, seed=1)
+    tokens = sample_rows(
+        target, draft, sp.SpecSettings(DEC, 2, rules.make(name), True), sampler, seed=1
+    )
     p1 = np.asarray(next_probs(target, [PROMPT], sampler, base.transform))[0]
     contexts = [PROMPT + [t] for t in range(V)]
-    law2 = (p1[:, None] * np.asarray(next_probs(target, contexts, sampler, base.transform))
-            ).sum(0)
+    law2 = (p1[:, None] * np.asarray(next_probs(target, contexts, sampler, base.transform))).sum(0)
     assert tv(empirical(tokens[:, 0]), p1) < TV_BOUND
     assert tv(empirical(tokens[:, 1]), law2) < TV_BOUND
 
@@ -176,8 +206,9 @@ def test_distortion_metering(soft_models):
     dec = ar.DecodeSettings(max_new_tokens=8, prompt_bucket=8, new_tokens_bucket=8)
     for name, lossless in [('lossless', True), ('cos:lam=0.8', False)]:
         settings = sp.SpecSettings(dec, 3, rules.make(name), meter_distortion=True)
-        stats = sp.generate(CFG, target, LMDrafter(DRAFT_CFG), draft, PROMPTS, settings,
-                            Sampler(temperature=1.0)).stats
+        stats = sp.generate(
+            CFG, target, LMDrafter(DRAFT_CFG), draft, PROMPTS, settings, Sampler(temperature=1.0)
+        ).stats
         assert stats['blocks'] > 0
         if lossless:
             assert stats['mean_tv'] < 1e-5 and abs(stats['max_overshoot'] - 1.0) < 1e-4
@@ -187,15 +218,27 @@ def test_distortion_metering(soft_models):
 
 def test_no_retrace_across_values(target, draft):
     settings = sp.SpecSettings(DEC, 3)
-    traced = jax.jit(chex.assert_max_traces(sp.spec_generate.__wrapped__, n=1),
-                     static_argnames=('cfg', 'drafter', 'settings'))
-    for prompts, limit, temperature, seed in [([[1, 2, 3], [4]], 20, 0.0, 0),
-                                              ([[5, 5, 5, 5, 5, 5], [6, 7]], 7, 0.8, 1)]:
+    traced = jax.jit(
+        chex.assert_max_traces(sp.spec_generate.__wrapped__, n=1),
+        static_argnames=('cfg', 'drafter', 'settings'),
+    )
+    for prompts, limit, temperature, seed in [
+        ([[1, 2, 3], [4]], 20, 0.0, 0),
+        ([[5, 5, 5, 5, 5, 5], [6, 7]], 7, 0.8, 1),
+    ]:
         batch = batching.pack_prompts(prompts, prompt_bucket=8, max_prompt_len=64)
-        traced(CFG, LMDrafter(DRAFT_CFG), settings, target, draft,
-               Sampler(temperature=temperature), jnp.asarray(batch.tokens),
-               jnp.asarray(batch.lengths), jnp.asarray(ar.row_limits(limit, 2, 20)),
-               jax.random.PRNGKey(seed))
+        traced(
+            CFG,
+            LMDrafter(DRAFT_CFG),
+            settings,
+            target,
+            draft,
+            Sampler(temperature=temperature),
+            jnp.asarray(batch.tokens),
+            jnp.asarray(batch.lengths),
+            jnp.asarray(ar.row_limits(limit, 2, 20)),
+            jax.random.PRNGKey(seed),
+        )
 
 
 def test_bad_input_fails_before_compiling(target, draft):
@@ -207,6 +250,11 @@ def test_bad_input_fails_before_compiling(target, draft):
     with pytest.raises(ValueError, match='unknown rule'):
         rules.make('speculative_magic')
     with pytest.raises(ValueError, match='model supports 512'):
-        sp.generate(CFG, target, LMDrafter(DRAFT_CFG), draft, PROMPTS,
-                    sp.SpecSettings(ar.DecodeSettings(max_new_tokens=400, max_prompt_len=100),
-                                    200))
+        sp.generate(
+            CFG,
+            target,
+            LMDrafter(DRAFT_CFG),
+            draft,
+            PROMPTS,
+            sp.SpecSettings(ar.DecodeSettings(max_new_tokens=400, max_prompt_len=100), 200),
+        )

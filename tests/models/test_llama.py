@@ -78,8 +78,9 @@ def test_rows_of_different_lengths(model):
     want, _, _ = full_forward(cfg, params, toks)
     lengths = jnp.array([4, 9, 16])
     cache = cache_lib.KVCache.init(cfg, B, S)
-    _, _, cache = forward(cfg, params, toks[:, :16], cache.positions(16), cache,
-                          cache.causal_mask(16))
+    _, _, cache = forward(
+        cfg, params, toks[:, :16], cache.positions(16), cache, cache.causal_mask(16)
+    )
     cache = cache.set_lengths(lengths)
     step = jnp.take_along_axis(toks, lengths[:, None], axis=1)
     logits, _, _ = forward(cfg, params, step, cache.positions(1), cache, cache.causal_mask(1))
@@ -101,8 +102,9 @@ def test_tree_mask_matches_chains(model):
     node_tokens = jax.random.randint(jax.random.PRNGKey(5), (B, len(parents)), 0, cfg.vocab_size)
 
     cache = cache_lib.KVCache.init(cfg, B, S)
-    _, _, cache = forward(cfg, params, toks[:, :prefix], cache.positions(prefix), cache,
-                          cache.causal_mask(prefix))
+    _, _, cache = forward(
+        cfg, params, toks[:, :prefix], cache.positions(prefix), cache, cache.causal_mask(prefix)
+    )
     cache = cache.advance(prefix)
     mask = cache_lib.tree_mask(cache.lengths, jnp.broadcast_to(ancestors, (B, 7, 7)), S)
     positions = cache.lengths[:, None] + jnp.asarray(depth)[None]
@@ -122,8 +124,9 @@ def test_tree_mask_matches_chains(model):
     path = jnp.broadcast_to(jnp.array([0, 1, 3, 6]), (B, 4))
     committed = tree_cache.commit_path(path, jnp.full((B,), 4))
     nxt = toks[:, :1]
-    logits, _, _ = forward(cfg, params, nxt, committed.positions(1), committed,
-                           committed.causal_mask(1))
+    logits, _, _ = forward(
+        cfg, params, nxt, committed.positions(1), committed, committed.causal_mask(1)
+    )
     seq = jnp.concatenate([toks[:, :prefix], node_tokens[:, [0, 1, 3, 6]], nxt], axis=1)
     want, _, _ = full_forward(cfg, params, seq)
     np.testing.assert_allclose(logits[:, 0], want[:, -1], atol=2e-5, rtol=1e-5)
@@ -147,8 +150,13 @@ def test_logits_index_selects_positions(model):
     b, t = toks.shape
     index = jnp.array([[3], [0], [22]])
     got, _, _ = forward(
-        cfg, params, toks, jnp.broadcast_to(jnp.arange(t), (b, t)), None,
-        jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t)), logits_index_bu=index,
+        cfg,
+        params,
+        toks,
+        jnp.broadcast_to(jnp.arange(t), (b, t)),
+        None,
+        jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t)),
+        logits_index_bu=index,
     )
     np.testing.assert_allclose(got, jnp.take_along_axis(want, index[:, :, None], 1), atol=1e-5)
 
