@@ -7,6 +7,7 @@ random models, so they draw weights with numpy into the shapes `jax.eval_shape` 
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from spec_jax.models.config import ModelConfig
@@ -34,6 +35,6 @@ def random_params(
             x = std * rng.standard_normal(leaf.shape)
             if 'embed' in name or 'lm_head' in name:
                 x = x * embed_scale
-        return x.astype(leaf.dtype)
+        return jnp.asarray(x, leaf.dtype)  # On device: jit would copy numpy every call.
 
     return jax.tree_util.tree_map_with_path(draw, shapes)

@@ -1,0 +1,39 @@
+"""The bench job's :tiny variants run end to end and report every figure."""
+
+import importlib.util
+import os
+
+import pytest
+
+from spec_jax.jobs import bench
+
+CONFIGS = os.path.join(os.path.dirname(__file__), '..', '..', 'configs')
+
+
+def load_config(name, arg):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(CONFIGS, f'{name}.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg)
+
+
+def test_ar_bench_reports_bound_and_ratios(tmp_path):
+    c = load_config('bench', 'tiny')
+    c.ar_batches = (1,)
+    report = bench.run(c, str(tmp_path))
+    assert report['bandwidth_gbs'] > 0 and report['bound_ms'] > 0
+    assert set(report['verify_cost_ratio']) == set(c.verify_tokens)
+    assert report['verify_cost_ratio'][1] == 1.0
+    assert report['ar_tokens_per_s_b1'] > 0
+    assert os.path.exists(os.path.join(tmp_path, 'bench.json'))
+
+
+def test_chain_bench_reports_speedup(tmp_path):
+    c = load_config('bench_chain', 'tiny')
+    c.temperatures = (0.0,)
+    c.batches = (2,)
+    report = bench.run(c, str(tmp_path))
+    (row,) = report['rows']
+    assert row['speedup'] > 0
+    assert row['block_efficiency'] == pytest.approx(c.num_draft + 1)  # Identical draft.
+    assert os.path.exists(os.path.join(tmp_path, 'bench_chain.json'))
