@@ -272,6 +272,8 @@ def evaluate_draft_lm(c, workdir, target, dcfg, params) -> dict:
 def _span(loss_mask_t: np.ndarray) -> tuple[int, int]:
     """(r of the first round, index of the last token) of a row's response."""
     idx = np.nonzero(loss_mask_t)[0]  # prediction positions of response tokens
+    if not idx.size:
+        return 0, 0  # no response: no rounds
     # The first response token x_P comes from prefill; the first round's root is x_P,
     # i.e. r = P - 1 = idx[0]. The last token is x_{idx[-1] + 1}.
     return int(idx[0]), int(idx[-1]) + 1
@@ -307,6 +309,8 @@ def _train_eagle3(c, workdir, target, examples) -> dict:
         **({k: m[k] for k in ('num_heads', 'num_kv_heads', 'head_dim', 'mlp_width') if m.get(k)}),
     )
     params = e3.init_params(hcfg, jax.random.PRNGKey(c.train.seed))
+    if c.model.get('init_from_target', False):
+        params = e3.init_from_target(hcfg, params, target.params, used)
     n_params = sum(x.size for x in jax.tree.leaves(params))
     opt = common.make_optimizer(
         c.train.lr, c.train.steps, c.train.warmup, c.train.clip, c.train.weight_decay

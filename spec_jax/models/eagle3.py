@@ -321,6 +321,25 @@ def eagle3_forward(
     )
 
 
+def init_from_target(cfg: Eagle3Config, params: dict, target_params: dict, draft_ids_u) -> dict:
+    """Starts the head in the target's output space: lm_head = the target's head rows of the
+    draft vocabulary, norm = the target's final norm, fc = identity on the high tap (when
+    D == D_t; small noise elsewhere). Only the midlayer has to learn the one-token shift.
+    """
+    import numpy as np
+
+    p = jax.tree.map(np.array, params)
+    head_vd = target_params.get('lm_head_vd', target_params['embed_vd'])
+    p['lm_head_ud'] = np.asarray(head_vd)[np.asarray(draft_ids_u)].astype(np.float32)
+    p['norm']['scale'] = np.asarray(target_params['final_norm']['scale'], np.float32)
+    if cfg.width == cfg.target_width:
+        d = cfg.width
+        fc = p['fc_xd'] * 0.1
+        fc[(cfg.num_taps - 1) * d :] += np.eye(d, dtype=np.float32)
+        p['fc_xd'] = fc
+    return jax.tree.map(jnp.asarray, p)
+
+
 def embed(cfg: Eagle3Config, params: dict, target_embed_vd: jax.Array, tokens_bt: jax.Array):
     """Token embeddings for the head: its own table when it ships one, else the target's."""
     table = params['embed_vd'] if cfg.own_embedding else target_embed_vd
