@@ -257,9 +257,10 @@ def update_stats(
     )
     if not settings.meter_distortion:
         return st
-    # The lossy rule sees temperature-processed p and q; its law is compared with the
-    # matched baseline's law of the same p (spec_jax.rules.measure).
-    d = rules.measure(settings.rule, p_btv[:, :-1], q_bav)
+    # The rule that verified (the lossy rule on temperature-processed p and q, or the
+    # lossless rule of a baseline run, whose distortion is 0) against the matched
+    # baseline's law of the same p (spec_jax.rules.measure).
+    d = rules.measure(settings.verifier, p_btv[:, :-1], q_bav)
     mask_ba = out.reached & live_b[:, None]
     return st.replace(
         tv_sum=st.tv_sum + jnp.where(mask_ba, d.tv, 0.0).sum(1),

@@ -225,3 +225,15 @@ def forward(
     return Decoder(cfg, tap_layers).apply(
         {'params': params}, tokens_bt, positions_bt, cache, mask_bts, logits_index_bu
     )
+
+
+def causal_forward(
+    cfg: ModelConfig, params: dict, tokens_bt: jax.Array, tap_layers: Sequence[int] = ()
+) -> tuple[jax.Array, jax.Array | None]:
+    """A whole sequence at positions 0..T-1 without a cache (the reference for tests, and
+    teacher forwards): (logits [B, T, V], taps [B, T, E, D] or None)."""
+    b, t = tokens_bt.shape
+    positions_bt = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    mask_btt = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
+    logits_btv, taps, _ = forward(cfg, params, tokens_bt, positions_bt, None, mask_btt, tap_layers)
+    return logits_btv, taps

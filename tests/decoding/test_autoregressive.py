@@ -8,7 +8,7 @@ import pytest
 from spec_jax.decoding import autoregressive as ar
 from spec_jax.decoding import batching
 from spec_jax.models.config import ModelConfig
-from spec_jax.models.llama import forward, init_params
+from spec_jax.models.llama import causal_forward, init_params
 from spec_jax.sampling import Sampler
 
 CFG = ModelConfig.tiny(vocab_size=31)
@@ -26,15 +26,7 @@ def naive_greedy(params, prompt, n):
     """Greedy decoding by full forwards without a cache: the reference."""
     seq = list(prompt)
     for _ in range(n):
-        t = len(seq)
-        logits, _, _ = forward(
-            CFG,
-            params,
-            jnp.array([seq]),
-            jnp.arange(t)[None],
-            None,
-            jnp.tril(jnp.ones((t, t), bool))[None],
-        )
+        logits, _ = causal_forward(CFG, params, jnp.array([seq]))
         seq.append(int(jnp.argmax(logits[0, -1])))
     return seq[len(prompt) :]
 

@@ -12,7 +12,7 @@ from spec_jax.decoding import batching
 from spec_jax.decoding import speculative as sp
 from spec_jax.decoding.drafters import LMDrafter, NgramDrafter
 from spec_jax.models.config import ModelConfig
-from spec_jax.models.llama import forward
+from spec_jax.models.llama import causal_forward
 from spec_jax.sampling import Sampler
 from spec_jax.testing import random_params
 
@@ -98,32 +98,9 @@ TV_BOUND = 0.06
 PROMPT = [3, 1, 4, 1, 5]
 
 
-def next_probs(params, contexts, sampler, transform=lambda p: p):
-    """Exact processed target probabilities after each context (same length) [C, V]."""
-    toks = jnp.asarray(contexts)
-    c, t = toks.shape
-    logits, _, _ = forward(
-        CFG,
-        params,
-        toks,
-        jnp.broadcast_to(jnp.arange(t), (c, t)),
-        None,
-        jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (c, t, t)),
-    )
-    return transform(sampler.probs(logits[:, -1]))
-
-
-def draft_probs(params, contexts, sampler, transform=lambda p: p):
-    toks = jnp.asarray(contexts)
-    c, t = toks.shape
-    logits, _, _ = forward(
-        DRAFT_CFG,
-        params,
-        toks,
-        jnp.broadcast_to(jnp.arange(t), (c, t)),
-        None,
-        jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (c, t, t)),
-    )
+def next_probs(params, contexts, sampler, transform=lambda p: p, cfg=CFG):
+    """Exact processed probabilities after each context (same length) [C, V]."""
+    logits, _ = causal_forward(cfg, params, jnp.asarray(contexts))
     return transform(sampler.probs(logits[:, -1]))
 
 
@@ -157,7 +134,9 @@ def second_token_law(target, draft, sampler, position_law):
     """Law of generated token 2 = sum_t1 p(t1) * position_law(p(.|t1), q(.|t1))."""
     p1 = np.asarray(next_probs(target, [PROMPT], sampler))[0]
     contexts = [PROMPT + [t] for t in range(V)]
-    law = position_law(next_probs(target, contexts, sampler), draft_probs(draft, contexts, sampler))
+    law = position_law(
+        next_probs(target, contexts, sampler), next_probs(draft, contexts, sampler, cfg=DRAFT_CFG)
+    )
     return p1, (p1[:, None] * np.asarray(law)).sum(0)
 
 

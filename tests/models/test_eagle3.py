@@ -143,3 +143,15 @@ def test_config_errors():
         head.check_target(TARGET.replace(width=32))
     with pytest.raises(ValueError, match='tap layers'):
         head.check_target(TARGET.replace(num_layers=3))
+
+
+def test_init_from_target(setup):
+    tp, hp, *_ = setup
+    ids = np.array([0, 3, 5] + list(range(10, 38)))
+    p = e3.init_from_target(HEAD, hp, tp, ids)
+    np.testing.assert_array_equal(p['lm_head_ud'], np.asarray(tp['embed_vd'])[ids])
+    np.testing.assert_array_equal(p['norm']['scale'], tp['final_norm']['scale'])
+    d = HEAD.width
+    fc = np.asarray(p['fc_xd'])
+    np.testing.assert_allclose(fc[2 * d:], np.eye(d) + 0.1 * np.asarray(hp['fc_xd'])[2 * d:],
+                               atol=1e-6)

@@ -7,7 +7,7 @@ import pytest
 
 from spec_jax.models import cache as cache_lib
 from spec_jax.models.config import ModelConfig, RopeScaling
-from spec_jax.models.llama import forward, init_params
+from spec_jax.models.llama import causal_forward, forward, init_params
 
 FAMILIES = {
     'llama': ModelConfig.tiny('llama'),
@@ -30,13 +30,6 @@ def model(request):
     return cfg, params
 
 
-def full_forward(cfg, params, tokens_bt, tap_layers=()):
-    b, t = tokens_bt.shape
-    positions = jnp.broadcast_to(jnp.arange(t), (b, t))
-    mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
-    return forward(cfg, params, tokens_bt, positions, None, mask, tap_layers=tap_layers)
-
-
 def tokens(cfg, seed=2):
     return jax.random.randint(jax.random.PRNGKey(seed), (B, T), 0, cfg.vocab_size)
 
@@ -56,7 +49,7 @@ def test_param_shapes(model):
 def test_prefill_then_steps_equals_full_forward(model, prefix, chunk):
     cfg, params = model
     toks = tokens(cfg)
-    want, _, _ = full_forward(cfg, params, toks)
+    want, _ = causal_forward(cfg, params, toks)
     cache = cache_lib.KVCache.init(cfg, B, S)
     outs = []
     for start in [0, *range(prefix, T, chunk)]:
@@ -75,7 +68,7 @@ def test_rows_of_different_lengths(model):
     """Each row continues from its own length; rows never see each other."""
     cfg, params = model
     toks = tokens(cfg)
-    want, _, _ = full_forward(cfg, params, toks)
+    want, _ = causal_forward(cfg, params, toks)
     lengths = jnp.array([4, 9, 16])
     cache = cache_lib.KVCache.init(cfg, B, S)
     _, _, cache = forward(
@@ -115,7 +108,7 @@ def test_tree_mask_matches_chains(model):
         # Right-pad every path to one length so that one compiled shape serves all nodes.
         padded = np.concatenate([path, np.zeros(4 - len(path), int)])
         seq = jnp.concatenate([toks[:, :prefix], node_tokens[:, padded]], axis=1)
-        want, _, _ = full_forward(cfg, params, seq)
+        want, _ = causal_forward(cfg, params, seq)
         np.testing.assert_allclose(
             tree_logits[:, node], want[:, prefix + len(path) - 1], atol=2e-5, rtol=1e-5
         )
@@ -128,14 +121,14 @@ def test_tree_mask_matches_chains(model):
         cfg, params, nxt, committed.positions(1), committed, committed.causal_mask(1)
     )
     seq = jnp.concatenate([toks[:, :prefix], node_tokens[:, [0, 1, 3, 6]], nxt], axis=1)
-    want, _, _ = full_forward(cfg, params, seq)
+    want, _ = causal_forward(cfg, params, seq)
     np.testing.assert_allclose(logits[:, 0], want[:, -1], atol=2e-5, rtol=1e-5)
 
 
 def test_taps_are_layer_inputs(model):
     cfg, params = model
     toks = tokens(cfg)
-    _, taps, _ = full_forward(cfg, params, toks, tap_layers=(0, 2))
+    _, taps = causal_forward(cfg, params, toks, tap_layers=(0, 2))
     assert taps.shape == (B, T, 2, cfg.width)
     embed = params['embed_vd'][toks]
     np.testing.assert_allclose(taps[:, :, 0], embed, atol=1e-6)
@@ -146,7 +139,7 @@ def test_taps_are_layer_inputs(model):
 def test_logits_index_selects_positions(model):
     cfg, params = model
     toks = tokens(cfg)
-    want, _, _ = full_forward(cfg, params, toks)
+    want, _ = causal_forward(cfg, params, toks)
     b, t = toks.shape
     index = jnp.array([[3], [0], [22]])
     got, _, _ = forward(
@@ -169,4 +162,4 @@ def test_bad_config_and_taps():
     cfg = ModelConfig.tiny()
     params = init_params(cfg, jax.random.PRNGKey(0))
     with pytest.raises(ValueError, match='tap layer 3'):
-        full_forward(cfg, params, jnp.zeros((1, 2), jnp.int32), tap_layers=(3,))
+        causal_forward(cfg, params, jnp.zeros((1, 2), jnp.int32), tap_layers=(3,))
