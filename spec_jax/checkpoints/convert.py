@@ -170,18 +170,13 @@ def state_to_params(
         'attn/k_bias_kh': (cfg.num_kv_heads * cfg.head_dim,),
         'attn/v_bias_kh': (cfg.num_kv_heads * cfg.head_dim,),
     }
-    stacked: dict[str, np.ndarray] = {}
     for i in range(cfg.num_layers):
+        layer: dict = {}
         for path, name in layer_names(i, cfg).items():
-            w = get(name, hf_shapes.get(path, shapes[path]))
-            if path not in stacked:
-                stacked[path] = np.empty((cfg.num_layers, *shapes[path]), np_dtype)
-            stacked[path][i] = _hf_to_ours(path, w, cfg)
-    layers: dict = {}
-    for path, arr in stacked.items():
-        group, leaf = path.split('/')
-        layers.setdefault(group, {})[leaf] = jnp.asarray(arr)
-    params['layers'] = layers
+            w = _hf_to_ours(path, get(name, hf_shapes.get(path, shapes[path])), cfg)
+            group, leaf = path.split('/')
+            layer.setdefault(group, {})[leaf] = jnp.asarray(w.astype(np_dtype, copy=False))
+        params[f'layer_{i}'] = layer
     return params
 
 
@@ -209,12 +204,11 @@ def params_to_state(cfg: ModelConfig, params: dict) -> dict[str, np.ndarray]:
         'attn/k_bias_kh': lambda w: w.reshape(k * h),
         'attn/v_bias_kh': lambda w: w.reshape(k * h),
     }
-    for path in layer_names(0, cfg):
-        group, leaf = path.split('/')
-        stacked = np.asarray(params['layers'][group][leaf])
-        for i in range(cfg.num_layers):
-            w = inverse.get(path, lambda w: w)(stacked[i])
-            state[layer_names(i, cfg)[path]] = np.ascontiguousarray(w)
+    for i in range(cfg.num_layers):
+        for path, name in layer_names(i, cfg).items():
+            group, leaf = path.split('/')
+            w = np.asarray(params[f'layer_{i}'][group][leaf])
+            state[name] = np.ascontiguousarray(inverse.get(path, lambda w: w)(w))
     return state
 
 

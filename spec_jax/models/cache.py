@@ -1,8 +1,7 @@
 """The KV cache as an explicit pytree, and its pure operations.
 
-Layout `[L, B, K, S, H]` (head-major): the whole cache is carried through the `lax.scan`
-over layers and updated in place, which on XLA:CPU is 2-2.5x faster than scanning a
-per-layer cache as xs/ys (see CPU_NOTES.md §5).
+One pair of arrays per layer, each `[B, K, S, H]` (head-major, the faster layout on XLA:CPU;
+CPU_NOTES.md §5): a layer updates its own buffers in place.
 
 A model call *writes* the keys and values of its T new tokens at slots
 `lengths[b] .. lengths[b] + T - 1` of each row but does not *commit* them: `lengths`
@@ -26,34 +25,34 @@ class KVCache:
     """Keys, values and committed lengths.
 
     Attributes:
-      k: keys [L, B, K, S, H].
-      v: values [L, B, K, S, H].
+      k: keys, a tuple of L arrays [B, K, S, H].
+      v: values, likewise.
       lengths: committed tokens per row [B] int32; the next write starts here.
     """
 
-    k: jax.Array
-    v: jax.Array
+    k: tuple[jax.Array, ...]
+    v: tuple[jax.Array, ...]
     lengths: jax.Array
 
     @classmethod
     def init(cls, cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
         """An empty cache of `max_len` slots per row."""
         dtype = dtype or cfg.dtype
-        shape = (cfg.num_layers, batch, cfg.num_kv_heads, max_len, cfg.head_dim)
+        shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
         return cls(
-            k=jnp.zeros(shape, dtype),
-            v=jnp.zeros(shape, dtype),
+            k=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
+            v=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
             lengths=jnp.zeros((batch,), jnp.int32),
         )
 
     @property
     def max_len(self) -> int:
         """S, the number of slots per row."""
-        return self.k.shape[3]
+        return self.k[0].shape[2]
 
     @property
     def batch(self) -> int:
-        return self.k.shape[1]
+        return self.k[0].shape[0]
 
     def positions(self, num_new: int) -> jax.Array:
         """RoPE positions of `num_new` tokens appended to each row: [B, T]."""
@@ -88,11 +87,14 @@ class KVCache:
         src_bp = jnp.where(keep_bp, src_bp, dst_bp)
         rows = jnp.arange(self.batch)[:, None]
 
-        def move(x_lbksh):
-            moved_lbpkh = x_lbksh[:, rows, :, src_bp, :]  # advanced indices first: [B, P, L, K, H]
-            return x_lbksh.at[:, rows, :, dst_bp, :].set(moved_lbpkh)
+        def move(x_bksh):
+            moved_bpkh = x_bksh[rows, :, src_bp, :]  # Advanced indices first: [B, P, K, H].
+            return x_bksh.at[rows, :, dst_bp, :].set(moved_bpkh)
 
-        return self.replace(k=move(self.k), v=move(self.v), lengths=self.lengths + path_len_b)
+        return self.replace(
+            k=tuple(map(move, self.k)), v=tuple(map(move, self.v)),
+            lengths=self.lengths + path_len_b,
+        )
 
 
 def attention_mask(lengths_b: jax.Array, num_new: int, max_len: int) -> jax.Array:

@@ -35,14 +35,13 @@ def test_embedded_config(embedded):
 @pytest.mark.parity
 def test_qk_weights_match_transformers(embedded, hf_model):
     cfg, state = embedded.cfg, hf_model.state_dict()
-    q_ldnh = np.asarray(embedded.params['layers']['attn']['q_dnh'])
-    k_ldkh = np.asarray(embedded.params['layers']['attn']['k_dkh'])
     for i in range(cfg.num_layers):
+        attn = embedded.params[f'layer_{i}']['attn']
         prefix = f'model.layers.{i}.self_attn.'
         hf_q = state[prefix + 'q_proj.weight'].numpy()
         hf_k = state[prefix + 'k_proj.weight'].numpy()
-        np.testing.assert_array_equal(q_ldnh[i].reshape(cfg.width, -1).T, hf_q)
-        np.testing.assert_array_equal(k_ldkh[i].reshape(cfg.width, -1).T, hf_k)
+        np.testing.assert_array_equal(np.asarray(attn['q_dnh']).reshape(cfg.width, -1).T, hf_q)
+        np.testing.assert_array_equal(np.asarray(attn['k_dkh']).reshape(cfg.width, -1).T, hf_k)
 
 
 @pytest.mark.parity

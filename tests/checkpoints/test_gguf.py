@@ -47,7 +47,7 @@ def test_bf16_dtype(tiny_gguf):
     path, _, _ = tiny_gguf('qwen3')
     loaded = checkpoints.load_gguf(path, dtype='bfloat16')
     assert loaded.cfg.param_dtype == loaded.cfg.dtype == 'bfloat16'
-    assert loaded.params['layers']['mlp']['up_df'].dtype == 'bfloat16'
+    assert loaded.params['layer_0']['mlp']['up_df'].dtype == 'bfloat16'
 
 
 def test_unsupported_architecture(tiny_gguf):

@@ -25,7 +25,9 @@ def setup():
     tokens = jnp.asarray(np.random.default_rng(0).integers(0, TARGET.vocab_size, (B, T)), jnp.int32)
     valid = jnp.ones((B, T), bool)
     logits, taps = common.teacher_forward(TARGET, tp, tokens, valid, taps=True)
-    ttt = te.ttt_forward(HEAD, hp, tp['embed_vd'], taps, tokens, valid, 3)
+    ttt = jax.jit(te.ttt_forward, static_argnums=(0, 6))(
+        HEAD, hp, tp['embed_vd'], taps, tokens, valid, 3
+    )
     return tp, hp, tokens, logits, taps, ttt
 
 
@@ -153,5 +155,6 @@ def test_init_from_target(setup):
     np.testing.assert_array_equal(p['norm']['scale'], tp['final_norm']['scale'])
     d = HEAD.width
     fc = np.asarray(p['fc_xd'])
-    np.testing.assert_allclose(fc[2 * d:], np.eye(d) + 0.1 * np.asarray(hp['fc_xd'])[2 * d:],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        fc[2 * d :], np.eye(d) + 0.1 * np.asarray(hp['fc_xd'])[2 * d :], atol=1e-6
+    )

@@ -36,12 +36,13 @@ def tokens(cfg, seed=2):
 
 def test_param_shapes(model):
     cfg, params = model
-    layers = params['layers']['attn']
     d, n, k, h, l = cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.num_layers
-    assert layers['q_dnh'].shape == (l, d, n, h)
-    assert layers['k_dkh'].shape == (l, d, k, h)
-    assert layers['o_nhd'].shape == (l, n, h, d)
-    assert params['layers']['mlp']['down_fd'].shape == (l, cfg.mlp_width, d)
+    assert sorted(p for p in params if p.startswith('layer_')) == [f'layer_{i}' for i in range(l)]
+    attn = params[f'layer_{l - 1}']['attn']
+    assert attn['q_dnh'].shape == (d, n, h)
+    assert attn['k_dkh'].shape == (d, k, h)
+    assert attn['o_nhd'].shape == (n, h, d)
+    assert params['layer_0']['mlp']['down_fd'].shape == (cfg.mlp_width, d)
     assert ('lm_head_vd' in params) == (not cfg.tie_embeddings)
 
 

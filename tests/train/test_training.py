@@ -1,6 +1,8 @@
 """Training: a tiny EAGLE-3 head learns a tiny target; a killed run resumes bit-exactly;
 resumable self-distillation data; the tiny job end to end."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -69,10 +71,16 @@ def _depth_agreement(tp, hp, ids, examples):
     return np.array(out), float(np.mean(lengths))
 
 
-def _eagle_setup(world, steps, lr=1e-2):
+@functools.cache
+def _optimizer_and_step():
+    """One optimizer (a 300-step schedule) and one compiled TTT step for every test."""
+    opt = common.make_optimizer(1e-2, 300, 20, 1.0)
+    return opt, te.make_train_step(TARGET, HEAD, opt, steps=7)
+
+
+def _eagle_setup(world):
     tp, train, _, ids, t2d = world
-    opt = common.make_optimizer(lr, steps, 20, 1.0)
-    step = te.make_train_step(TARGET, HEAD, opt, steps=7)
+    opt, step = _optimizer_and_step()
     params = e3.init_params(HEAD, jax.random.PRNGKey(3))
     state = dict(params=params, opt_state=opt.init(params), step=jnp.zeros((), jnp.int32))
 
@@ -99,7 +107,7 @@ def test_tiny_head_learns_far_above_chance(world):
     scores < 0.1), and the chain-3 acceptance length must exceed 2.2 (1.0 = nothing
     accepted). Measured: 0.83 / 0.84 and 2.69 (untrained 0.0 / 1.0)."""
     tp, _, heldout, ids, _ = world
-    state, step_fn, batches = _eagle_setup(world, 300)
+    state, step_fn, batches = _eagle_setup(world)
     before, len_before = _depth_agreement(tp, state['params'], ids, heldout)
     state, history = common.train_loop(
         state=state,
@@ -129,7 +137,7 @@ def test_tiny_head_learns_far_above_chance(world):
 
 def test_resume_matches_uninterrupted(world, tmp_path):
     """Kill after 7 steps (last checkpoint at 4), resume to 12 == 12 uninterrupted steps."""
-    state, step_fn, batches = _eagle_setup(world, 12)
+    state, step_fn, batches = _eagle_setup(world)
     init = jax.tree.map(np.array, state)
     full, _ = common.train_loop(
         state=jax.tree.map(jnp.asarray, init),
