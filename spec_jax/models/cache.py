@@ -92,7 +92,8 @@ class KVCache:
             return x_bksh.at[rows, :, dst_bp, :].set(moved_bpkh)
 
         return self.replace(
-            k=tuple(map(move, self.k)), v=tuple(map(move, self.v)),
+            k=tuple(map(move, self.k)),
+            v=tuple(map(move, self.v)),
             lengths=self.lengths + path_len_b,
         )
 
