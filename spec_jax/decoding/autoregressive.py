@@ -85,9 +85,9 @@ class GenerationResult:
 
     Attributes:
       tokens: one list of ids per prompt.
-      seconds: wall time of the device loop (prefill included), excluding compilation
-        only if the shape was compiled before.
-      stats: extra per-run figures (e.g. target forwards).
+      seconds: wall time of the call (prefill included; compilation too, the first time
+        a shape runs).
+      stats: speculative runs: `speculative.summarize` of the block statistics; {} for AR.
     """
 
     tokens: list[list[int]]
