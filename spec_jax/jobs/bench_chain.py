@@ -205,7 +205,7 @@ def to_hf(model, transformers, torch):
     )
     hf = transformers.LlamaForCausalLM(hf_cfg).eval()
     state = {
-        k: torch.from_numpy(np.asarray(v, np.float32))
+        k: torch.from_numpy(np.array(v, np.float32))
         for k, v in params_to_state(cfg, jax.device_get(model.params)).items()
     }
     missing, unexpected = hf.load_state_dict(state, strict=False)
