@@ -98,6 +98,27 @@ class KVCache:
         )
 
 
+def write_layer(kv, k_btkh: jax.Array, v_btkh: jax.Array, dtype):
+    """Writes one layer's new keys/values [B, T, K, H] at slots lengths[b] + t.
+
+    Args:
+      kv: (cache_k [B, K, S, H], cache_v, lengths [B]) of one layer.
+      k_btkh, v_btkh: the new keys and values.
+      dtype: the compute dtype of the returned keys/values.
+
+    Returns:
+      (keys [B, K, S, H], values [B, K, S, H] in `dtype`, the updated kv).
+    """
+    cache_k, cache_v, lengths_b = kv
+    b, t = k_btkh.shape[:2]
+    rows_b1 = jnp.arange(b)[:, None]
+    slots_bt = lengths_b[:, None] + jnp.arange(t)[None, :]
+    # Advanced indices (rows, slots) go first: the update is [B, T, K, H].
+    cache_k = cache_k.at[rows_b1, :, slots_bt, :].set(k_btkh.astype(cache_k.dtype))
+    cache_v = cache_v.at[rows_b1, :, slots_bt, :].set(v_btkh.astype(cache_v.dtype))
+    return cache_k.astype(dtype), cache_v.astype(dtype), (cache_k, cache_v, lengths_b)
+
+
 def attention_mask(lengths_b: jax.Array, num_new: int, max_len: int) -> jax.Array:
     """Causal mask [B, T, S] for T new tokens written after `lengths_b` committed ones."""
     limit_bt = lengths_b[:, None] + jnp.arange(num_new, dtype=jnp.int32)[None, :]

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax.models import rope
+from spec_jax.models.cache import write_layer
 from spec_jax.models.config import ModelConfig, RopeScaling
 from spec_jax.models.llama import RMSNorm
 
@@ -175,14 +176,7 @@ class Midlayer(nn.Module):
             keys_bksh = k_btkh.transpose(0, 2, 1, 3)
             values_bksh = v_btkh.transpose(0, 2, 1, 3)
         else:
-            cache_k, cache_v, lengths_b = kv
-            b, t = positions_bt.shape
-            rows_b1 = jnp.arange(b)[:, None]
-            slots_bt = lengths_b[:, None] + jnp.arange(t)[None, :]
-            cache_k = cache_k.at[rows_b1, :, slots_bt, :].set(k_btkh.astype(cache_k.dtype))
-            cache_v = cache_v.at[rows_b1, :, slots_bt, :].set(v_btkh.astype(cache_v.dtype))
-            keys_bksh, values_bksh = cache_k.astype(dt), cache_v.astype(dt)
-            new_kv = (cache_k, cache_v, lengths_b)
+            keys_bksh, values_bksh, new_kv = write_layer(kv, k_btkh, v_btkh, dt)
 
         q_btkgh = q_btnh.reshape(*q_btnh.shape[:2], k, g, h)
         scale = h**-0.5

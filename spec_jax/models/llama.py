@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax.models import rope
-from spec_jax.models.cache import KVCache
+from spec_jax.models.cache import KVCache, write_layer
 from spec_jax.models.config import ModelConfig
 
 _init = nn.initializers.normal(stddev=0.02)
@@ -79,16 +79,7 @@ class Attention(nn.Module):
             keys_bksh = k_btkh.transpose(0, 2, 1, 3)
             values_bksh = v_btkh.transpose(0, 2, 1, 3)
         else:
-            cache_k, cache_v, lengths_b = kv
-            b, t = positions_bt.shape
-            rows_b1 = jnp.arange(b)[:, None]
-            slots_bt = lengths_b[:, None] + jnp.arange(t)[None, :]
-            # Advanced indices (rows, slots) go first: the update is [B, T, K, H].
-            cache_k = cache_k.at[rows_b1, :, slots_bt, :].set(k_btkh.astype(cache_k.dtype))
-            cache_v = cache_v.at[rows_b1, :, slots_bt, :].set(v_btkh.astype(cache_v.dtype))
-            keys_bksh = cache_k.astype(x_btd.dtype)
-            values_bksh = cache_v.astype(x_btd.dtype)
-            kv = (cache_k, cache_v, lengths_b)
+            keys_bksh, values_bksh, kv = write_layer(kv, k_btkh, v_btkh, x_btd.dtype)
 
         q_btkgh = q_btnh.reshape(*q_btnh.shape[:2], k, cfg.group_size, h)
         scores_bkgts = jnp.einsum('btkgh,bksh->bkgts', q_btkgh, keys_bksh).astype(jnp.float32)
