@@ -96,6 +96,22 @@ def _metrics_logger(workdir: str):
     return log
 
 
+def _train(c, params, opt, step_fn, examples, workdir):
+    """The config's training loop (checkpoints, metrics, deadline) from fresh state."""
+    return common.train_loop(
+        state=_train_state(params, opt),
+        step_fn=step_fn,
+        batches=_batches(c, examples),
+        steps=c.train.steps,
+        workdir=workdir,
+        checkpoint_every=c.train.checkpoint_every,
+        log_every=c.train.log_every,
+        deadline=_deadline(c.train.seconds),
+        tokens_per_batch=lambda b: int(b.valid_bt.sum()),
+        on_log=_metrics_logger(workdir),
+    )
+
+
 def _train_state(params, optimizer):
     return dict(params=params, opt_state=optimizer.init(params), step=jnp.zeros((), jnp.int32))
 
@@ -146,18 +162,7 @@ def _train_draft_lm(c, workdir, target, examples) -> dict:
         return step(tparams, state, *args)
 
     t0 = time.time()
-    state, history = common.train_loop(
-        state=_train_state(params, opt),
-        step_fn=step_fn,
-        batches=_batches(c, examples),
-        steps=c.train.steps,
-        workdir=workdir,
-        checkpoint_every=c.train.checkpoint_every,
-        log_every=c.train.log_every,
-        deadline=_deadline(c.train.seconds),
-        tokens_per_batch=lambda b: int(b.valid_bt.sum()),
-        on_log=_metrics_logger(workdir),
-    )
+    state, history = _train(c, params, opt, step_fn, examples, workdir)
     out = dict(
         params_m=n_params / 1e6,
         train_seconds=time.time() - t0,
@@ -332,18 +337,7 @@ def _train_eagle3(c, workdir, target, examples) -> dict:
         )
 
     t0 = time.time()
-    state, history = common.train_loop(
-        state=_train_state(params, opt),
-        step_fn=step_fn,
-        batches=_batches(c, examples),
-        steps=c.train.steps,
-        workdir=workdir,
-        checkpoint_every=c.train.checkpoint_every,
-        log_every=c.train.log_every,
-        deadline=_deadline(c.train.seconds),
-        tokens_per_batch=lambda b: int(b.valid_bt.sum()),
-        on_log=_metrics_logger(workdir),
-    )
+    state, history = _train(c, params, opt, step_fn, examples, workdir)
     head = e3.Eagle3Head(hcfg, state['params'], jnp.asarray(d2t), t2d_j)
     out = dict(
         params_m=n_params / 1e6,
