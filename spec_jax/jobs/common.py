@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import jax
 import ml_collections
 from absl import logging
@@ -13,6 +16,14 @@ from spec_jax.models.llama import init_params
 from spec_jax.sampling import Sampler
 
 RANDOM_PREFIX = 'random:'
+
+
+def load_config(path: str, arg: str | None = None) -> ml_collections.ConfigDict:
+    """`get_config(arg)` of a config file, as `--config path[:arg]` would give it."""
+    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg)
 
 
 def load_model(spec: str, dtype: str = 'float32', seed: int = 0) -> checkpoints.LoadedModel:

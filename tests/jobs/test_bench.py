@@ -1,24 +1,17 @@
 """The bench job's :tiny variants run end to end and report every figure."""
 
-import importlib.util
 import os
 
 import pytest
 
 from spec_jax.jobs import bench
+from spec_jax.jobs.common import load_config
 
 CONFIGS = os.path.join(os.path.dirname(__file__), '..', '..', 'configs')
 
 
-def load_config(name, arg):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(CONFIGS, f'{name}.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
-
-
 def test_ar_bench_reports_bound_and_ratios(tmp_path):
-    c = load_config('bench', 'tiny')
+    c = load_config(os.path.join(CONFIGS, 'bench.py'), 'tiny')
     c.ar_batches = (1,)
     report = bench.run(c, str(tmp_path))
     assert report['bandwidth_gbs'] > 0 and report['bound_ms'] > 0
@@ -29,7 +22,7 @@ def test_ar_bench_reports_bound_and_ratios(tmp_path):
 
 
 def test_chain_bench_reports_speedup(tmp_path):
-    c = load_config('bench_chain', 'tiny')
+    c = load_config(os.path.join(CONFIGS, 'bench_chain.py'), 'tiny')
     c.temperatures = (0.0,)
     c.batches = (2,)
     report = bench.run(c, str(tmp_path))

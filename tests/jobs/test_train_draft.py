@@ -1,0 +1,22 @@
+"""The train_draft job end to end on its :tiny configs: data -> train -> eval -> export."""
+
+import os
+
+import pytest
+
+from spec_jax import checkpoints
+from spec_jax.jobs import train_draft
+from spec_jax.jobs.common import load_config
+
+CONFIGS = os.path.join(os.path.dirname(__file__), '..', '..', 'configs')
+
+
+@pytest.mark.parametrize('name', ['smollm2_135m_draft', 'smollm2_135m_eagle3'])
+def test_tiny_job_runs_and_exports(name, tmp_path):
+    c = load_config(os.path.join(CONFIGS, f'{name}.py'), 'tiny')
+    c.export.dir = str(tmp_path / 'export')
+    summary = train_draft.run(c, str(tmp_path / 'work'))
+    assert os.path.exists(tmp_path / 'work' / 'summary.json')
+    assert os.listdir(tmp_path / 'export')
+    if summary['kind'] == 'draft_lm':  # An HF directory that spec_jax loads back.
+        assert checkpoints.load(c.export.dir).cfg.num_layers >= 1
