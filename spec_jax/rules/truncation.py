@@ -17,9 +17,24 @@ def _set_law(p, q, mask, rest):
     return qa + (1.0 - qa.sum(-1, keepdims=True)) * rest
 
 
+class _HardSetChain(base.Rule):
+    """The chain form Fast-HSD runs for a truncation set A(p) (PAPER.md §3.2): accept iff
+    p(x) >= threshold (`stats`), else emit a sample of the full p; law q 1_A + (1 - q(A)) p.
+    Subclasses define `allowed(p)` and `stats(p, q)` (the per-row threshold)."""
+
+    def accept_from(self, px, qx, x, stats):
+        return (px >= stats).astype(px.dtype)
+
+    def replacement(self, p, q):
+        return p
+
+    def induced(self, p, q):
+        return _set_law(p, q, self.allowed(p), p)
+
+
 @base.register
 @dataclasses.dataclass(frozen=True)
-class MinPVerify(base.Rule):
+class MinPVerify(_HardSetChain):
     """Min-p truncation verification as Fast-HSD runs it (SpecCascade), PAPER.md §3.2-§3.3.
 
     Inputs: the processed target p (temperature only; the set is read from it) and q.
@@ -62,22 +77,13 @@ class MinPVerify(base.Rule):
     def stats(self, p, q):
         return sampling.min_p_threshold(p, self.rho)
 
-    def accept_from(self, px, qx, x, stats):
-        return (px >= stats).astype(px.dtype)
-
-    def replacement(self, p, q):
-        return p
-
-    def induced(self, p, q):
-        return _set_law(p, q, self.allowed(p), p)
-
     def tree_gate(self, pc, c, state):
         return (pc >= self.rho * state.pmax).astype(pc.dtype)
 
 
 @base.register
 @dataclasses.dataclass(frozen=True)
-class EtaVerify(base.Rule):
+class EtaVerify(_HardSetChain):
     """Eta truncation verification ('Medusa'/'Typical' rows), PAPER.md §3.2-§3.3.
 
     Inputs: the processed target p (temperature only) and q.
@@ -114,15 +120,6 @@ class EtaVerify(base.Rule):
 
     def stats(self, p, q):
         return sampling.eta_threshold(p, self.eta)
-
-    def accept_from(self, px, qx, x, stats):
-        return (px >= stats).astype(px.dtype)
-
-    def replacement(self, p, q):
-        return p
-
-    def induced(self, p, q):
-        return _set_law(p, q, self.allowed(p), p)
 
     def tree_gate(self, pc, c, state):
         big_p = pc / jnp.maximum(state.mass, base.ZERO_MASS)
