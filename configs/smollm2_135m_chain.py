@@ -6,7 +6,7 @@
     python launch/generate.py --config configs/smollm2_135m_chain.py:ngram  # prompt lookup
     python launch/generate.py --config configs/smollm2_135m_chain.py:tiny   # random models
 
-The draft LM (spec_jax/assets/drafts/smollm2_135m_draft, see its MODEL_CARD.md) was
+The draft LM (spec_jax/assets/drafts/smollm2_135m_draft, see its README.md) was
 distilled from the target with launch/train_draft.py and configs/smollm2_135m_draft.py.
 """
 

@@ -23,41 +23,43 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data = ml_collections.ConfigDict()
     c.data.generate = True
     c.data.dir = ''  # '' = <workdir>/data; point several runs at one data directory.
-    c.data.sources = ('gsm8k', 'mbpp', 'bfcl')
+    # 'self_instruct': user prompts the target writes itself (chat coverage; see below).
+    c.data.sources = ('self_instruct', 'gsm8k', 'mbpp') if not tiny else ('gsm8k', 'mbpp')
+    c.data.self_instruct = self_instruct_config(tiny)
     c.data.num_prompts = 32 if tiny else 0  # 0 = all (about 8.7k prompts).
     c.data.batch_size = 16 if tiny else 64
-    c.data.max_new_tokens = 16 if tiny else 160
+    c.data.max_new_tokens = 16 if tiny else 128
     c.data.max_prompt_len = 512
     c.data.seconds = 0.0  # Time budget for generation (0 = no limit); rerun to continue.
     c.data.seed = 0
     # Extra distillation text: the datasets' own answers as assistant turns (no generation;
     # the loss is still KL to the target's logits). () to disable.
-    c.data.reference = () if tiny else ('gsm8k', 'mbpp')
+    c.data.reference = ()  # e.g. ('gsm8k', 'mbpp')
     c.data.reference_limit = 0
 
     c.model = ml_collections.ConfigDict()
     c.model.width = 32 if tiny else 192
-    c.model.num_layers = 2 if tiny else 4
+    c.model.num_layers = 2 if tiny else 6
     c.model.num_heads = 4 if tiny else 4
     c.model.num_kv_heads = 2
     c.model.head_dim = 8 if tiny else 48
-    c.model.mlp_width = 64 if tiny else 512
+    c.model.mlp_width = 64 if tiny else 768
     c.model.init_embedding = 'project'  # 'project' (target PCA) or 'random'.
 
     c.train = ml_collections.ConfigDict()
-    c.train.steps = 30 if tiny else 3000
+    c.train.steps = 30 if tiny else 1000
     c.train.seconds = 0.0  # Wall-clock budget (0 = none): checkpoint and stop when spent.
     c.train.batch_size = 4 if tiny else 8
     c.train.seq_len = 64 if tiny else 320
     c.train.bucket = 32 if tiny else 64
     c.train.lr = 3e-3
-    c.train.warmup = 5 if tiny else 100
+    c.train.warmup = 5 if tiny else 50
     c.train.clip = 1.0
     c.train.weight_decay = 0.0
     c.train.temperature = 1.0
     # First steps: hard-label cross-entropy on the training text (no teacher forward, about
     # 5x cheaper), then KL to the target's logits.
-    c.train.ce_steps = 10 if tiny else 0
+    c.train.ce_steps = 10 if tiny else 1000
     c.train.seed = 0
     c.train.checkpoint_every = 10 if tiny else 200
     c.train.log_every = 5 if tiny else 20
@@ -67,6 +69,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.export.dir = ''  # e.g. spec_jax/assets/drafts/smollm2_135m_draft
     c.export.dtype = 'bfloat16'
     return c
+
+
+def self_instruct_config(tiny: bool) -> ml_collections.ConfigDict:
+    s = ml_collections.ConfigDict()
+    s.num_prompts = 16 if tiny else 1536
+    s.batch_size = 8 if tiny else 64
+    s.max_tokens = 8 if tiny else 64
+    s.temperature = 1.0
+    s.min_p = 0.02  # min-p, not top-p: no sort over V per step
+    return s
 
 
 def eval_config(tiny: bool) -> ml_collections.ConfigDict:

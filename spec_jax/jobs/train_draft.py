@@ -44,7 +44,24 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     data_dir = c.data.dir or os.path.join(workdir, 'data')
     summary: dict = dict(kind=c.kind)
     if c.data.generate:
-        prompts = data.training_prompts(tuple(c.data.sources), c.data.seed)
+        deadline = _deadline(c.data.seconds)
+        generated = {}
+        if data.SELF_INSTRUCT in c.data.sources:
+            si = c.data.self_instruct
+            generated[data.SELF_INSTRUCT] = data.self_instruct_prompts(
+                target,
+                si.num_prompts,
+                os.path.join(data_dir, data.SELF_INSTRUCT),
+                batch_size=si.batch_size,
+                max_tokens=si.max_tokens,
+                temperature=si.temperature,
+                min_p=si.min_p,
+                seed=c.data.seed,
+                deadline=deadline,
+            )
+        # An unfinished self-instruct stage means the deadline has passed, so no answer
+        # shard is written from the (shorter) prompt list; shard k always holds batch k.
+        prompts = data.training_prompts(tuple(c.data.sources), c.data.seed, generated=generated)
         if c.data.num_prompts:
             prompts = prompts[: c.data.num_prompts]
         summary['data'] = data.generate_dataset(
@@ -55,7 +72,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
             max_new_tokens=c.data.max_new_tokens,
             max_prompt_len=c.data.max_prompt_len,
             seed=c.data.seed,
-            deadline=_deadline(c.data.seconds),
+            deadline=deadline,
         )
     examples = data.read_examples(data_dir) if os.path.isdir(data_dir) else []
     if c.data.reference:

@@ -89,17 +89,31 @@ def hf_chat_dataset(name: str, split: str = 'train', field: str = 'messages') ->
 
 
 SOURCES = {'gsm8k': gsm8k_train, 'mbpp': mbpp_train, 'bfcl': bfcl_live_multiple}
+# Prompts the target writes itself (see self_instruct_prompts); the job generates them.
+SELF_INSTRUCT = 'self_instruct'
 
 
-def training_prompts(sources: Sequence[str], seed: int, root: str = DATA_ROOT) -> list[Prompt]:
+def training_prompts(
+    sources: Sequence[str],
+    seed: int,
+    root: str = DATA_ROOT,
+    generated: dict[str, list[Prompt]] | None = None,
+) -> list[Prompt]:
     """The prompts of `sources`, interleaved round-robin after a seeded shuffle of each.
 
     Interleaving keeps the mix of sources the same in every prefix, so a run stopped early
-    still trains on all of them.
+    still trains on all of them. `generated` maps further source names (SELF_INSTRUCT) to
+    prompts made elsewhere.
     """
+    generated = generated or {}
     lists = []
     for i, name in enumerate(sources):
-        prompts = SOURCES[name](root) if name in SOURCES else hf_chat_dataset(name)
+        if name in generated:
+            prompts = list(generated[name])
+        elif name in SOURCES:
+            prompts = SOURCES[name](root)
+        else:
+            prompts = hf_chat_dataset(name)
         random.Random(seed * 1000 + i).shuffle(prompts)
         lists.append(prompts)
     out = []
@@ -304,6 +318,76 @@ def generate_dataset(
         tokens=new_tokens,
         seconds=time.time() - start,
     )
+
+
+def self_instruct_prompts(
+    model,
+    num_prompts: int,
+    directory: str,
+    *,
+    batch_size: int = 64,
+    max_tokens: int = 64,
+    temperature: float = 1.0,
+    min_p: float = 0.02,
+    seed: int = 0,
+    deadline: float | None = None,
+    progress: bool = True,
+) -> list[Prompt]:
+    """User prompts written by the target itself (Magpie: Xu et al., 2024).
+
+    The target is given its chat template up to the start of a user turn and samples the
+    user's message; an instruction-tuned model writes the kind of requests it was tuned on,
+    so its answers to them cover chat text (advice, writing, explanations, code) that no
+    local training split has. Only messages that end with a stop token within `max_tokens`
+    are kept. Batch k uses seed + k and is stored atomically as `<directory>/prompts_k.json`,
+    so a rerun continues where a crashed one stopped.
+
+    Returns:
+      The prompts of every finished batch (at most ceil(num_prompts / batch_size) batches).
+    """
+    from tqdm import tqdm
+
+    from spec_jax.decoding import autoregressive as ar
+    from spec_jax.sampling import Sampler
+
+    tok = model.tokenizer
+    marker = '\x00'
+    rendered = tok.apply_chat_template(
+        [{'role': 'user', 'content': marker}], add_generation_prompt=False
+    )
+    prefix = tok.encode(rendered.split(marker)[0])
+    settings = ar.DecodeSettings(
+        max_new_tokens=max_tokens,
+        stop_tokens=tok.stop_ids,
+        max_prompt_len=len(prefix),
+        prompt_bucket=len(prefix),
+        pad_id=tok.pad_id or 0,
+    )
+    sampler = Sampler(temperature=temperature, min_p=min_p)
+    os.makedirs(directory, exist_ok=True)
+    out = []
+    num_batches = -(-num_prompts // batch_size)
+    for k in tqdm(range(num_batches), desc='self-instruct', disable=not progress):
+        path = os.path.join(directory, f'prompts_{k:05d}.json')
+        if not os.path.exists(path):
+            if deadline is not None and time.time() > deadline:
+                break
+            result = ar.generate(
+                model.cfg, model.params, [prefix] * batch_size, settings, sampler, seed=seed + k
+            )
+            texts = [
+                tok.decode(ids[:-1]).strip()
+                for ids in result.tokens
+                if len(ids) > 4 and ids[-1] in tok.stop_ids
+            ]
+            with open(path + '.tmp', 'w') as f:
+                json.dump(texts, f)
+            os.replace(path + '.tmp', path)
+        with open(path) as f:
+            out.extend(
+                Prompt(SELF_INSTRUCT, ({'role': 'user', 'content': t},)) for t in json.load(f)
+            )
+    return out
 
 
 # ---- batching for training --------------------------------------------------------------

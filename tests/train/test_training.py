@@ -276,3 +276,30 @@ def test_data_generation_resumes_without_redoing_work(tmp_path):
     for a, b in zip(lost, data.read_shard(data.shard_path(str(tmp_path), 1)), strict=True):
         np.testing.assert_array_equal(a.tokens, b.tokens)
     assert data.generate_dataset(model, prompts, str(tmp_path), **kw)['shards_written'] == 0
+
+
+def test_self_instruct_prompts_are_user_turns_and_resume(embedded, tmp_path):
+    """The target writes user messages after its own user header (Magpie); only finished
+    messages are kept; batch files are reused on rerun and a lost one is regenerated
+    identically (seeded)."""
+    import os
+
+    kw = dict(batch_size=4, max_tokens=40, seed=3, progress=False)
+    first = data.self_instruct_prompts(embedded, 8, str(tmp_path), **kw)
+    paths = [os.path.join(tmp_path, f'prompts_{k:05d}.json') for k in (0, 1)]
+    assert all(os.path.exists(p) for p in paths)
+    assert 1 <= len(first) <= 8  # sampled at T=1: most, not necessarily all, finish
+    for p in first:
+        assert p.source == data.SELF_INSTRUCT
+        (turn,) = p.messages
+        assert turn['role'] == 'user' and turn['content'].strip()
+        assert '<|im_start|>' not in turn['content'] and '<|im_end|>' not in turn['content']
+    kept = os.path.getmtime(paths[0])
+    os.remove(paths[1])
+    again = data.self_instruct_prompts(embedded, 8, str(tmp_path), **kw)
+    assert again == first and os.path.getmtime(paths[0]) == kept
+    # The prompts slot into the interleaved training order like any other source.
+    mixed = data.training_prompts(
+        (data.SELF_INSTRUCT, 'mbpp'), seed=0, generated={data.SELF_INSTRUCT: first}
+    )
+    assert mixed[0].source == data.SELF_INSTRUCT and mixed[1].source == 'mbpp'
