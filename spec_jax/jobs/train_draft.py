@@ -1,9 +1,11 @@
 """The train_draft job: self-distillation data, then a draft LM or an EAGLE-3 head.
 
 Stages, each resumable in `workdir`:
-  1. data: the target answers training prompts (greedy) -> `<data_dir>/shard_*.npz`.
-  2. train: KL distillation (draft LM) or TTT (EAGLE-3) with optax; orbax checkpoints in
-     `<workdir>/checkpoints`; progress bar and logged metrics (`<workdir>/metrics.jsonl`).
+  1. data: the target answers training prompts (greedy) -> `<data_dir>/shard_*.npz`; with
+     the 'self_instruct' source it first writes its own user prompts.
+  2. train: hard-label CE and/or KL distillation (draft LM) or TTT (EAGLE-3) with optax;
+     orbax checkpoints in `<workdir>/checkpoints`; progress bar and logged metrics
+     (`<workdir>/metrics.jsonl`).
   3. eval: acceptance on held-out prompts (../shared/data/speed): the target's greedy
      responses are generated once (`<workdir>/eval_data`), then teacher-forced greedy
      acceptance per token and per-round acceptance lengths (chain of k, tree) are computed.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -299,9 +302,6 @@ def _span(loss_mask_t: np.ndarray) -> tuple[int, int]:
     # The first response token x_P comes from prefill; the first round's root is x_P,
     # i.e. r = P - 1 = idx[0]. The last token is x_{idx[-1] + 1}.
     return int(idx[0]), int(idx[-1]) + 1
-
-
-from functools import partial  # noqa: E402
 
 
 @partial(jax.jit, static_argnums=(0, 1))
