@@ -163,6 +163,8 @@ def hf_assisted_peer(c, target, draft, ids, rows) -> dict:
             if temperature > 0
             else dict(do_sample=False)
         )
+        with torch.no_grad():  # Warm-up (lazy init, allocator), as ours compiles first.
+            hf_target.generate(torch.tensor([ids[0]]), **dict(kwargs, max_new_tokens=8))
         tokens, seconds = 0, 0.0
         for prompt in ids:
             x = torch.tensor([prompt])
