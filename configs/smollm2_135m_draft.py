@@ -58,7 +58,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.weight_decay = 0.0
     c.train.temperature = 1.0
     # First steps: hard-label cross-entropy on the training text (no teacher forward, about
-    # 5x cheaper), then KL to the target's logits.
+    # 5x cheaper), then KL to the target's logits. On target-greedy text the next token IS
+    # the target's argmax, so CE alone trains greedy acceptance; KL (ce_steps < steps)
+    # also matches the target's spread (sampled verification) and is needed for `reference`
+    # text, whose next token is not the target's.
     c.train.ce_steps = 10 if tiny else 1000
     c.train.seed = 0
     c.train.checkpoint_every = 10 if tiny else 200
