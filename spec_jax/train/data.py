@@ -110,6 +110,11 @@ def training_prompts(
     for i, name in enumerate(sources):
         if name in generated:
             prompts = list(generated[name])
+        elif name == SELF_INSTRUCT:
+            raise ValueError(
+                f'{SELF_INSTRUCT!r} prompts are written by the target: make them with '
+                f'self_instruct_prompts and pass generated={{{SELF_INSTRUCT!r}: prompts}}'
+            )
         elif name in SOURCES:
             prompts = SOURCES[name](root)
         else:

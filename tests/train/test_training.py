@@ -288,7 +288,7 @@ def test_self_instruct_prompts_are_user_turns_and_resume(embedded, tmp_path):
     first = data.self_instruct_prompts(embedded, 8, str(tmp_path), **kw)
     paths = [os.path.join(tmp_path, f'prompts_{k:05d}.json') for k in (0, 1)]
     assert all(os.path.exists(p) for p in paths)
-    assert 1 <= len(first) <= 8  # sampled at T=1: most, not necessarily all, finish
+    assert len(first) >= 1  # sampled at T=1: not every message finishes within 40 tokens
     for p in first:
         assert p.source == data.SELF_INSTRUCT
         (turn,) = p.messages
@@ -303,3 +303,5 @@ def test_self_instruct_prompts_are_user_turns_and_resume(embedded, tmp_path):
         (data.SELF_INSTRUCT, 'mbpp'), seed=0, generated={data.SELF_INSTRUCT: first}
     )
     assert mixed[0].source == data.SELF_INSTRUCT and mixed[1].source == 'mbpp'
+    with pytest.raises(ValueError, match='self_instruct_prompts'):
+        data.training_prompts((data.SELF_INSTRUCT,), seed=0)
