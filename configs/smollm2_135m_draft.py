@@ -23,6 +23,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data = ml_collections.ConfigDict()
     c.data.generate = True
     c.data.dir = ''  # '' = <workdir>/data; point several runs at one data directory.
+    c.data.extra_dirs = ()  # More finished data directories to train on (not generated).
     # 'self_instruct': user prompts the target writes itself (chat coverage; see below).
     c.data.sources = ('self_instruct', 'gsm8k', 'mbpp') if not tiny else ('gsm8k', 'mbpp')
     c.data.self_instruct = self_instruct_config(tiny)

@@ -78,6 +78,10 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
             deadline=deadline,
         )
     examples = data.read_examples(data_dir) if os.path.isdir(data_dir) else []
+    for extra in c.data.extra_dirs:
+        if not data.finished_shards(extra):
+            raise ValueError(f'data.extra_dirs: no finished shards in {extra!r}')
+        examples += data.read_examples(extra)
     if c.data.reference:
         examples += data.reference_examples(
             target.tokenizer, tuple(c.data.reference), c.data.seed, c.data.reference_limit

@@ -153,6 +153,10 @@ def train_loop(
         while step < steps:
             batch = next(it)
             state, metrics = step_fn(state, batch)
+            # Wait for the step: with async dispatch the host would run ahead until the next
+            # log or checkpoint, so the bar, tokens/s and the deadline would read dispatch
+            # time, and that checkpoint would seem to take the queued steps' time.
+            jax.block_until_ready(metrics)
             step += 1
             tokens += tokens_per_batch(batch) if tokens_per_batch else 0
             for k, v in metrics.items():

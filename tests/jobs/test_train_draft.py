@@ -20,3 +20,18 @@ def test_tiny_job_runs_and_exports(name, tmp_path):
     assert os.listdir(tmp_path / 'export')
     if summary['kind'] == 'draft_lm':  # An HF directory that spec_jax loads back.
         assert checkpoints.load(c.export.dir).cfg.num_layers >= 1
+    if summary['kind'] == 'draft_lm':
+        _check_extra_dirs(c, summary, tmp_path)
+
+
+def _check_extra_dirs(c, summary, tmp_path):
+    """data.extra_dirs adds another run's finished shards; an empty one is an error."""
+    data_dir = str(tmp_path / 'work' / 'data')
+    c = load_config(os.path.join(CONFIGS, 'smollm2_135m_draft.py'), 'tiny')
+    c.data.generate, c.data.dir, c.data.extra_dirs = False, data_dir, (data_dir,)
+    c.train.steps, c.eval.enabled = 0, False
+    again = train_draft.run(c, str(tmp_path / 'again'))
+    assert again['examples'] == 2 * summary['examples']
+    c.data.extra_dirs = (str(tmp_path),)
+    with pytest.raises(ValueError, match='no finished shards'):
+        train_draft.run(c, str(tmp_path / 'again'))
