@@ -3,11 +3,12 @@
     python launch/train_draft.py --config configs/smollm2_135m_draft.py --workdir runs/draft
     python launch/train_draft.py --config configs/smollm2_135m_draft.py:tiny --workdir /tmp/d
 
-Stages (each resumable in the workdir): self-distillation data (the target answers GSM8K
-train / MBPP train+validation / BFCL live_multiple prompts, greedy), KL distillation on
-response tokens, held-out acceptance on ../shared/data/speed prompts, export as an HF
-directory (bf16 safetensors + tokenizer). `:tiny` runs in about a minute on a random tiny
-target (a smoke test of every stage).
+Stages (each resumable in the workdir): self-distillation data (the target writes user
+prompts itself, then answers them and GSM8K-train / MBPP train+validation prompts, greedy),
+distillation on response tokens (hard-label CE, optionally KL to the target's logits),
+held-out acceptance on ../shared/data/speed prompts, export as an HF directory (bf16
+safetensors + tokenizer). `:tiny` runs in about a minute on a random tiny target (a smoke
+test of every stage).
 """
 
 import ml_collections
@@ -63,7 +64,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # the target's argmax, so CE alone trains greedy acceptance; KL (ce_steps < steps)
     # also matches the target's spread (sampled verification) and is needed for `reference`
     # text, whose next token is not the target's.
-    c.train.ce_steps = 10 if tiny else 1000
+    # Full size: every step is CE, also when --config.train.steps is overridden (a reference).
+    c.train.ce_steps = 10 if tiny else c.train.get_ref('steps')
     c.train.seed = 0
     c.train.checkpoint_every = 10 if tiny else 200
     c.train.log_every = 5 if tiny else 20
