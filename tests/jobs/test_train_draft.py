@@ -20,11 +20,10 @@ def test_tiny_job_runs_and_exports(name, tmp_path):
     assert os.listdir(tmp_path / 'export')
     if summary['kind'] == 'draft_lm':  # An HF directory that spec_jax loads back.
         assert checkpoints.load(c.export.dir).cfg.num_layers >= 1
-    if summary['kind'] == 'draft_lm':
-        _check_extra_dirs(c, summary, tmp_path)
+        _check_extra_dirs(summary, tmp_path)
 
 
-def _check_extra_dirs(c, summary, tmp_path):
+def _check_extra_dirs(summary, tmp_path):
     """data.extra_dirs adds another run's finished shards; an empty one is an error."""
     data_dir = str(tmp_path / 'work' / 'data')
     c = load_config(os.path.join(CONFIGS, 'smollm2_135m_draft.py'), 'tiny')
@@ -35,3 +34,10 @@ def _check_extra_dirs(c, summary, tmp_path):
     c.data.extra_dirs = (str(tmp_path),)
     with pytest.raises(ValueError, match='no finished shards'):
         train_draft.run(c, str(tmp_path / 'again'))
+
+
+def test_full_size_draft_trains_with_ce_for_every_step():
+    """Overriding train.steps moves the CE phase with it (no silent switch to KL)."""
+    c = load_config(os.path.join(CONFIGS, 'smollm2_135m_draft.py'))
+    c.train.steps = 1400
+    assert c.train.ce_steps == 1400
