@@ -148,15 +148,17 @@ def train_loop(
     last_save, t0, tokens = time.time(), time.time(), 0
     bar = tqdm(total=steps, initial=start, desc='train', unit='step', disable=not progress)
     it = batches(start)
-    step = start
+    step, in_flight = start, None
     try:
         while step < steps:
             batch = next(it)
             state, metrics = step_fn(state, batch)
-            # Wait for the step: with async dispatch the host would run ahead until the next
-            # log or checkpoint, so the bar, tokens/s and the deadline would read dispatch
-            # time, and that checkpoint would seem to take the queued steps' time.
-            jax.block_until_ready(metrics)
+            # Wait for the previous step (one step stays in flight, so an accelerator never
+            # idles while the host prepares a batch). Without a wait the host runs ahead
+            # until the next log or checkpoint: the bar, tokens/s and the deadline would read
+            # dispatch time, and that checkpoint would seem to take the queued steps' time.
+            jax.block_until_ready(in_flight)
+            in_flight = metrics
             step += 1
             tokens += tokens_per_batch(batch) if tokens_per_batch else 0
             for k, v in metrics.items():
