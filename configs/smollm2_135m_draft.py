@@ -64,8 +64,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # the target's argmax, so CE alone trains greedy acceptance; KL (ce_steps < steps)
     # also matches the target's spread (sampled verification) and is needed for `reference`
     # text, whose next token is not the target's.
-    # Full size: every step is CE, also when --config.train.steps is overridden (a reference).
-    c.train.ce_steps = 10 if tiny else c.train.get_ref('steps')
+    # -1 = every step, also when --config.train.steps is overridden.
+    c.train.ce_steps = 10 if tiny else -1
     c.train.seed = 0
     c.train.checkpoint_every = 10 if tiny else 200
     c.train.log_every = 5 if tiny else 20

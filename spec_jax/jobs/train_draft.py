@@ -178,10 +178,11 @@ def _train_draft_lm(c, workdir, target, examples) -> dict:
     step = distill.make_train_step(target.cfg, dcfg, opt, c.train.temperature)
     ce_step = distill.make_ce_step(dcfg, opt)
     tparams = target.params
+    ce_steps = ce_step_count(c.train)
 
     def step_fn(state, b):
         args = (jnp.asarray(b.tokens_bt), jnp.asarray(b.loss_mask_bt), jnp.asarray(b.valid_bt))
-        if int(state['step']) < c.train.ce_steps:  # Cheap hard-label warm-up, no teacher.
+        if int(state['step']) < ce_steps:  # Cheap hard-label steps, no teacher forward.
             return ce_step(state, *args)
         return step(tparams, state, *args)
 
@@ -201,6 +202,11 @@ def _train_draft_lm(c, workdir, target, examples) -> dict:
             c.export.dir, dcfg, params, target.tokenizer, c.export.dtype
         )
     return out
+
+
+def ce_step_count(train: ml_collections.ConfigDict) -> int:
+    """How many first steps are hard-label CE: `train.ce_steps`, where -1 means all."""
+    return train.steps if train.ce_steps < 0 else min(train.ce_steps, train.steps)
 
 
 def export_draft_lm(directory: str, dcfg: ModelConfig, params, tokenizer, dtype='bfloat16'):

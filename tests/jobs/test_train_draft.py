@@ -37,7 +37,9 @@ def _check_extra_dirs(summary, tmp_path):
 
 
 def test_full_size_draft_trains_with_ce_for_every_step():
-    """Overriding train.steps moves the CE phase with it (no silent switch to KL)."""
+    """Overriding train.steps never switches the full-size recipe to KL; :tiny tests both."""
     c = load_config(os.path.join(CONFIGS, 'smollm2_135m_draft.py'))
     c.train.steps = 1400
-    assert c.train.ce_steps == 1400
+    assert train_draft.ce_step_count(c.train) == 1400
+    tiny = load_config(os.path.join(CONFIGS, 'smollm2_135m_draft.py'), 'tiny')
+    assert 0 < train_draft.ce_step_count(tiny.train) < tiny.train.steps
