@@ -180,9 +180,9 @@ def _train_draft_lm(c, workdir, target, examples) -> dict:
     tparams = target.params
     ce_steps = ce_step_count(c.train)
 
-    def step_fn(state, b):
+    def step_fn(state, b, step_index):
         args = (jnp.asarray(b.tokens_bt), jnp.asarray(b.loss_mask_bt), jnp.asarray(b.valid_bt))
-        if int(state['step']) < ce_steps:  # Cheap hard-label steps, no teacher forward.
+        if step_index < ce_steps:  # Cheap hard-label steps, no teacher forward.
             return ce_step(state, *args)
         return step(tparams, state, *args)
 
@@ -352,7 +352,7 @@ def _train_eagle3(c, workdir, target, examples) -> dict:
     draft_ids = jnp.asarray(used.astype(np.int32))
     t2d_j = jnp.asarray(t2d)
 
-    def step_fn(state, b):
+    def step_fn(state, b, _):
         return step(
             tparams,
             draft_ids,

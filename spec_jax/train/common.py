@@ -101,7 +101,7 @@ class Checkpointer:
 def train_loop(
     *,
     state: dict,
-    step_fn: Callable[[dict, object], tuple[dict, dict]],
+    step_fn: Callable[[dict, object, int], tuple[dict, dict]],
     batches: Callable[[int], Iterator],
     steps: int,
     workdir: str | None,
@@ -119,7 +119,9 @@ def train_loop(
     Args:
       state: the initial {'params', 'opt_state', 'step'}; replaced by the latest checkpoint
         in `workdir/checkpoints` when there is one.
-      step_fn: (state, batch) -> (state, metrics), jitted by the caller.
+      step_fn: (state, batch, step) -> (state, metrics), jitted by the caller; `step` is
+        the index of the step being taken as a host int, so choosing a phase by it costs
+        no device sync (reading state['step'] would wait for the step in flight).
       batches: start_step -> iterator of batches (deterministic in the step).
       steps: total steps of the run.
       workdir: where checkpoints go (None: no checkpoints).
@@ -152,7 +154,7 @@ def train_loop(
     try:
         while step < steps:
             batch = next(it)
-            state, metrics = step_fn(state, batch)
+            state, metrics = step_fn(state, batch, step)
             # Wait for the previous step (one step stays in flight, so an accelerator never
             # idles while the host prepares a batch). Without a wait the host runs ahead
             # until the next log or checkpoint: the bar, tokens/s and the deadline would read
