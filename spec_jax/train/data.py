@@ -285,6 +285,7 @@ def generate_dataset(
     ]
     batches = [encoded[i : i + batch_size] for i in range(0, len(encoded), batch_size)]
     done = finished_shards(directory)
+    _check_shards(directory, done, batches)
     todo = [k for k in range(len(batches)) if k not in done]
     if done:
         logging.info(
@@ -323,6 +324,31 @@ def generate_dataset(
         tokens=new_tokens,
         seconds=time.time() - start,
     )
+
+
+def _check_shards(directory: str, done: set[int], batches: Sequence[Sequence[tuple]]):
+    """Fails loudly unless every finished shard k holds the prompts of batch k: a directory
+    reused with other prompts, order or batch size would otherwise mix in stale answers."""
+    if done and max(done) >= len(batches):
+        raise ValueError(
+            f'{shard_path(directory, max(done))} exists, but these prompts make only '
+            f'{len(batches)} batches: the directory was generated from other prompts or '
+            'another batch size; use a new directory'
+        )
+    for k in sorted(done):
+        stored = read_shard(shard_path(directory, k))
+        same = len(stored) == len(batches[k]) and all(
+            len(e.tokens) >= len(ids)
+            and np.array_equal(e.tokens[: len(ids)], ids)
+            and not e.loss_mask[: len(ids)].any()
+            for e, (_, ids) in zip(stored, batches[k], strict=False)
+        )
+        if not same:
+            raise ValueError(
+                f'{shard_path(directory, k)} does not hold the prompts of batch {k}: the '
+                'directory was generated from other prompts, another order or another batch '
+                'size; use a new directory'
+            )
 
 
 def self_instruct_prompts(

@@ -277,6 +277,12 @@ def test_data_generation_resumes_without_redoing_work(tmp_path):
     for a, b in zip(lost, data.read_shard(data.shard_path(str(tmp_path), 1)), strict=True):
         np.testing.assert_array_equal(a.tokens, b.tokens)
     assert data.generate_dataset(model, prompts, str(tmp_path), **kw)['shards_written'] == 0
+    # The same directory with other prompts or fewer batches: stale shards, refused.
+    other = data.training_prompts(('gsm8k', 'mbpp'), seed=1)[:6]
+    with pytest.raises(ValueError, match='shard_00000.npz does not hold the prompts of batch 0'):
+        data.generate_dataset(model, other, str(tmp_path), **kw)
+    with pytest.raises(ValueError, match='shard_00001.npz exists, but these prompts make only 1'):
+        data.generate_dataset(model, prompts[:3], str(tmp_path), **kw)
 
 
 def test_self_instruct_prompts_are_user_turns_and_resume(embedded, tmp_path):
