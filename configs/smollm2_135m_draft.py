@@ -66,6 +66,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # text, whose next token is not the target's.
     # -1 = every step, also when --config.train.steps is overridden.
     c.train.ce_steps = 10 if tiny else -1
+    # k > 0: the "CE" steps learn the target's top-k next-token law instead of its argmax
+    # (soft labels: one teacher forward per token, stored next to each data shard as
+    # top<k>_NNNNN.npz, instead of one per step as KL needs).
+    c.train.teacher_topk = 0
     c.train.seed = 0
     c.train.checkpoint_every = 10 if tiny else 200
     c.train.log_every = 5 if tiny else 20

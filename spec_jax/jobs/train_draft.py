@@ -77,11 +77,14 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
             seed=c.data.seed,
             deadline=deadline,
         )
-    examples = data.read_examples(data_dir) if os.path.isdir(data_dir) else []
     for extra in c.data.extra_dirs:
         if not data.finished_shards(extra):
             raise ValueError(f'data.extra_dirs: no finished shards in {extra!r}')
-        examples += data.read_examples(extra)
+    dirs = ([data_dir] if os.path.isdir(data_dir) else []) + list(c.data.extra_dirs)
+    top_k = soft_label_count(c)
+    if top_k:
+        summary['teacher_topk'] = {d: data.teacher_topk(target, d, top_k) for d in dirs}
+    examples = [e for d in dirs for e in data.read_examples(d, top_k)]
     if c.data.reference:
         examples += data.reference_examples(
             target.tokenizer, tuple(c.data.reference), c.data.seed, c.data.reference_limit
@@ -104,6 +107,26 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
         json.dump(summary, f, indent=2, default=float)
     print(json.dumps(summary, indent=2, default=float))
     return summary
+
+
+def soft_label_count(c: ml_collections.ConfigDict) -> int:
+    """`train.teacher_topk`, checked: k > 0 trains the draft LM on stored top-k soft labels."""
+    k = c.train.get('teacher_topk', 0)
+    if not k:
+        return 0
+    if c.kind != 'draft_lm':
+        raise ValueError(
+            f'train.teacher_topk={k} applies to kind draft_lm, not {c.kind!r} (EAGLE-3 '
+            'training runs the target on every batch for its taps and uses its full logits)'
+        )
+    if c.data.reference:
+        raise ValueError(
+            f'train.teacher_topk={k} needs stored shards; data.reference={c.data.reference} '
+            'examples have no soft labels: set one of them to 0 / ()'
+        )
+    if not 0 < k <= 1024:
+        raise ValueError(f'train.teacher_topk must be in [0, 1024], got {k}')
+    return k
 
 
 def _deadline(seconds: float) -> float | None:
@@ -177,14 +200,19 @@ def _train_draft_lm(c, workdir, target, examples) -> dict:
     )
     step = distill.make_train_step(target.cfg, dcfg, opt, c.train.temperature)
     ce_step = distill.make_ce_step(dcfg, opt)
+    topk_step = distill.make_topk_step(dcfg, opt)
     tparams = target.params
     ce_steps = ce_step_count(c.train)
+    soft = soft_label_count(c) > 0
 
     def step_fn(state, b, step_index):
         args = (jnp.asarray(b.tokens_bt), jnp.asarray(b.loss_mask_bt), jnp.asarray(b.valid_bt))
-        if step_index < ce_steps:  # Cheap hard-label steps, no teacher forward.
-            return ce_step(state, *args)
-        return step(tparams, state, *args)
+        if step_index >= ce_steps:
+            return step(tparams, state, *args)
+        # Cheap steps without a teacher forward: stored soft labels, or the next token.
+        if soft:
+            return topk_step(state, *args, b.topk_ids_btk, b.topk_logprobs_btk)
+        return ce_step(state, *args)
 
     t0 = time.time()
     state, history = _train(c, params, opt, step_fn, examples, workdir)

@@ -67,6 +67,13 @@ def teacher_forward(cfg: ModelConfig, params: dict, tokens_bt, valid_bt, taps: b
     return logits, taps_bted
 
 
+@partial(jax.jit, static_argnames=('cfg', 'top_k'))
+def teacher_topk_logprobs(cfg: ModelConfig, params: dict, tokens_bt, valid_bt, top_k: int):
+    """The target's top-k next-token law on a batch: (log-probs [B, T, k], ids [B, T, k])."""
+    logits, _ = teacher_forward(cfg, params, tokens_bt, valid_bt)
+    return jax.lax.top_k(jax.nn.log_softmax(logits, axis=-1), top_k)
+
+
 # ---- checkpoints ------------------------------------------------------------------------
 
 

@@ -176,10 +176,20 @@ def reference_examples(
 
 @dataclasses.dataclass
 class Example:
-    """One stored example: tokens [T] int32 and loss_mask [T] bool (response tokens)."""
+    """One stored example.
+
+    Attributes:
+      tokens: [T] int32.
+      loss_mask: [T] bool, True on response tokens.
+      topk_ids, topk_logprobs: optional soft labels, the target's top-k next-token ids
+        [T, k] int32 and log-probabilities [T, k] (row t is the target's law of token t+1
+        given tokens[:t+1]); see `teacher_topk`.
+    """
 
     tokens: np.ndarray
     loss_mask: np.ndarray
+    topk_ids: np.ndarray | None = None
+    topk_logprobs: np.ndarray | None = None
 
 
 def shard_path(directory: str, k: int) -> str:
@@ -210,19 +220,96 @@ def read_shard(path: str) -> list[Example]:
     ]
 
 
-def read_examples(directory: str) -> list[Example]:
-    """Every example of every finished shard of `directory`, in shard order."""
+def read_examples(directory: str, top_k: int = 0) -> list[Example]:
+    """Every example of every finished shard of `directory`, in shard order.
+
+    top_k > 0 also attaches the stored soft labels (`teacher_topk` must have run on the
+    directory with this k).
+    """
     out = []
-    for path in sorted(glob.glob(os.path.join(directory, 'shard_[0-9]*.npz'))):
-        if path.endswith('.tmp.npz'):
-            continue
-        out.extend(read_shard(path))
+    for k in sorted(finished_shards(directory)):
+        examples = read_shard(shard_path(directory, k))
+        if top_k:
+            path = topk_path(directory, k, top_k)
+            if not os.path.exists(path):
+                raise ValueError(f'no soft labels {path}: run teacher_topk on {directory!r} first')
+            with np.load(path) as z:
+                ids, logprobs = z['ids'], z['logprobs']
+            start = 0
+            for e in examples:
+                end = start + len(e.tokens)
+                e.topk_ids, e.topk_logprobs = ids[start:end], logprobs[start:end]
+                start = end
+        out.extend(examples)
     return out
 
 
 def finished_shards(directory: str) -> set[int]:
     paths = glob.glob(os.path.join(directory, 'shard_[0-9][0-9][0-9][0-9][0-9].npz'))
     return {int(os.path.basename(p)[6:11]) for p in paths}
+
+
+# ---- soft labels ------------------------------------------------------------------------
+
+
+def topk_path(directory: str, k: int, top_k: int) -> str:
+    """The soft labels of shard k: `<dir>/top<top_k>_<k>.npz` next to `shard_<k>.npz`."""
+    return os.path.join(directory, f'top{top_k}_{k:05d}.npz')
+
+
+def teacher_topk(
+    model,
+    directory: str,
+    top_k: int,
+    *,
+    batch_size: int = 8,
+    bucket: int = 64,
+    deadline: float | None = None,
+    progress: bool = True,
+) -> dict:
+    """Stores the target's top-`top_k` next-token log-probs for every finished shard.
+
+    One teacher forward per token, once, instead of one per training step (KL distillation
+    runs the target on every batch): training on these soft labels costs what hard-label
+    CE costs. Each shard's labels are written atomically to `topk_path`, so a rerun skips
+    finished shards. Positions are in the shard's token order (every position is stored;
+    training reads only the response ones).
+
+    Returns:
+      Counts: shards written now, shards total, tokens, seconds.
+    """
+    from tqdm import tqdm
+
+    from spec_jax.train.common import teacher_topk_logprobs
+
+    shards = sorted(finished_shards(directory))
+    todo = [k for k in shards if not os.path.exists(topk_path(directory, k, top_k))]
+    written, tokens, start = 0, 0, time.time()
+    for k in tqdm(todo, desc=f'teacher top-{top_k}', unit='shard', disable=not progress):
+        if deadline is not None and time.time() > deadline:
+            break
+        examples = read_shard(shard_path(directory, k))
+        ids = [np.zeros((len(e.tokens), top_k), np.int32) for e in examples]
+        logprobs = [np.zeros((len(e.tokens), top_k), np.float16) for e in examples]
+        order = np.argsort([len(e.tokens) for e in examples], kind='stable')
+        for s in range(0, len(order), batch_size):
+            rows = order[s : s + batch_size]
+            longest = max(len(examples[i].tokens) for i in rows)
+            b = make_batch([examples[i] for i in rows], longest, bucket)
+            lp_btk, ids_btk = np.asarray(
+                teacher_topk_logprobs(model.cfg, model.params, b.tokens_bt, b.valid_bt, top_k)
+            )
+            for r, i in enumerate(rows):
+                n = len(examples[i].tokens)
+                ids[i], logprobs[i] = ids_btk[r, :n], lp_btk[r, :n].astype(np.float16)
+            tokens += int(b.valid_bt.sum())
+        tmp = topk_path(directory, k, top_k) + '.tmp.npz'
+        np.savez(tmp, ids=np.concatenate(ids), logprobs=np.concatenate(logprobs))
+        os.replace(tmp, topk_path(directory, k, top_k))
+        written += 1
+    return dict(
+        shards_written=written, shards_total=len(shards), tokens=tokens, seconds=time.time() - start
+    )
 
 
 # ---- generation -------------------------------------------------------------------------
@@ -438,6 +525,8 @@ class TrainBatch:
     tokens_bt: np.ndarray
     loss_mask_bt: np.ndarray
     valid_bt: np.ndarray
+    topk_ids_btk: np.ndarray | None = None
+    topk_logprobs_btk: np.ndarray | None = None
 
 
 def make_batch(examples: Sequence[Example], seq_len: int, bucket: int = 64) -> TrainBatch:
@@ -446,7 +535,8 @@ def make_batch(examples: Sequence[Example], seq_len: int, bucket: int = 64) -> T
 
     An example longer than seq_len keeps its LAST seq_len tokens (the response survives).
     The loss mask is shifted to prediction positions: position t predicts token t+1, so it
-    is trained when token t+1 is a response token.
+    is trained when token t+1 is a response token. Soft labels come along when every
+    example has them (pad rows: id 0, log-prob -1e9).
     """
     b = len(examples)
     longest = max(min(len(e.tokens), seq_len) for e in examples)
@@ -454,12 +544,22 @@ def make_batch(examples: Sequence[Example], seq_len: int, bucket: int = 64) -> T
     tokens = np.zeros((b, t), np.int32)
     mask = np.zeros((b, t), bool)
     valid = np.zeros((b, t), bool)
+    soft = all(e.topk_ids is not None for e in examples)
+    if soft:
+        k = examples[0].topk_ids.shape[1]
+        topk_ids = np.zeros((b, t, k), np.int32)
+        topk_logprobs = np.full((b, t, k), -1e9, np.float32)
     for i, e in enumerate(examples):
         toks, lm = e.tokens[-seq_len:], e.loss_mask[-seq_len:]
         n = len(toks)
         tokens[i, :n] = toks
         valid[i, :n] = True
         mask[i, : n - 1] = lm[1:n]
+        if soft:
+            topk_ids[i, :n] = e.topk_ids[-seq_len:]
+            topk_logprobs[i, :n] = e.topk_logprobs[-seq_len:]
+    if soft:
+        return TrainBatch(tokens, mask, valid, topk_ids, topk_logprobs)
     return TrainBatch(tokens, mask, valid)
 
 

@@ -97,13 +97,48 @@ def kl_loss(teacher_logits_btv, student_logits_btv, mask_bt, temperature: float 
     return (kl_bt * m).sum() / denom, (agree * m).sum() / denom
 
 
+def topk_loss(topk_logprobs_btk, topk_ids_btk, student_logits_btv, mask_bt):
+    """Mean masked cross-entropy to the teacher's renormalised top-k law, and agreement.
+
+    With p~ = softmax of the k stored log-probs (the teacher's law restricted to its top k)
+    the loss is -sum_j p~_j log q(id_j) = KL(p~ || q) + H(p~): the KL's gradient at a
+    fraction of its cost (no teacher forward). Agreement compares q's argmax with the
+    teacher's top-1 id.
+    """
+    weights_btk = jax.nn.softmax(topk_logprobs_btk.astype(jnp.float32), axis=-1)
+    logq_btv = jax.nn.log_softmax(student_logits_btv, axis=-1)
+    ce_bt = -jnp.sum(weights_btk * jnp.take_along_axis(logq_btv, topk_ids_btk, axis=-1), -1)
+    m = mask_bt.astype(jnp.float32)
+    denom = jnp.maximum(m.sum(), 1.0)
+    agree = jnp.argmax(student_logits_btv, -1) == topk_ids_btk[..., 0]
+    return (ce_bt * m).sum() / denom, (agree * m).sum() / denom
+
+
+def _apply(optimizer: optax.GradientTransformation, state: dict, loss_fn):
+    """One optimizer step on `loss_fn(params) -> (loss, aux)`: (new state, loss, aux, |g|)."""
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
+    updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
+    params = optax.apply_updates(state['params'], updates)
+    new = dict(params=params, opt_state=opt_state, step=state['step'] + 1)
+    return new, loss, aux, optax.tree.norm(grads)
+
+
+def _student(draft_cfg: ModelConfig, params, tokens_bt, valid_bt):
+    b, t = tokens_bt.shape
+    logits, _, _ = forward(
+        draft_cfg, params, tokens_bt, positions(b, t), None, causal_mask(valid_bt)
+    )
+    return logits
+
+
 def make_train_step(
     target_cfg: ModelConfig,
     draft_cfg: ModelConfig,
     optimizer: optax.GradientTransformation,
     temperature: float = 1.0,
 ):
-    """A jitted (target_params, state, tokens, loss_mask, valid) -> (state, metrics)."""
+    """A jitted (target_params, state, tokens, loss_mask, valid) -> (state, metrics): KL to
+    the target's full logits, computed on the batch (one teacher forward per step)."""
 
     @partial(jax.jit, donate_argnums=(1,))
     def step(target_params, state, tokens_bt, loss_mask_bt, valid_bt):
@@ -113,14 +148,11 @@ def make_train_step(
         teacher = jax.lax.stop_gradient(teacher)
 
         def loss_fn(params):
-            student, _, _ = forward(draft_cfg, params, tokens_bt, pos, None, mask)
+            student = _student(draft_cfg, params, tokens_bt, valid_bt)
             return kl_loss(teacher, student, loss_mask_bt, temperature)
 
-        (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
-        updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
-        params = optax.apply_updates(state['params'], updates)
-        new = dict(params=params, opt_state=opt_state, step=state['step'] + 1)
-        return new, dict(loss=loss, acc=acc, grad_norm=optax.global_norm(grads))
+        state, loss, acc, grad_norm = _apply(optimizer, state, loss_fn)
+        return state, dict(loss=loss, acc=acc, grad_norm=grad_norm)
 
     return step
 
@@ -128,30 +160,40 @@ def make_train_step(
 def make_ce_step(draft_cfg: ModelConfig, optimizer: optax.GradientTransformation):
     """A jitted (state, tokens, loss_mask, valid) -> (state, metrics) with hard-label CE.
 
-    No teacher forward (about 5x cheaper a token than `make_train_step`): a warm-up phase
-    on text whose next token is the label (exact for target-greedy self-distilled text,
-    an approximation on dataset answers).
+    No teacher forward (about 5x cheaper a token than `make_train_step`): exact for
+    target-greedy self-distilled text (its next token is the target's argmax), an
+    approximation on dataset answers.
     """
 
     @partial(jax.jit, donate_argnums=(0,))
     def step(state, tokens_bt, loss_mask_bt, valid_bt):
-        b, t = tokens_bt.shape
         labels_bt = jnp.concatenate([tokens_bt[:, 1:], tokens_bt[:, -1:]], axis=1)
         m = loss_mask_bt.astype(jnp.float32)
 
         def loss_fn(params):
-            logits, _, _ = forward(
-                draft_cfg, params, tokens_bt, positions(b, t), None, causal_mask(valid_bt)
-            )
+            logits = _student(draft_cfg, params, tokens_bt, valid_bt)
             ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels_bt)
             acc = (jnp.argmax(logits, -1) == labels_bt) * m
             return (ce * m).sum() / jnp.maximum(m.sum(), 1.0), acc.sum() / jnp.maximum(m.sum(), 1)
 
-        (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
-        updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
-        params = optax.apply_updates(state['params'], updates)
-        new = dict(params=params, opt_state=opt_state, step=state['step'] + 1)
-        return new, dict(ce=loss, label_acc=acc, grad_norm=optax.global_norm(grads))
+        state, loss, acc, grad_norm = _apply(optimizer, state, loss_fn)
+        return state, dict(ce=loss, label_acc=acc, grad_norm=grad_norm)
+
+    return step
+
+
+def make_topk_step(draft_cfg: ModelConfig, optimizer: optax.GradientTransformation):
+    """A jitted (state, tokens, loss_mask, valid, topk_ids, topk_logprobs) -> (state,
+    metrics): soft labels stored by `data.teacher_topk` (see `topk_loss`), at CE's cost."""
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def step(state, tokens_bt, loss_mask_bt, valid_bt, topk_ids_btk, topk_logprobs_btk):
+        def loss_fn(params):
+            logits = _student(draft_cfg, params, tokens_bt, valid_bt)
+            return topk_loss(topk_logprobs_btk, topk_ids_btk, logits, loss_mask_bt)
+
+        state, loss, acc, grad_norm = _apply(optimizer, state, loss_fn)
+        return state, dict(soft_ce=loss, acc=acc, grad_norm=grad_norm)
 
     return step
 

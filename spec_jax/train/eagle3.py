@@ -144,7 +144,7 @@ def make_train_step(
         (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
         updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
         params = optax.apply_updates(state['params'], updates)
-        metrics = dict(loss=loss, grad_norm=optax.global_norm(grads))
+        metrics = dict(loss=loss, grad_norm=optax.tree.norm(grads))
         metrics.update({f'acc{j}': acc[j] for j in range(steps)})
         return dict(params=params, opt_state=opt_state, step=state['step'] + 1), metrics
 

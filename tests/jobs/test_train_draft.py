@@ -34,6 +34,14 @@ def _check_extra_dirs(summary, tmp_path):
     c.data.extra_dirs = (str(tmp_path),)
     with pytest.raises(ValueError, match='no finished shards'):
         train_draft.run(c, str(tmp_path / 'again'))
+    # Soft labels: stored next to the shards once, then the cheap steps train on them.
+    c.data.extra_dirs, c.train.steps, c.train.teacher_topk = (), 3, 4
+    soft = train_draft.run(c, str(tmp_path / 'soft'))
+    assert soft['teacher_topk'][data_dir]['shards_written'] >= 1
+    assert soft['steps'] == 3 and 'soft_ce' in soft['last']
+    c.data.reference = ('gsm8k',)
+    with pytest.raises(ValueError, match='data.reference'):
+        train_draft.run(c, str(tmp_path / 'soft'))
 
 
 def test_full_size_draft_trains_with_ce_for_every_step():

@@ -6,6 +6,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from spec_jax.models import eagle3 as e3
@@ -216,6 +217,27 @@ def test_draft_lm_kl_step_learns(world):
     assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:5])
 
 
+def test_topk_loss_with_every_token_is_kl_plus_entropy():
+    """With k = V stored, the soft-label loss is the KL step's loss plus the teacher's
+    entropy (a constant), so both train the same thing; fewer ids renormalise."""
+    rng = np.random.default_rng(0)
+    teacher = jnp.asarray(rng.normal(size=(2, 5, 11)) * 2, jnp.float32)
+    student = jnp.asarray(rng.normal(size=(2, 5, 11)), jnp.float32)
+    mask = jnp.asarray(rng.random((2, 5)) < 0.7)
+    lp, ids = jax.lax.top_k(jax.nn.log_softmax(teacher), 11)
+    soft, agree = distill.topk_loss(lp, ids, student, mask)
+    kl, kl_agree = distill.kl_loss(teacher, student, mask)
+    p = jax.nn.softmax(teacher)
+    entropy = -(p * jnp.log(p)).sum(-1)
+    m = mask.astype(jnp.float32)
+    np.testing.assert_allclose(soft, kl + (entropy * m).sum() / m.sum(), rtol=1e-5)
+    np.testing.assert_allclose(agree, kl_agree)
+    # k = 1 is hard-label cross-entropy on the teacher's argmax.
+    hard, _ = distill.topk_loss(lp[..., :1], ids[..., :1], student, mask)
+    ce = optax.softmax_cross_entropy_with_integer_labels(student, jnp.argmax(teacher, -1))
+    np.testing.assert_allclose(hard, (ce * m).sum() / m.sum(), rtol=1e-5)
+
+
 def test_projected_embedding_keeps_geometry():
     rng = np.random.default_rng(0)
     e = rng.normal(size=(50, 6)) @ rng.normal(size=(6, 20))  # rank 6
@@ -277,12 +299,41 @@ def test_data_generation_resumes_without_redoing_work(tmp_path):
     for a, b in zip(lost, data.read_shard(data.shard_path(str(tmp_path), 1)), strict=True):
         np.testing.assert_array_equal(a.tokens, b.tokens)
     assert data.generate_dataset(model, prompts, str(tmp_path), **kw)['shards_written'] == 0
+    _check_teacher_topk(model, str(tmp_path))
     # The same directory with other prompts or fewer batches: stale shards, refused.
     other = data.training_prompts(('gsm8k', 'mbpp'), seed=1)[:6]
     with pytest.raises(ValueError, match='shard_00000.npz does not hold the prompts of batch 0'):
         data.generate_dataset(model, other, str(tmp_path), **kw)
     with pytest.raises(ValueError, match='shard_00001.npz exists, but these prompts make only 1'):
         data.generate_dataset(model, prompts[:3], str(tmp_path), **kw)
+
+
+def _check_teacher_topk(model, directory):
+    """Soft labels line up with their tokens: on target-greedy text the teacher's top-1 at
+    every response prediction position IS the next token; a rerun skips finished shards."""
+    import os
+
+    with pytest.raises(ValueError, match='run teacher_topk'):
+        data.read_examples(directory, top_k=3)
+    first = data.teacher_topk(model, directory, 3, batch_size=2, progress=False)
+    assert first['shards_written'] == 2
+    examples = data.read_examples(directory, top_k=3)
+    for e in examples:
+        assert e.topk_ids.shape == e.topk_logprobs.shape == (len(e.tokens), 3)
+        predicts_response = e.loss_mask[1:]
+        np.testing.assert_array_equal(
+            e.topk_ids[:-1, 0][predicts_response], e.tokens[1:][predicts_response]
+        )
+        assert (np.diff(e.topk_logprobs.astype(np.float32), axis=1) <= 0).all()
+    kept = os.path.getmtime(data.topk_path(directory, 0, 3))
+    assert data.teacher_topk(model, directory, 3, progress=False)['shards_written'] == 0
+    assert os.path.getmtime(data.topk_path(directory, 0, 3)) == kept
+    b = data.make_batch(examples[:3], 16, 8)  # Padded like the tokens; pads weigh nothing.
+    assert b.topk_ids_btk.shape == (*b.tokens_bt.shape, 3)
+    assert (b.topk_logprobs_btk[~b.valid_bt] == -1e9).all()
+    np.testing.assert_array_equal(
+        b.topk_ids_btk[0, : len(examples[0].tokens[-16:])], examples[0].topk_ids[-16:]
+    )
 
 
 def test_self_instruct_prompts_are_user_turns_and_resume(embedded, tmp_path):
