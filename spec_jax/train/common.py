@@ -40,6 +40,16 @@ def make_optimizer(
     )
 
 
+def apply_gradients(optimizer: optax.GradientTransformation, state: dict, loss_fn):
+    """One optimizer step on `loss_fn(params) -> (loss, aux)` for a train state
+    {'params', 'opt_state', 'step'}: (new state, loss, aux, gradient norm)."""
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
+    updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
+    params = optax.apply_updates(state['params'], updates)
+    new = dict(params=params, opt_state=opt_state, step=state['step'] + 1)
+    return new, loss, aux, optax.tree.norm(grads)
+
+
 def causal_mask(valid_bt: jax.Array) -> jax.Array:
     """[B, T, T] causal mask; pad keys are masked (pad queries see themselves only)."""
     t = valid_bt.shape[1]

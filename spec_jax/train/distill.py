@@ -18,7 +18,7 @@ import optax
 
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward, init_params
-from spec_jax.train.common import causal_mask, positions
+from spec_jax.train.common import apply_gradients, causal_mask, positions
 
 
 def draft_config(
@@ -114,15 +114,6 @@ def topk_loss(topk_logprobs_btk, topk_ids_btk, student_logits_btv, mask_bt):
     return (ce_bt * m).sum() / denom, (agree * m).sum() / denom
 
 
-def _apply(optimizer: optax.GradientTransformation, state: dict, loss_fn):
-    """One optimizer step on `loss_fn(params) -> (loss, aux)`: (new state, loss, aux, |g|)."""
-    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
-    updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
-    params = optax.apply_updates(state['params'], updates)
-    new = dict(params=params, opt_state=opt_state, step=state['step'] + 1)
-    return new, loss, aux, optax.tree.norm(grads)
-
-
 def _student(draft_cfg: ModelConfig, params, tokens_bt, valid_bt):
     b, t = tokens_bt.shape
     logits, _, _ = forward(
@@ -151,7 +142,7 @@ def make_train_step(
             student = _student(draft_cfg, params, tokens_bt, valid_bt)
             return kl_loss(teacher, student, loss_mask_bt, temperature)
 
-        state, loss, acc, grad_norm = _apply(optimizer, state, loss_fn)
+        state, loss, acc, grad_norm = apply_gradients(optimizer, state, loss_fn)
         return state, dict(loss=loss, acc=acc, grad_norm=grad_norm)
 
     return step
@@ -176,7 +167,7 @@ def make_ce_step(draft_cfg: ModelConfig, optimizer: optax.GradientTransformation
             acc = (jnp.argmax(logits, -1) == labels_bt) * m
             return (ce * m).sum() / jnp.maximum(m.sum(), 1.0), acc.sum() / jnp.maximum(m.sum(), 1)
 
-        state, loss, acc, grad_norm = _apply(optimizer, state, loss_fn)
+        state, loss, acc, grad_norm = apply_gradients(optimizer, state, loss_fn)
         return state, dict(ce=loss, label_acc=acc, grad_norm=grad_norm)
 
     return step
@@ -192,7 +183,7 @@ def make_topk_step(draft_cfg: ModelConfig, optimizer: optax.GradientTransformati
             logits = _student(draft_cfg, params, tokens_bt, valid_bt)
             return topk_loss(topk_logprobs_btk, topk_ids_btk, logits, loss_mask_bt)
 
-        state, loss, acc, grad_norm = _apply(optimizer, state, loss_fn)
+        state, loss, acc, grad_norm = apply_gradients(optimizer, state, loss_fn)
         return state, dict(soft_ce=loss, acc=acc, grad_norm=grad_norm)
 
     return step

@@ -26,7 +26,7 @@ import optax
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.eagle3 import Eagle3Config, eagle3_forward, embed
 from spec_jax.models.llama import forward
-from spec_jax.train.common import causal_mask, positions
+from spec_jax.train.common import apply_gradients, causal_mask, positions
 
 
 def shift_left(x, j: int, fill=0):
@@ -141,12 +141,10 @@ def make_train_step(
                 cfg, logits, teacher, loss_mask_bt, valid_bt, draft_ids_u, t2d_v, step_weight
             )
 
-        (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
-        updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
-        params = optax.apply_updates(state['params'], updates)
-        metrics = dict(loss=loss, grad_norm=optax.tree.norm(grads))
+        state, loss, acc, grad_norm = apply_gradients(optimizer, state, loss_fn)
+        metrics = dict(loss=loss, grad_norm=grad_norm)
         metrics.update({f'acc{j}': acc[j] for j in range(steps)})
-        return dict(params=params, opt_state=opt_state, step=state['step'] + 1), metrics
+        return state, metrics
 
     return step
 
