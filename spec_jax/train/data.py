@@ -264,7 +264,6 @@ def teacher_topk(
     *,
     batch_size: int = 8,
     bucket: int = 64,
-    deadline: float | None = None,
     progress: bool = True,
 ) -> dict:
     """Stores the target's top-`top_k` next-token log-probs for every finished shard.
@@ -273,7 +272,8 @@ def teacher_topk(
     runs the target on every batch): training on these soft labels costs what hard-label
     CE costs. Each shard's labels are written atomically to `topk_path`, so a rerun skips
     finished shards. Positions are in the shard's token order (every position is stored;
-    training reads only the response ones).
+    training reads only the response ones). The teacher sees each whole example, so a
+    row that `make_batch` left-truncates keeps labels computed with its full context.
 
     Returns:
       Counts: shards written now, shards total, tokens, seconds.
@@ -286,8 +286,6 @@ def teacher_topk(
     todo = [k for k in shards if not os.path.exists(topk_path(directory, k, top_k))]
     written, tokens, start = 0, 0, time.time()
     for k in tqdm(todo, desc=f'teacher top-{top_k}', unit='shard', disable=not progress):
-        if deadline is not None and time.time() > deadline:
-            break
         examples = read_shard(shard_path(directory, k))
         ids = [np.zeros((len(e.tokens), top_k), np.int32) for e in examples]
         logprobs = [np.zeros((len(e.tokens), top_k), np.float16) for e in examples]
@@ -296,8 +294,9 @@ def teacher_topk(
             rows = order[s : s + batch_size]
             longest = max(len(examples[i].tokens) for i in rows)
             b = make_batch([examples[i] for i in rows], longest, bucket)
-            lp_btk, ids_btk = np.asarray(
-                teacher_topk_logprobs(model.cfg, model.params, b.tokens_bt, b.valid_bt, top_k)
+            lp_btk, ids_btk = map(
+                np.asarray,
+                teacher_topk_logprobs(model.cfg, model.params, b.tokens_bt, b.valid_bt, top_k),
             )
             for r, i in enumerate(rows):
                 n = len(examples[i].tokens)

@@ -320,6 +320,7 @@ def _check_teacher_topk(model, directory):
     examples = data.read_examples(directory, top_k=3)
     for e in examples:
         assert e.topk_ids.shape == e.topk_logprobs.shape == (len(e.tokens), 3)
+        assert e.topk_ids.dtype == np.int32
         predicts_response = e.loss_mask[1:]
         np.testing.assert_array_equal(
             e.topk_ids[:-1, 0][predicts_response], e.tokens[1:][predicts_response]
