@@ -292,8 +292,9 @@ def teacher_topk(
         order = np.argsort([len(e.tokens) for e in examples], kind='stable')
         for s in range(0, len(order), batch_size):
             rows = order[s : s + batch_size]
-            longest = max(len(examples[i].tokens) for i in rows)
-            b = make_batch([examples[i] for i in rows], longest, bucket)
+            # Whole examples, padded to a multiple of `bucket`: few compiled shapes.
+            padded = -(-max(len(examples[i].tokens) for i in rows) // bucket) * bucket
+            b = make_batch([examples[i] for i in rows], padded, bucket)
             lp_btk, ids_btk = map(
                 np.asarray,
                 teacher_topk_logprobs(model.cfg, model.params, b.tokens_bt, b.valid_bt, top_k),

@@ -315,8 +315,11 @@ def _check_teacher_topk(model, directory):
 
     with pytest.raises(ValueError, match='run teacher_topk'):
         data.read_examples(directory, top_k=3)
-    first = data.teacher_topk(model, directory, 3, batch_size=2, progress=False)
+    compiled = common.teacher_topk_logprobs._cache_size()
+    first = data.teacher_topk(model, directory, 3, batch_size=2, bucket=1024, progress=False)
     assert first['shards_written'] == 2
+    # Lengths are padded to the bucket: one shape per batch size (2, and 1 for the rest).
+    assert common.teacher_topk_logprobs._cache_size() - compiled <= 2
     examples = data.read_examples(directory, top_k=3)
     for e in examples:
         assert e.topk_ids.shape == e.topk_logprobs.shape == (len(e.tokens), 3)
