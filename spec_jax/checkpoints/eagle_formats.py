@@ -304,15 +304,8 @@ def config_to_json(cfg: Eagle3Config, fmt: str = OFFICIAL, target_name: str = ''
         'mlp_bias': False,
         'torch_dtype': 'bfloat16',
     }
-    if cfg.rope_scaling.kind != 'default':
-        s = cfg.rope_scaling
-        layer['rope_scaling'] = {'rope_type': s.kind, 'factor': s.factor}
-        if s.kind == 'llama3':
-            layer['rope_scaling'].update(
-                low_freq_factor=s.low_freq_factor,
-                high_freq_factor=s.high_freq_factor,
-                original_max_position_embeddings=s.original_max_position,
-            )
+    if cfg.rope_scaling.to_hf():
+        layer['rope_scaling'] = cfg.rope_scaling.to_hf()
     aux_ids = [i - 1 for i in cfg.taps]
     if fmt == OFFICIAL:
         out = dict(

@@ -76,6 +76,11 @@ class SpecSettings:
 class SpecStats:
     """Per-row counters (all [B] unless noted), accumulated on device.
 
+    They count what the rule decided, before a stop token or the token limit cuts a row's
+    last block: acceptance and block efficiency describe the draft and the rule, not where
+    the output happened to end (so `emitted` can exceed the tokens returned by at most one
+    block per row).
+
     Attributes:
       blocks: target verification forwards (one per block).
       accepted: accepted drafts.

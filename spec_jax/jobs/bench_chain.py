@@ -174,15 +174,19 @@ def hf_assisted_peer(c, target, draft, ids, rows) -> dict:
             seconds += time.perf_counter() - start
             tokens += y.shape[1] - x.shape[1]
         rate = tokens / seconds
-        ours = next(
+        out[str(temperature)] = dict(hf_tokens_per_s=rate)
+        ours = [
             r['spec_tokens_per_s']
             for r in rows
             if r['temperature'] == temperature and r['batch'] == 1
-        )
-        out[str(temperature)] = dict(hf_tokens_per_s=rate, ours_over_hf=ours / rate)
+        ]
+        if not ours:  # The peer runs batch 1; without our batch-1 row there is no ratio.
+            print(f'transformers assisted generation, T={temperature}, batch 1: {rate:.1f} tok/s')
+            continue
+        out[str(temperature)]['ours_over_hf'] = ours[0] / rate
         print(
             f'transformers assisted generation, T={temperature}, batch 1: {rate:.1f} '
-            f'tok/s; spec_jax chain / transformers = {ours / rate:.2f}x'
+            f'tok/s; spec_jax chain / transformers = {ours[0] / rate:.2f}x'
         )
     return out
 
@@ -204,6 +208,7 @@ def to_hf(model, transformers, torch):
         rope_theta=cfg.rope_theta,
         tie_word_embeddings=cfg.tie_embeddings,
         max_position_embeddings=cfg.max_position,
+        rope_scaling=cfg.rope_scaling.to_hf(),
     )
     hf = transformers.LlamaForCausalLM(hf_cfg).eval()
     state = {

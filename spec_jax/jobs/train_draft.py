@@ -270,6 +270,8 @@ def export_draft_lm(directory: str, dcfg: ModelConfig, params, tokenizer, dtype=
         'bos_token_id': tokenizer.token_to_id(tokenizer.bos_token) if tokenizer.bos_token else None,
         'eos_token_id': tokenizer.token_to_id(tokenizer.eos_token) if tokenizer.eos_token else None,
     }
+    if dcfg.rope_scaling.to_hf():  # The draft inherits the target's (e.g. Llama 3.x).
+        config['rope_scaling'] = dcfg.rope_scaling.to_hf()
     with open(os.path.join(directory, 'config.json'), 'w') as f:
         json.dump(config, f, indent=2)
     tokenizer.save(directory)

@@ -36,6 +36,19 @@ class RopeScaling:
                 f'rope scaling kind {self.kind!r} is not supported; valid: {ROPE_TYPES}'
             )
 
+    def to_hf(self) -> dict | None:
+        """The HF config.json `rope_scaling` entry (None for no scaling)."""
+        if self.kind == 'default':
+            return None
+        out = {'rope_type': self.kind, 'factor': self.factor}
+        if self.kind == 'llama3':
+            out.update(
+                low_freq_factor=self.low_freq_factor,
+                high_freq_factor=self.high_freq_factor,
+                original_max_position_embeddings=self.original_max_position,
+            )
+        return out
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:

@@ -11,7 +11,7 @@ import pytest
 
 from spec_jax.models import eagle3 as e3
 from spec_jax.models import llama
-from spec_jax.models.config import ModelConfig
+from spec_jax.models.config import ModelConfig, RopeScaling
 from spec_jax.train import common, data, distill
 from spec_jax.train import eagle3 as te
 
@@ -255,7 +255,9 @@ def test_draft_lm_export_loads_with_checkpoints_load(tmp_path):
     from spec_jax.jobs.train_draft import export_draft_lm
 
     tok = gguf.load_gguf_tokenizer(gguf.embedded_default_path())
-    target = ModelConfig.smollm2_135m()
+    # A Llama-3.x-style RoPE scaling must survive the round trip (the draft inherits it).
+    scaling = RopeScaling('llama3', 32.0, 1.0, 4.0, 8192)
+    target = ModelConfig.smollm2_135m().replace(rope_scaling=scaling)
     dcfg = distill.draft_config(
         target, width=8, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=4, mlp_width=12
     )
@@ -264,6 +266,7 @@ def test_draft_lm_export_loads_with_checkpoints_load(tmp_path):
     assert out['bytes'] > 49152 * 8 * 4
     loaded = checkpoints.load(str(tmp_path))
     assert loaded.cfg.width == 8 and loaded.cfg.num_layers == 2 and loaded.cfg.tie_embeddings
+    assert loaded.cfg.rope_scaling == scaling
     assert loaded.tokenizer.vocab_size == tok.vocab_size
     x = jnp.asarray([[1, 2, 3, 4]], jnp.int32)
     pos, mask = common.positions(1, 4), common.causal_mask(jnp.ones((1, 4), bool))
