@@ -38,7 +38,8 @@ class PromptBatch:
 def pack_prompts(
     prompts: Sequence[Sequence[int]], *, prompt_bucket: int, max_prompt_len: int, pad_id: int = 0
 ) -> PromptBatch:
-    """Pads token-id prompts into one [B, P] array, P a multiple of `prompt_bucket`.
+    """Pads token-id prompts into one [B, P] array: P is the longest prompt rounded up to a
+    multiple of `prompt_bucket`, capped at `max_prompt_len`.
 
     Raises:
       ValueError: on an empty batch, an empty prompt, or a prompt longer than
@@ -55,20 +56,10 @@ def pack_prompts(
                 f'prompt {row} has {n} tokens, longer than the configured maximum of '
                 f'{max_prompt_len}; raise max_prompt_len or shorten the prompt'
             )
-    bucket = min(round_up(int(lengths.max()), prompt_bucket), round_up(max_prompt_len, 1))
+    bucket = min(round_up(int(lengths.max()), prompt_bucket), max_prompt_len)
     tokens = np.full((len(prompts), bucket), pad_id, np.int32)
     for row, p in enumerate(prompts):
         tokens[row, : len(p)] = p
-    return PromptBatch(tokens, lengths)
-
-
-def pad_batch(batch: PromptBatch, batch_size: int) -> PromptBatch:
-    """Pads the batch axis to `batch_size` rows by repeating row 0 (results are dropped)."""
-    extra = batch_size - batch.tokens.shape[0]
-    if extra <= 0:
-        return batch
-    tokens = np.concatenate([batch.tokens, np.repeat(batch.tokens[:1], extra, 0)])
-    lengths = np.concatenate([batch.lengths, np.repeat(batch.lengths[:1], extra)])
     return PromptBatch(tokens, lengths)
 
 

@@ -104,11 +104,16 @@ class NgramDrafter:
     shorter n-grams, and to repeating the pending token when nothing matches."""
 
     n: int = 3
-    vocab_size: int = 0
+    vocab_size: int = 0  # The target's V (q is one-hot over it); required.
 
     def __post_init__(self):
         if self.n < 1:
             raise ValueError(f'ngram size n={self.n} must be >= 1')
+        if self.vocab_size < 1:
+            raise ValueError(
+                f"NgramDrafter needs the target's vocabulary size, got vocab_size="
+                f'{self.vocab_size}: pass vocab_size=cfg.vocab_size'
+            )
 
     def init(self, params, prompt_bp, prompt_len_b, slots: int):
         return None

@@ -15,6 +15,7 @@ Stages, each resumable in `workdir`:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -41,6 +42,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     Returns:
       A summary dict (also written to `<workdir>/summary.json`).
     """
+    check_config(c)
     os.makedirs(workdir, exist_ok=True)
     job_common.log_devices()
     target = job_common.load_model(c.target, 'float32', c.seed)
@@ -96,17 +98,59 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     n_resp = int(sum(e.loss_mask.sum() for e in examples))
     logging.info('%d examples, %d response tokens', len(examples), n_resp)
     summary.update(examples=len(examples), response_tokens=n_resp)
+    check_training_data(workdir, examples)
 
     if c.kind == 'draft_lm':
         summary.update(_train_draft_lm(c, workdir, target, examples))
-    elif c.kind == 'eagle3':
-        summary.update(_train_eagle3(c, workdir, target, examples))
     else:
-        raise ValueError(f'kind must be draft_lm or eagle3, got {c.kind!r}')
+        summary.update(_train_eagle3(c, workdir, target, examples))
     with open(os.path.join(workdir, 'summary.json'), 'w') as f:
         json.dump(summary, f, indent=2, default=float)
     print(json.dumps(summary, indent=2, default=float))
     return summary
+
+
+def check_config(c: ml_collections.ConfigDict) -> None:
+    """Fails before anything loads on settings that would fail late or train the wrong thing."""
+    if c.kind not in ('draft_lm', 'eagle3'):
+        raise ValueError(f'kind must be draft_lm or eagle3, got {c.kind!r}')
+    soft_label_count(c)
+    if c.kind == 'draft_lm' and c.data.reference and ce_step_count(c.train) >= c.train.steps:
+        raise ValueError(
+            f"data.reference={tuple(c.data.reference)} adds the datasets' own answers, whose "
+            "next token is not the target's: they need KL steps, but every one of the "
+            f'train.steps={c.train.steps} is a hard-label step (train.ce_steps='
+            f'{c.train.ce_steps}); set train.ce_steps below train.steps'
+        )
+
+
+def check_training_data(workdir: str, examples: list[data.Example]) -> None:
+    """Refuses to resume checkpoints that were trained on other examples.
+
+    The batch stream (and an EAGLE-3 head's draft vocabulary) is a function of the example
+    list, so resuming after the data changed (say, a rerun that generated more shards)
+    would silently train on a different stream, or pair the head's rows with another
+    vocabulary map. The first run records a fingerprint in `<workdir>/train_data.json`.
+    """
+    digest = hashlib.sha256()
+    for e in examples:
+        digest.update(np.asarray(e.tokens, np.int32).tobytes())
+        digest.update(np.asarray(e.loss_mask, bool).tobytes())
+    fingerprint = dict(examples=len(examples), sha256=digest.hexdigest())
+    path = os.path.join(workdir, 'train_data.json')
+    checkpoints = os.path.join(workdir, 'checkpoints')
+    if os.path.exists(path) and os.path.isdir(checkpoints) and os.listdir(checkpoints):
+        with open(path) as f:
+            recorded = json.load(f)
+        if recorded != fingerprint:
+            raise ValueError(
+                f'the training examples changed since the checkpoints in {checkpoints} were '
+                f'written ({recorded["examples"]} examples then, {len(examples)} now): '
+                'finish the data stage before training, or train in a new workdir'
+            )
+        return
+    with open(path, 'w') as f:
+        json.dump(fingerprint, f)
 
 
 def soft_label_count(c: ml_collections.ConfigDict) -> int:
@@ -134,9 +178,19 @@ def _deadline(seconds: float) -> float | None:
 
 
 def _metrics_logger(workdir: str):
+    """Appends logged metrics to `<workdir>/metrics.jsonl`. The first log of a resumed run
+    first drops the lines a crashed run wrote after its last checkpoint (steps at or past
+    this log's), so every step appears once."""
     path = os.path.join(workdir, 'metrics.jsonl')
+    first = [True]
 
     def log(step, metrics):
+        if first[0] and os.path.exists(path):
+            with open(path) as f:
+                kept = [line for line in f if line.strip() and json.loads(line)['step'] < step]
+            with open(path, 'w') as f:
+                f.writelines(kept)
+        first[0] = False
         with open(path, 'a') as f:
             f.write(json.dumps(dict(metrics, step=step, time=time.time())) + '\n')
 

@@ -51,7 +51,8 @@ def apply_gradients(optimizer: optax.GradientTransformation, state: dict, loss_f
 
 
 def causal_mask(valid_bt: jax.Array) -> jax.Array:
-    """[B, T, T] causal mask; pad keys are masked (pad queries see themselves only)."""
+    """[B, T, T] causal mask over valid keys; every query also sees itself (so a pad query's
+    softmax is never empty; pad positions are outside every loss mask)."""
     t = valid_bt.shape[1]
     causal_tt = jnp.tril(jnp.ones((t, t), bool))
     return (causal_tt[None] & valid_bt[:, None, :]) | jnp.eye(t, dtype=bool)[None]

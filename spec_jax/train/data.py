@@ -78,8 +78,16 @@ def hf_chat_dataset(name: str, split: str = 'train', field: str = 'messages') ->
     """Prompts from any chat dataset through `datasets` (the last assistant turn dropped)."""
     import datasets  # Optional dependency; only on a user's machine with network.
 
+    try:
+        rows = datasets.load_dataset(name, split=split)
+    except Exception as e:  # Hub, network or file errors: name what was being looked up.
+        raise ValueError(
+            f'data source {name!r} is none of the built-in sources '
+            f'{sorted(SOURCES) + [SELF_INSTRUCT]} and datasets.load_dataset({name!r}, '
+            f'split={split!r}) failed: {e}'
+        ) from e
     out = []
-    for row in datasets.load_dataset(name, split=split):
+    for row in rows:
         msgs = [dict(role=m['role'], content=m['content']) for m in row[field]]
         while msgs and msgs[-1]['role'] == 'assistant':
             msgs.pop()

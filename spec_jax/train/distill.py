@@ -187,16 +187,3 @@ def make_topk_step(draft_cfg: ModelConfig, optimizer: optax.GradientTransformati
         return state, dict(soft_ce=loss, acc=acc, grad_norm=grad_norm)
 
     return step
-
-
-@partial(jax.jit, static_argnames=('target_cfg', 'draft_cfg'))
-def eval_agreement(
-    target_cfg, draft_cfg, target_params, draft_params, tokens_bt, loss_mask_bt, valid_bt
-):
-    """Teacher-forced greedy agreement: (#agree, #positions) over masked positions."""
-    b, t = tokens_bt.shape
-    pos, mask = positions(b, t), causal_mask(valid_bt)
-    teacher, _, _ = forward(target_cfg, target_params, tokens_bt, pos, None, mask)
-    student, _, _ = forward(draft_cfg, draft_params, tokens_bt, pos, None, mask)
-    agree = (jnp.argmax(teacher, -1) == jnp.argmax(student, -1)) & loss_mask_bt
-    return agree.sum(), loss_mask_bt.sum()

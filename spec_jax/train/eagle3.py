@@ -79,7 +79,6 @@ def ttt_targets(teacher_logits_btv, loss_mask_bt, valid_bt, steps: int):
 
 
 def ttt_loss(
-    cfg: Eagle3Config,
     logits_jbtu,
     teacher_logits_btv,
     loss_mask_bt,
@@ -138,7 +137,7 @@ def make_train_step(
         def loss_fn(params):
             logits = ttt_forward(cfg, params, embed_vd, taps, tokens_bt, valid_bt, steps)
             return ttt_loss(
-                cfg, logits, teacher, loss_mask_bt, valid_bt, draft_ids_u, t2d_v, step_weight
+                logits, teacher, loss_mask_bt, valid_bt, draft_ids_u, t2d_v, step_weight
             )
 
         state, loss, acc, grad_norm = apply_gradients(optimizer, state, loss_fn)
@@ -188,7 +187,8 @@ def chain_lengths(hits_jt: np.ndarray, start: int, last: int, k: int) -> list[in
     Args:
       hits_jt: [>= k, T] bool; hits_jt[j, r] = the draft at depth j+1 of a round whose root
         (last committed token) is x_{r+1} proposes x_{r+j+2} correctly, given a correct prefix.
-      start: r of the first round (prompt length P - 2: the root is x_{P-1}... see callers).
+      start: r of the first round, whose root is x_{r+1}: r = P - 1 for a prompt of P tokens
+        (the root is x_P, the first response token, which prefill produced).
       last: index of the last token of the sequence; drafts past it do not count.
       k: draft length.
 

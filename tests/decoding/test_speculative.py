@@ -228,6 +228,8 @@ def test_bad_input_fails_before_compiling(target, draft):
         sp.SpecSettings(DEC, 0)
     with pytest.raises(ValueError, match='unknown rule'):
         rules.make('speculative_magic')
+    with pytest.raises(ValueError, match="NgramDrafter needs the target's vocabulary size"):
+        NgramDrafter(3)
     with pytest.raises(ValueError, match='model supports 512'):
         sp.generate(
             CFG,

@@ -1,5 +1,6 @@
 """The train_draft job end to end on its :tiny configs: data -> train -> eval -> export."""
 
+import json
 import os
 
 import pytest
@@ -42,6 +43,25 @@ def _check_extra_dirs(summary, tmp_path):
     c.data.reference = ('gsm8k',)
     with pytest.raises(ValueError, match='data.reference'):
         train_draft.run(c, str(tmp_path / 'soft'))
+    c.train.teacher_topk, c.train.ce_steps = 0, -1  # Dataset answers need KL steps.
+    with pytest.raises(ValueError, match='they need KL steps'):
+        train_draft.run(c, str(tmp_path / 'soft'))
+    # Checkpoints trained on one example list never resume on another.
+    c.data.reference, c.data.extra_dirs, c.train.steps = (), (data_dir,), 6
+    with pytest.raises(ValueError, match='training examples changed'):
+        train_draft.run(c, str(tmp_path / 'soft'))
+
+
+def test_metrics_log_drops_what_a_crashed_run_wrote_after_its_checkpoint(tmp_path):
+    log = train_draft._metrics_logger(str(tmp_path))
+    for step in (5, 10, 15):  # Checkpoint at 10, crash after logging 15.
+        log(step, {'loss': float(step)})
+    resumed = train_draft._metrics_logger(str(tmp_path))
+    resumed(15, {'loss': -1.0})
+    resumed(20, {'loss': -2.0})
+    with open(tmp_path / 'metrics.jsonl') as f:
+        rows = [json.loads(line) for line in f]
+    assert [(r['step'], r['loss']) for r in rows] == [(5, 5.0), (10, 10.0), (15, -1.0), (20, -2.0)]
 
 
 def test_full_size_draft_trains_with_ce_for_every_step():

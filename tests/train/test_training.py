@@ -311,6 +311,11 @@ def test_data_generation_resumes_without_redoing_work(tmp_path):
         data.generate_dataset(model, prompts[:3], str(tmp_path), **kw)
 
 
+def test_unknown_data_source_names_the_builtin_ones():
+    with pytest.raises(ValueError, match=r"'no_such_set' is none of the built-in sources"):
+        data.training_prompts(('gsm8k', 'no_such_set'), seed=0)
+
+
 def _check_teacher_topk(model, directory):
     """Soft labels line up with their tokens: on target-greedy text the teacher's top-1 at
     every response prediction position IS the next token; a rerun skips finished shards."""
