@@ -158,14 +158,12 @@ def make_ce_step(draft_cfg: ModelConfig, optimizer: optax.GradientTransformation
 
     @partial(jax.jit, donate_argnums=(0,))
     def step(state, tokens_bt, loss_mask_bt, valid_bt):
-        labels_bt = jnp.concatenate([tokens_bt[:, 1:], tokens_bt[:, -1:]], axis=1)
-        m = loss_mask_bt.astype(jnp.float32)
+        # The next token as a one-entry "top-k" law: topk_loss is then plain CE.
+        labels_bt1 = jnp.concatenate([tokens_bt[:, 1:], tokens_bt[:, -1:]], axis=1)[..., None]
 
         def loss_fn(params):
             logits = _student(draft_cfg, params, tokens_bt, valid_bt)
-            ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels_bt)
-            acc = (jnp.argmax(logits, -1) == labels_bt) * m
-            return (ce * m).sum() / jnp.maximum(m.sum(), 1.0), acc.sum() / jnp.maximum(m.sum(), 1)
+            return topk_loss(jnp.zeros(labels_bt1.shape), labels_bt1, logits, loss_mask_bt)
 
         state, loss, acc, grad_norm = apply_gradients(optimizer, state, loss_fn)
         return state, dict(ce=loss, label_acc=acc, grad_norm=grad_norm)
