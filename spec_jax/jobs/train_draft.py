@@ -83,10 +83,16 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
         if not data.finished_shards(extra):
             raise ValueError(f'data.extra_dirs: no finished shards in {extra!r}')
     dirs = ([data_dir] if os.path.isdir(data_dir) else []) + list(c.data.extra_dirs)
+    sidecars = []
     top_k = soft_label_count(c)
     if top_k:
         summary['teacher_topk'] = {d: data.teacher_topk(target, d, top_k) for d in dirs}
-    examples = [e for d in dirs for e in data.read_examples(d, top_k)]
+        sidecars.append(data.topk_name(top_k))
+    if top_k and c.kind == 'eagle3':  # Cached EAGLE-3 training: the taps too, once.
+        taps = target.cfg.hf_taps()
+        summary['teacher_taps'] = {d: data.teacher_taps(target, d, taps) for d in dirs}
+        sidecars.append(data.taps_name(taps))
+    examples = [e for d in dirs for e in data.read_examples(d, sidecars)]
     if c.data.reference:
         examples += data.reference_examples(
             target.tokenizer, tuple(c.data.reference), c.data.seed, c.data.reference_limit
@@ -154,15 +160,12 @@ def check_training_data(workdir: str, examples: list[data.Example]) -> None:
 
 
 def soft_label_count(c: ml_collections.ConfigDict) -> int:
-    """`train.teacher_topk`, checked: k > 0 trains the draft LM on stored top-k soft labels."""
+    """`train.teacher_topk`, checked: k > 0 stores the target's top-k law once per token and
+    trains on it (draft LM: soft labels for the cheap steps; EAGLE-3: with the taps also
+    stored, no target forward per step)."""
     k = c.train.get('teacher_topk', 0)
     if not k:
         return 0
-    if c.kind != 'draft_lm':
-        raise ValueError(
-            f'train.teacher_topk={k} applies to kind draft_lm, not {c.kind!r} (EAGLE-3 '
-            'training runs the target on every batch for its taps and uses its full logits)'
-        )
     if c.data.reference:
         raise ValueError(
             f'train.teacher_topk={k} needs stored shards; data.reference={c.data.reference} '
@@ -265,7 +268,7 @@ def _train_draft_lm(c, workdir, target, examples) -> dict:
             return step(tparams, state, *args)
         # Cheap steps without a teacher forward: stored soft labels, or the next token.
         if soft:
-            return topk_step(state, *args, b.topk_ids_btk, b.topk_logprobs_btk)
+            return topk_step(state, *args, b.labels['topk_ids'], b.labels['topk_logprobs'])
         return ce_step(state, *args)
 
     t0 = time.time()
@@ -431,21 +434,25 @@ def _train_eagle3(c, workdir, target, examples) -> dict:
     opt = common.make_optimizer(
         c.train.lr, c.train.steps, c.train.warmup, c.train.clip, c.train.weight_decay
     )
-    step = train_e3.make_train_step(target.cfg, hcfg, opt, c.train.ttt_steps, c.train.step_weight)
-    tparams = target.params
     draft_ids = jnp.asarray(used.astype(np.int32))
     t2d_j = jnp.asarray(t2d)
+    ttt = (c.train.ttt_steps, c.train.step_weight)
+    if soft_label_count(c):  # Stored taps and top-k labels: no target forward per step.
+        cached = train_e3.make_cached_train_step(hcfg, opt, *ttt)
+        embed_vd = target.params['embed_vd']
 
-    def step_fn(state, b, _):
-        return step(
-            tparams,
-            draft_ids,
-            t2d_j,
-            state,
-            jnp.asarray(b.tokens_bt),
-            jnp.asarray(b.loss_mask_bt),
-            jnp.asarray(b.valid_bt),
-        )
+        def step_fn(state, b, _):
+            labels = [b.labels[k] for k in ('taps', 'topk_ids', 'topk_logprobs')]
+            batch = (b.tokens_bt, b.loss_mask_bt, b.valid_bt, *labels)
+            return cached(embed_vd, draft_ids, t2d_j, state, *map(jnp.asarray, batch))
+
+    else:
+        online = train_e3.make_train_step(target.cfg, hcfg, opt, *ttt)
+        tparams = target.params
+
+        def step_fn(state, b, _):
+            batch = (b.tokens_bt, b.loss_mask_bt, b.valid_bt)
+            return online(tparams, draft_ids, t2d_j, state, *map(jnp.asarray, batch))
 
     t0 = time.time()
     state, history = _train(c, params, opt, step_fn, examples, workdir)

@@ -78,6 +78,24 @@ def teacher_forward(cfg: ModelConfig, params: dict, tokens_bt, valid_bt, taps: b
     return logits, taps_bted
 
 
+@partial(jax.jit, static_argnames=('cfg', 'tap_layers'))
+def teacher_taps(cfg: ModelConfig, params: dict, tokens_bt, valid_bt, tap_layers):
+    """The frozen target's hidden-state taps [B, T, E, D] on a training batch (the LM head
+    runs on one position only: its logits are not needed)."""
+    b, t = tokens_bt.shape
+    _, taps_bted, _ = forward(
+        cfg,
+        params,
+        tokens_bt,
+        positions(b, t),
+        None,
+        causal_mask(valid_bt),
+        tap_layers=tap_layers,
+        logits_index_bu=jnp.zeros((b, 1), jnp.int32),
+    )
+    return taps_bted
+
+
 @partial(jax.jit, static_argnames=('cfg', 'top_k'))
 def teacher_topk_logprobs(cfg: ModelConfig, params: dict, tokens_bt, valid_bt, top_k: int):
     """The target's top-k next-token law on a batch: (log-probs [B, T, k], ids [B, T, k])."""

@@ -8,8 +8,9 @@ generates a response to each (greedy by default) and every example is stored as
 
 in numbered shards `<dir>/shard_00000.npz`, each written atomically (tmp file + rename).
 Prompt order is a fixed function of the seed, shard k always holds batch k, so a crashed
-run continues at the first missing shard and loses no finished work. Target hidden-state
-taps are not stored: one teacher forward recomputes them (far cheaper than generation).
+run continues at the first missing shard and loses no finished work. Teacher outputs that
+training reuses every epoch (top-k soft labels, EAGLE-3 feature taps) are stored once per
+token in sidecars `<dir>/<name>_00000.npz` beside the shards (`write_sidecar`).
 """
 
 from __future__ import annotations
@@ -189,15 +190,15 @@ class Example:
     Attributes:
       tokens: [T] int32.
       loss_mask: [T] bool, True on response tokens.
-      topk_ids, topk_logprobs: optional soft labels, the target's top-k next-token ids
-        [T, k] int32 and log-probabilities [T, k] (row t is the target's law of token t+1
-        given tokens[:t+1]); see `teacher_topk`.
+      labels: per-position teacher outputs read from sidecars (`write_sidecar`), axis 0
+        aligned with `tokens`: 'topk_ids' [T, k] int32 and 'topk_logprobs' [T, k] (row t is
+        the target's law of token t+1 given tokens[:t+1]; `teacher_topk`), 'taps' [T, E, D]
+        (the target's EAGLE-3 feature taps at position t; `teacher_taps`).
     """
 
     tokens: np.ndarray
     loss_mask: np.ndarray
-    topk_ids: np.ndarray | None = None
-    topk_logprobs: np.ndarray | None = None
+    labels: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 def shard_path(directory: str, k: int) -> str:
@@ -228,25 +229,26 @@ def read_shard(path: str) -> list[Example]:
     ]
 
 
-def read_examples(directory: str, top_k: int = 0) -> list[Example]:
-    """Every example of every finished shard of `directory`, in shard order.
-
-    top_k > 0 also attaches the stored soft labels (`teacher_topk` must have run on the
-    directory with this k).
-    """
+def read_examples(directory: str, sidecars: Sequence[str] = ()) -> list[Example]:
+    """Every example of every finished shard of `directory`, in shard order, with the
+    labels of the named sidecars attached (e.g. `topk_name(16)`, `taps_name(taps)`; each
+    must have been written for every shard)."""
     out = []
     for k in sorted(finished_shards(directory)):
         examples = read_shard(shard_path(directory, k))
-        if top_k:
-            path = topk_path(directory, k, top_k)
+        for name in sidecars:
+            path = sidecar_path(directory, name, k)
             if not os.path.exists(path):
-                raise ValueError(f'no soft labels {path}: run teacher_topk on {directory!r} first')
+                raise ValueError(
+                    f'no {name!r} labels {path}: run teacher_topk / teacher_taps on '
+                    f'{directory!r} first'
+                )
             with np.load(path) as z:
-                ids, logprobs = z['ids'], z['logprobs']
+                arrays = {key: z[key] for key in z.files}
             start = 0
             for e in examples:
                 end = start + len(e.tokens)
-                e.topk_ids, e.topk_logprobs = ids[start:end], logprobs[start:end]
+                e.labels.update({key: a[start:end] for key, a in arrays.items()})
                 start = end
         out.extend(examples)
     return out
@@ -257,67 +259,108 @@ def finished_shards(directory: str) -> set[int]:
     return {int(os.path.basename(p)[6:11]) for p in paths}
 
 
-# ---- soft labels ------------------------------------------------------------------------
+# ---- sidecars: teacher outputs stored once per token ------------------------------------
 
 
-def topk_path(directory: str, k: int, top_k: int) -> str:
-    """The soft labels of shard k: `<dir>/top<top_k>_<k>.npz` next to `shard_<k>.npz`."""
-    return os.path.join(directory, f'top{top_k}_{k:05d}.npz')
+def sidecar_path(directory: str, name: str, k: int) -> str:
+    """Sidecar `name` of shard k: `<dir>/<name>_<k>.npz` next to `shard_<k>.npz`."""
+    return os.path.join(directory, f'{name}_{k:05d}.npz')
 
 
-def teacher_topk(
-    model,
+def write_sidecar(
     directory: str,
-    top_k: int,
+    name: str,
+    compute,
     *,
     batch_size: int = 8,
     bucket: int = 64,
     progress: bool = True,
 ) -> dict:
-    """Stores the target's top-`top_k` next-token log-probs for every finished shard.
+    """Runs `compute(tokens_bt, valid_bt) -> {key: [B, T, ...] array}` over every finished
+    shard and stores the per-position results as sidecar `name` (`read_examples` attaches
+    them as `Example.labels`).
 
-    One teacher forward per token, once, instead of one per training step (KL distillation
-    runs the target on every batch): training on these soft labels costs what hard-label
-    CE costs. Each shard's labels are written atomically to `topk_path`, so a rerun skips
-    finished shards. Positions are in the shard's token order (every position is stored;
-    training reads only the response ones). The teacher sees each whole example, so a
-    row that `make_batch` left-truncates keeps labels computed with its full context.
+    One teacher forward per token, once, instead of one per training step. Each shard's
+    sidecar is written atomically, so a rerun skips finished shards. Every position is
+    stored, in the shard's token order. The teacher sees each whole example, so a row that
+    `make_batch` left-truncates keeps labels computed with its full context.
 
     Returns:
       Counts: shards written now, shards total, tokens, seconds.
     """
     from tqdm import tqdm
 
-    from spec_jax.train.common import teacher_topk_logprobs
-
     shards = sorted(finished_shards(directory))
-    todo = [k for k in shards if not os.path.exists(topk_path(directory, k, top_k))]
+    todo = [k for k in shards if not os.path.exists(sidecar_path(directory, name, k))]
     written, tokens, start = 0, 0, time.time()
-    for k in tqdm(todo, desc=f'teacher top-{top_k}', unit='shard', disable=not progress):
+    for k in tqdm(todo, desc=name, unit='shard', disable=not progress):
         examples = read_shard(shard_path(directory, k))
-        ids = [np.zeros((len(e.tokens), top_k), np.int32) for e in examples]
-        logprobs = [np.zeros((len(e.tokens), top_k), np.float16) for e in examples]
+        rows_out: list[dict] = [{} for _ in examples]
         order = np.argsort([len(e.tokens) for e in examples], kind='stable')
         for s in range(0, len(order), batch_size):
             rows = order[s : s + batch_size]
             # Whole examples, padded to a multiple of `bucket`: few compiled shapes.
             padded = -(-max(len(examples[i].tokens) for i in rows) // bucket) * bucket
             b = make_batch([examples[i] for i in rows], padded, bucket)
-            lp_btk, ids_btk = map(
-                np.asarray,
-                teacher_topk_logprobs(model.cfg, model.params, b.tokens_bt, b.valid_bt, top_k),
-            )
+            arrays = {key: np.asarray(a) for key, a in compute(b.tokens_bt, b.valid_bt).items()}
             for r, i in enumerate(rows):
                 n = len(examples[i].tokens)
-                ids[i], logprobs[i] = ids_btk[r, :n], lp_btk[r, :n].astype(np.float16)
+                rows_out[i] = {key: a[r, :n] for key, a in arrays.items()}
             tokens += int(b.valid_bt.sum())
-        tmp = topk_path(directory, k, top_k) + '.tmp.npz'
-        np.savez(tmp, ids=np.concatenate(ids), logprobs=np.concatenate(logprobs))
-        os.replace(tmp, topk_path(directory, k, top_k))
+        tmp = sidecar_path(directory, name, k) + '.tmp.npz'
+        np.savez(tmp, **{key: np.concatenate([r[key] for r in rows_out]) for key in rows_out[0]})
+        os.replace(tmp, sidecar_path(directory, name, k))
         written += 1
     return dict(
         shards_written=written, shards_total=len(shards), tokens=tokens, seconds=time.time() - start
     )
+
+
+def topk_name(top_k: int) -> str:
+    return f'top{top_k}'
+
+
+def teacher_topk(model, directory: str, top_k: int, **kw) -> dict:
+    """Stores the target's top-`top_k` next-token law of every position as sidecar
+    `top<k>`: labels 'topk_ids' [T, k] int32 and 'topk_logprobs' [T, k] float16, the soft
+    labels of `distill.make_topk_step` and of cached EAGLE-3 training."""
+    from spec_jax.train.common import teacher_topk_logprobs
+
+    def compute(tokens_bt, valid_bt):
+        lp, ids = teacher_topk_logprobs(model.cfg, model.params, tokens_bt, valid_bt, top_k)
+        return dict(topk_ids=np.asarray(ids, np.int32), topk_logprobs=np.float16(lp))
+
+    return write_sidecar(directory, topk_name(top_k), compute, **kw)
+
+
+def taps_name(tap_layers: Sequence[int]) -> str:
+    return 'taps' + '-'.join(str(i) for i in tap_layers)
+
+
+def teacher_taps(model, directory: str, tap_layers: Sequence[int], **kw) -> dict:
+    """Stores the target's hidden-state taps of every position as sidecar `taps<i-j-k>`:
+    label 'taps' [T, E, D] float16 (about 3.5 KB a token for the embedded default), the
+    features of cached EAGLE-3 training (no target forward per step).
+
+    Raises:
+      ValueError: a tap leaves float16's range (|x| > 65,000).
+    """
+    from spec_jax.train import common
+
+    tap_layers = tuple(tap_layers)
+
+    def compute(tokens_bt, valid_bt):
+        taps = np.asarray(
+            common.teacher_taps(model.cfg, model.params, tokens_bt, valid_bt, tap_layers)
+        )
+        if np.abs(taps).max() > 65000:
+            raise ValueError(
+                f'a tap of layers {tap_layers} reaches {np.abs(taps).max():.3g}, past float16 '
+                'range: train this target with its taps recomputed (train.cache_taps=False)'
+            )
+        return dict(taps=taps.astype(np.float16))
+
+    return write_sidecar(directory, taps_name(tap_layers), compute, **kw)
 
 
 # ---- generation -------------------------------------------------------------------------
@@ -519,6 +562,10 @@ def self_instruct_prompts(
 # ---- batching for training --------------------------------------------------------------
 
 
+# Pad values of batched labels (default 0): pads get no weight in a soft-label loss.
+LABEL_PAD = {'topk_logprobs': -1e9}
+
+
 @dataclasses.dataclass
 class TrainBatch:
     """A padded training batch.
@@ -528,13 +575,13 @@ class TrainBatch:
       loss_mask_bt: [B, T] bool, True where the NEXT token (t+1) is a response token, i.e.
         the positions whose prediction is trained.
       valid_bt: [B, T] bool, real (non-pad) tokens.
+      labels: the examples' labels padded like the tokens: [B, T, ...] each (`LABEL_PAD`).
     """
 
     tokens_bt: np.ndarray
     loss_mask_bt: np.ndarray
     valid_bt: np.ndarray
-    topk_ids_btk: np.ndarray | None = None
-    topk_logprobs_btk: np.ndarray | None = None
+    labels: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 def make_batch(examples: Sequence[Example], seq_len: int, bucket: int = 64) -> TrainBatch:
@@ -543,8 +590,8 @@ def make_batch(examples: Sequence[Example], seq_len: int, bucket: int = 64) -> T
 
     An example longer than seq_len keeps its LAST seq_len tokens (the response survives).
     The loss mask is shifted to prediction positions: position t predicts token t+1, so it
-    is trained when token t+1 is a response token. Soft labels come along when every
-    example has them (pad rows: id 0, log-prob -1e9).
+    is trained when token t+1 is a response token. Labels come along when every example
+    has them (padded with `LABEL_PAD`).
     """
     b = len(examples)
     longest = max(min(len(e.tokens), seq_len) for e in examples)
@@ -552,23 +599,21 @@ def make_batch(examples: Sequence[Example], seq_len: int, bucket: int = 64) -> T
     tokens = np.zeros((b, t), np.int32)
     mask = np.zeros((b, t), bool)
     valid = np.zeros((b, t), bool)
-    soft = all(e.topk_ids is not None for e in examples)
-    if soft:
-        k = examples[0].topk_ids.shape[1]
-        topk_ids = np.zeros((b, t, k), np.int32)
-        topk_logprobs = np.full((b, t, k), -1e9, np.float32)
+    keys = set.intersection(*(set(e.labels) for e in examples))
+    labels = {}
+    for key in sorted(keys):
+        first = examples[0].labels[key]
+        dtype = np.float32 if key in LABEL_PAD else first.dtype
+        labels[key] = np.full((b, t, *first.shape[1:]), LABEL_PAD.get(key, 0), dtype)
     for i, e in enumerate(examples):
         toks, lm = e.tokens[-seq_len:], e.loss_mask[-seq_len:]
         n = len(toks)
         tokens[i, :n] = toks
         valid[i, :n] = True
         mask[i, : n - 1] = lm[1:n]
-        if soft:
-            topk_ids[i, :n] = e.topk_ids[-seq_len:]
-            topk_logprobs[i, :n] = e.topk_logprobs[-seq_len:]
-    if soft:
-        return TrainBatch(tokens, mask, valid, topk_ids, topk_logprobs)
-    return TrainBatch(tokens, mask, valid)
+        for key, a in labels.items():
+            a[i, :n] = e.labels[key][-seq_len:]
+    return TrainBatch(tokens, mask, valid, labels)
 
 
 def epoch_batches(

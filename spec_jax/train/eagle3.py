@@ -68,26 +68,51 @@ def ttt_forward(
     return jnp.stack(logits)
 
 
-def ttt_targets(teacher_logits_btv, loss_mask_bt, valid_bt, steps: int):
-    """Per step j: teacher logits z_{t+j+1} [B, T, V] and the mask of trained positions."""
+def teacher_from_logits(teacher_logits_btv, draft_ids_u):
+    """The TTT teacher from full target logits: (softmax over the draft vocabulary [B, T, U],
+    the target's argmax over its whole vocabulary [B, T])."""
+    return (
+        jax.nn.softmax(teacher_logits_btv[..., draft_ids_u], axis=-1),
+        jnp.argmax(teacher_logits_btv, -1),
+    )
+
+
+def teacher_from_topk(topk_ids_btk, topk_logprobs_btk, draft_ids_u, t2d_v):
+    """The TTT teacher from stored top-k labels (`data.teacher_topk`): the target's top-k law
+    restricted to the draft vocabulary and renormalised [B, T, U], and its top-1 [B, T].
+
+    It approximates `teacher_from_logits` by dropping the target's mass outside its top k
+    (for top-16 on the embedded default, typically a few per cent of a confident law).
+    """
+    u = draft_ids_u.shape[0]
+    index_v = jnp.full(t2d_v.shape, u, jnp.int32).at[draft_ids_u].set(jnp.arange(u))
+    w_btk = jnp.exp(topk_logprobs_btk.astype(jnp.float32)) * t2d_v[topk_ids_btk]
+    w_btk = w_btk / jnp.maximum(w_btk.sum(-1, keepdims=True), 1e-30)
+    b, t, _ = topk_ids_btk.shape
+    rows, cols = jnp.arange(b)[:, None, None], jnp.arange(t)[None, :, None]
+    # Ids outside the draft vocabulary (weight 0) land in a spare last column, dropped.
+    p_btu = jnp.zeros((b, t, u + 1)).at[rows, cols, index_v[topk_ids_btk]].add(w_btk)
+    return p_btu[..., :u], topk_ids_btk[..., 0]
+
+
+def ttt_targets(teacher, loss_mask_bt, valid_bt, steps: int):
+    """Per step j: the teacher at t + j + 1 (law [B, T, U], top-1 [B, T]) and the mask of
+    trained positions [B, T]."""
+    p_btu, top_bt = teacher
     out = []
     for j in range(steps):
-        z = shift_left(teacher_logits_btv, j + 1)
         m = shift_left(loss_mask_bt, j + 1, False) & shift_left(valid_bt, j + 1, False)
-        out.append((z, m))
+        out.append((shift_left(p_btu, j + 1), shift_left(top_bt, j + 1), m))
     return out
 
 
-def ttt_loss(
-    logits_jbtu,
-    teacher_logits_btv,
-    loss_mask_bt,
-    valid_bt,
-    draft_ids_u,
-    t2d_v,
-    step_weight: float = 0.8,
-):
+def ttt_loss(logits_jbtu, teacher, loss_mask_bt, valid_bt, draft_ids_u, t2d_v, step_weight=0.8):
     """Weighted soft CE over TTT steps, and per-step argmax agreement (acceptance proxy).
+
+    Args:
+      logits_jbtu: `ttt_forward`'s draft logits.
+      teacher: (p_btu, top_bt) from `teacher_from_logits` or `teacher_from_topk`; step j
+        at index t is trained on position t + j + 1.
 
     Returns:
       (loss scalar, acc [steps]): acc_j = P(draft argmax at step j == target argmax) over
@@ -96,17 +121,30 @@ def ttt_loss(
     """
     steps = logits_jbtu.shape[0]
     total, accs = 0.0, []
-    for j, (z, m) in enumerate(ttt_targets(teacher_logits_btv, loss_mask_bt, valid_bt, steps)):
-        top_bt = jnp.argmax(z, -1)
-        p_btu = jax.nn.softmax(z[..., draft_ids_u], axis=-1)
+    for j, (p, top, m) in enumerate(ttt_targets(teacher, loss_mask_bt, valid_bt, steps)):
         logq = jax.nn.log_softmax(logits_jbtu[j], axis=-1)
-        ce_bt = -jnp.sum(p_btu * logq, -1)
-        m_loss = (m & t2d_v[top_bt]).astype(jnp.float32)
+        ce_bt = -jnp.sum(p * logq, -1)
+        m_loss = (m & t2d_v[top]).astype(jnp.float32)
         total = total + step_weight**j * (ce_bt * m_loss).sum() / jnp.maximum(m_loss.sum(), 1.0)
         pred = draft_ids_u[jnp.argmax(logits_jbtu[j], -1)]
         mf = m.astype(jnp.float32)
-        accs.append(((pred == top_bt) * mf).sum() / jnp.maximum(mf.sum(), 1.0))
+        accs.append(((pred == top) * mf).sum() / jnp.maximum(mf.sum(), 1.0))
     return total, jnp.stack(accs)
+
+
+def _ttt_update(cfg, optimizer, steps, step_weight, state, embed_vd, taps, teacher, batch, vocab):
+    """One optimizer step of the TTT loss on given taps and teacher: (state, metrics)."""
+    tokens_bt, loss_mask_bt, valid_bt = batch
+    draft_ids_u, t2d_v = vocab
+
+    def loss_fn(params):
+        logits = ttt_forward(cfg, params, embed_vd, taps, tokens_bt, valid_bt, steps)
+        return ttt_loss(logits, teacher, loss_mask_bt, valid_bt, draft_ids_u, t2d_v, step_weight)
+
+    state, loss, acc, grad_norm = apply_gradients(optimizer, state, loss_fn)
+    metrics = dict(loss=loss, grad_norm=grad_norm)
+    metrics.update({f'acc{j}': acc[j] for j in range(steps)})
+    return state, metrics
 
 
 def make_train_step(
@@ -122,7 +160,7 @@ def make_train_step(
     @partial(jax.jit, donate_argnums=(3,))
     def step(target_params, draft_ids_u, t2d_v, state, tokens_bt, loss_mask_bt, valid_bt):
         b, t = tokens_bt.shape
-        teacher, taps, _ = forward(
+        logits, taps, _ = forward(
             target_cfg,
             target_params,
             tokens_bt,
@@ -131,19 +169,59 @@ def make_train_step(
             causal_mask(valid_bt),
             tap_layers=cfg.taps,
         )
-        teacher, taps = jax.lax.stop_gradient((teacher, taps))
-        embed_vd = target_params['embed_vd']
+        teacher = teacher_from_logits(jax.lax.stop_gradient(logits), draft_ids_u)
+        return _ttt_update(
+            cfg,
+            optimizer,
+            steps,
+            step_weight,
+            state,
+            target_params['embed_vd'],
+            jax.lax.stop_gradient(taps),
+            teacher,
+            (tokens_bt, loss_mask_bt, valid_bt),
+            (draft_ids_u, t2d_v),
+        )
 
-        def loss_fn(params):
-            logits = ttt_forward(cfg, params, embed_vd, taps, tokens_bt, valid_bt, steps)
-            return ttt_loss(
-                logits, teacher, loss_mask_bt, valid_bt, draft_ids_u, t2d_v, step_weight
-            )
+    return step
 
-        state, loss, acc, grad_norm = apply_gradients(optimizer, state, loss_fn)
-        metrics = dict(loss=loss, grad_norm=grad_norm)
-        metrics.update({f'acc{j}': acc[j] for j in range(steps)})
-        return state, metrics
+
+def make_cached_train_step(
+    cfg: Eagle3Config,
+    optimizer: optax.GradientTransformation,
+    steps: int = 7,
+    step_weight: float = 0.8,
+):
+    """A jitted (embed_vd, draft_ids_u, t2d_v, state, tokens, loss_mask, valid, taps,
+    topk_ids, topk_logprobs) -> (state, metrics) on stored taps and top-k labels
+    (`data.teacher_taps`, `data.teacher_topk`): no target forward per step."""
+
+    @partial(jax.jit, donate_argnums=(3,))
+    def step(
+        embed_vd,
+        draft_ids_u,
+        t2d_v,
+        state,
+        tokens_bt,
+        loss_mask_bt,
+        valid_bt,
+        taps_bted,
+        topk_ids_btk,
+        topk_logprobs_btk,
+    ):
+        teacher = teacher_from_topk(topk_ids_btk, topk_logprobs_btk, draft_ids_u, t2d_v)
+        return _ttt_update(
+            cfg,
+            optimizer,
+            steps,
+            step_weight,
+            state,
+            embed_vd,
+            taps_bted.astype(jnp.float32),
+            teacher,
+            (tokens_bt, loss_mask_bt, valid_bt),
+            (draft_ids_u, t2d_v),
+        )
 
     return step
 

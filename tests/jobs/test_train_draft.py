@@ -19,6 +19,10 @@ def test_tiny_job_runs_and_exports(name, tmp_path):
     summary = train_draft.run(c, str(tmp_path / 'work'))
     assert os.path.exists(tmp_path / 'work' / 'summary.json')
     assert os.listdir(tmp_path / 'export')
+    if summary['kind'] == 'eagle3':  # Its :tiny trains on stored taps and top-k labels.
+        (stored,) = summary['teacher_taps'].values()
+        assert stored['shards_written'] >= 1 and stored['tokens'] > 0
+        assert summary['steps'] == c.train.steps
     if summary['kind'] == 'draft_lm':  # An HF directory that spec_jax loads back.
         assert checkpoints.load(c.export.dir).cfg.num_layers >= 1
         _check_extra_dirs(summary, tmp_path)

@@ -72,15 +72,45 @@ def test_shift_pairs_by_hand(setup):
             hp, emb, feat, pos, mask, ck, cv, jnp.full((B,), t, jnp.int32)
         )
         np.testing.assert_allclose(lg[:, 0], ttt[0][:, t], atol=2e-5)
-    # Targets: index t at step j is trained on teacher logits z_{t+j+1} where x_{t+j+2} is
-    # a response token.
+    # Targets: index t at step j is trained on the teacher at t+j+1 (the law of x_{t+j+2})
+    # where x_{t+j+2} is a response token.
     loss_mask = np.zeros((B, T), bool)
     loss_mask[:, 4:] = True
-    (z0, m0), (z1, m1) = te.ttt_targets(logits, jnp.asarray(loss_mask), jnp.ones((B, T), bool), 2)
-    np.testing.assert_array_equal(z0[:, : T - 1], logits[:, 1:])
-    np.testing.assert_array_equal(z1[:, : T - 2], logits[:, 2:])
+    draft_ids = jnp.arange(HEAD.draft_vocab_size)
+    p_btu, top_bt = te.teacher_from_logits(logits, draft_ids)
+    (p0, top0, m0), (p1, _, m1) = te.ttt_targets(
+        (p_btu, top_bt), jnp.asarray(loss_mask), jnp.ones((B, T), bool), 2
+    )
+    want = jax.nn.softmax(logits[..., : HEAD.draft_vocab_size], -1)
+    np.testing.assert_allclose(p0[:, : T - 1], want[:, 1:], rtol=1e-6)
+    np.testing.assert_allclose(p1[:, : T - 2], want[:, 2:], rtol=1e-6)
+    np.testing.assert_array_equal(top0[:, : T - 1], np.argmax(logits[:, 1:], -1))
     assert not np.asarray(m0[:, T - 1]).any() and not np.asarray(m1[:, T - 2 :]).any()
     np.testing.assert_array_equal(m0[:, : T - 1], loss_mask[:, 1:])
+
+
+def test_teacher_from_topk_is_the_restricted_renormalised_law(setup):
+    """Stored top-k labels give the target's law restricted to its top k and to the draft
+    vocabulary, renormalised; with k = V and every token drafted it is the full law."""
+    _, _, _, logits, _, _ = setup
+    v = TARGET.vocab_size
+    logp = jax.nn.log_softmax(logits, -1)
+    every = jnp.arange(v, dtype=jnp.int32)
+    lp, ids = jax.lax.top_k(logp, v)
+    full, top = te.teacher_from_topk(ids, lp, every, jnp.ones(v, bool))
+    np.testing.assert_allclose(full, jnp.exp(logp), atol=1e-6)
+    np.testing.assert_array_equal(top, jnp.argmax(logits, -1))
+    # k = 4, draft vocabulary = the even ids, listed in reverse (draft index != target id).
+    draft_ids = jnp.arange(v - 2 if v % 2 else v - 1, -1, -2, dtype=jnp.int32)
+    t2d = jnp.zeros(v, bool).at[draft_ids].set(True)
+    lp4, ids4 = jax.lax.top_k(logp, 4)
+    p_btu, _ = te.teacher_from_topk(ids4, lp4, draft_ids, t2d)
+    keep = np.zeros(logp.shape, bool)
+    np.put_along_axis(keep, np.asarray(ids4), True, -1)
+    keep &= np.asarray(t2d)
+    want = np.where(keep, np.exp(np.asarray(logp)), 0.0)
+    want = want / np.maximum(want.sum(-1, keepdims=True), 1e-30)
+    np.testing.assert_allclose(p_btu, want[..., np.asarray(draft_ids)], atol=1e-6)
 
 
 def test_ttt_equals_chain_drafting(setup):

@@ -136,6 +136,28 @@ def test_tiny_head_learns_far_above_chance(world):
     assert history[-1]['loss'] < history[0]['loss']
 
 
+def test_cached_step_equals_online_step(world):
+    """Training on stored taps and top-k labels is the online step when nothing is dropped:
+    with k = V (the whole law) and fp32 taps, one update gives the same head and metrics."""
+    tp, train, _, ids, t2d = world
+    opt, online = _optimizer_and_step()
+    cached = te.make_cached_train_step(HEAD, opt, steps=7)
+    b = data.make_batch(train[:BATCH], SEQ, 8)
+    tokens, mask, valid = (jnp.asarray(x) for x in (b.tokens_bt, b.loss_mask_bt, b.valid_bt))
+    logits, taps = common.teacher_forward(TARGET, tp, tokens, valid, taps=True)
+    logp, top_ids = jax.lax.top_k(jax.nn.log_softmax(logits, -1), TARGET.vocab_size)
+
+    def fresh():
+        params = e3.init_params(HEAD, jax.random.PRNGKey(3))
+        return dict(params=params, opt_state=opt.init(params), step=jnp.zeros((), jnp.int32))
+
+    a, ma = online(tp, ids, t2d, fresh(), tokens, mask, valid)
+    c, mc = cached(tp['embed_vd'], ids, t2d, fresh(), tokens, mask, valid, taps, top_ids, logp)
+    for key in ma:
+        np.testing.assert_allclose(mc[key], ma[key], rtol=1e-4, atol=1e-6, err_msg=key)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, atol=1e-5), c['params'], a['params'])
+
+
 def test_resume_matches_uninterrupted(world, tmp_path):
     """Kill after 7 steps (last checkpoint at 4), resume to 12 == 12 uninterrupted steps."""
     state, step_fn, batches = _eagle_setup(world)
@@ -321,31 +343,46 @@ def _check_teacher_topk(model, directory):
     every response prediction position IS the next token; a rerun skips finished shards."""
     import os
 
+    top3 = data.topk_name(3)
     with pytest.raises(ValueError, match='run teacher_topk'):
-        data.read_examples(directory, top_k=3)
+        data.read_examples(directory, [top3])
     compiled = common.teacher_topk_logprobs._cache_size()
     first = data.teacher_topk(model, directory, 3, batch_size=2, bucket=1024, progress=False)
     assert first['shards_written'] == 2
     # Lengths are padded to the bucket: one shape per batch size (2, and 1 for the rest).
     assert common.teacher_topk_logprobs._cache_size() - compiled <= 2
-    examples = data.read_examples(directory, top_k=3)
+    examples = data.read_examples(directory, [top3])
     for e in examples:
-        assert e.topk_ids.shape == e.topk_logprobs.shape == (len(e.tokens), 3)
-        assert e.topk_ids.dtype == np.int32
+        ids, logprobs = e.labels['topk_ids'], e.labels['topk_logprobs']
+        assert ids.shape == logprobs.shape == (len(e.tokens), 3)
+        assert ids.dtype == np.int32
         predicts_response = e.loss_mask[1:]
         np.testing.assert_array_equal(
-            e.topk_ids[:-1, 0][predicts_response], e.tokens[1:][predicts_response]
+            ids[:-1, 0][predicts_response], e.tokens[1:][predicts_response]
         )
-        assert (np.diff(e.topk_logprobs.astype(np.float32), axis=1) <= 0).all()
-    kept = os.path.getmtime(data.topk_path(directory, 0, 3))
+        assert (np.diff(logprobs.astype(np.float32), axis=1) <= 0).all()
+    kept = os.path.getmtime(data.sidecar_path(directory, top3, 0))
     assert data.teacher_topk(model, directory, 3, progress=False)['shards_written'] == 0
-    assert os.path.getmtime(data.topk_path(directory, 0, 3)) == kept
+    assert os.path.getmtime(data.sidecar_path(directory, top3, 0)) == kept
     b = data.make_batch(examples[:3], 16, 8)  # Padded like the tokens; pads weigh nothing.
-    assert b.topk_ids_btk.shape == (*b.tokens_bt.shape, 3)
-    assert (b.topk_logprobs_btk[~b.valid_bt] == -1e9).all()
+    assert b.labels['topk_ids'].shape == (*b.tokens_bt.shape, 3)
+    assert (b.labels['topk_logprobs'][~b.valid_bt] == -1e9).all()
     np.testing.assert_array_equal(
-        b.topk_ids_btk[0, : len(examples[0].tokens[-16:])], examples[0].topk_ids[-16:]
+        b.labels['topk_ids'][0, : len(examples[0].tokens[-16:])],
+        examples[0].labels['topk_ids'][-16:],
     )
+    # Feature taps: each example's stored taps are the target's on that example alone.
+    taps = model.cfg.hf_taps()
+    assert data.teacher_taps(model, directory, taps, progress=False)['shards_written'] == 2
+    both = data.read_examples(directory, [top3, data.taps_name(taps)])
+    for e in both[:2]:
+        assert set(e.labels) == {'topk_ids', 'topk_logprobs', 'taps'}
+        tokens = jnp.asarray(e.tokens)[None]
+        _, want = common.teacher_forward(
+            model.cfg, model.params, tokens, jnp.ones(tokens.shape, bool), taps=True
+        )
+        assert e.labels['taps'].dtype == np.float16
+        np.testing.assert_allclose(e.labels['taps'], want[0], rtol=2e-3, atol=2e-3)
 
 
 def test_self_instruct_prompts_are_user_turns_and_resume(embedded, tmp_path):
