@@ -1,12 +1,20 @@
-"""Chain proposers: a draft LM, and prompt lookup (n-gram) drafting.
+"""Chain proposers: a draft LM, an EAGLE-3 head, and prompt lookup (n-gram) drafting.
 
 A drafter proposes A tokens per row after the committed prefix and returns the processed
 probabilities q it sampled them from ([B, A, V]): verifiers need exactly that q (HF
 #47932: using unwarped q breaks losslessness). Deterministic proposals (greedy drafting,
 n-gram lookup) have one-hot q.
 
-Both drafters read the engine's token history `history_bs` (prompt, committed tokens and
-the pending token at `committed_b`), so neither keeps its own copy of the text.
+The contract (a frozen, hashable dataclass; the engine's static argument):
+  tap_layers: the target's hidden-state taps the drafter reads (() for most);
+  vocab_size: the V its q covers (the target's);
+  init(params, history_bs, prompt_len_b, bucket, taps_bped) -> state, after prefill;
+  propose(params, state, history_bs, committed_b, key, num_draft, probs_fn)
+      -> (state, tokens [B, A], q [B, A, V]);
+  observe(params, state, history_bs, start_b, committed_b, taps_bted) -> state, after each
+      verification at positions start_b .. start_b + A with C = committed_b now.
+Every drafter reads the engine's token history `history_bs` (prompt, committed tokens and
+the pending token at `committed_b`), so none keeps its own copy of the text.
 """
 
 from __future__ import annotations
@@ -16,9 +24,11 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 from spec_jax import sampling
-from spec_jax.models.cache import KVCache
+from spec_jax.models import eagle3 as e3
+from spec_jax.models.cache import KVCache, attention_mask
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
 
@@ -41,9 +51,16 @@ class LMDrafter:
     """
 
     cfg: ModelConfig
+    tap_layers = ()
 
-    def init(self, params, prompt_bp, prompt_len_b, slots: int) -> KVCache:
-        batch, bucket = prompt_bp.shape
+    @property
+    def vocab_size(self) -> int:
+        return self.cfg.vocab_size
+
+    def init(self, params, history_bs, prompt_len_b, bucket: int, taps_bped=None) -> KVCache:
+        del taps_bped
+        batch, slots = history_bs.shape
+        prompt_bp = history_bs[:, :bucket]
         cache = KVCache.init(self.cfg, batch, slots)
         positions = jnp.broadcast_to(jnp.arange(bucket, dtype=jnp.int32), (batch, bucket))
         _, _, cache = forward(
@@ -96,6 +113,151 @@ class LMDrafter:
         q_bav = jnp.concatenate([q_abv.transpose(1, 0, 2), q_last_bv[:, None]], 1)
         return cache, x_ba, q_bav
 
+    def observe(self, params, cache, history_bs, start_b, committed_b, taps_bted):
+        return cache  # `propose` re-feeds its 2-token window; nothing to do here.
+
+
+@struct.dataclass
+class Eagle3State:
+    """An EAGLE-3 drafter's carry.
+
+    Attributes:
+      cache_k, cache_v: the head's keys/values [B, K, S, H]; slot t holds the entry of
+        position t (taps f_t with token x_{t+1}); slots below C (committed) are final.
+      hidden_bd: the head's output at position C - 1 (the input of its next step) [B, D].
+      logits_bu: its logits there over the draft vocabulary [B, U]: the law of x_1.
+    """
+
+    cache_k: jax.Array
+    cache_v: jax.Array
+    hidden_bd: jax.Array
+    logits_bu: jax.Array
+
+
+# Logit of target ids outside the head's draft vocabulary: probability exactly 0 after any
+# temperature, and finite (no inf - inf in truncation samplers).
+OUTSIDE_DRAFT_VOCAB = -1e9
+
+
+@dataclasses.dataclass(frozen=True)
+class Eagle3Drafter:
+    """An EAGLE-3 head drafting a chain from the target's feature taps (EAGLE3.md §1.6).
+
+    The head's entry at position t pairs the target's taps f_t with token x_{t+1} and
+    predicts x_{t+2}. With C committed tokens and s_C pending, f_t exists for t <= C - 1
+    (the target has processed those tokens), so the entry at C - 1 drafts x_1, the token
+    after s_C. After prefill and after every verification (`observe`) the head runs one
+    window over the positions the target just processed, [start, start + T), writing their
+    entries into its cache: those below the new C are committed; those at or past it pair
+    rejected drafts and are overwritten later. Its output at C - 1 is kept in the state.
+    `propose` draws x_1 from it, then runs A - 1 steps that feed the head its own output
+    with the drafted token (x_j at position C - 1 + j), exactly the training-time test's
+    steps (tests/models/test_eagle3.py). The head's logits over its draft vocabulary U are
+    scattered into V (`OUTSIDE_DRAFT_VOCAB` elsewhere), so q is a law over V.
+
+    Params: {'head': head params, 'embed_vd': the target's input embeddings, 'draft_ids_u':
+    the target id of each draft id} (`params_for`).
+    """
+
+    cfg: e3.Eagle3Config
+
+    @property
+    def tap_layers(self) -> tuple[int, ...]:
+        return tuple(self.cfg.taps)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.cfg.vocab_size
+
+    @staticmethod
+    def params_for(head: e3.Eagle3Head, target_params: dict) -> dict:
+        return dict(
+            head=head.params, embed_vd=target_params['embed_vd'], draft_ids_u=head.draft_ids_u
+        )
+
+    def _window(self, params, cache_k, cache_v, tokens_bt, taps_bted, start_b, committed_b):
+        """Head entries of positions start_b + t with tokens x_{start+t+1}; keeps the output
+        at committed_b - 1."""
+        t, slots = tokens_bt.shape[1], cache_k.shape[2]
+        logits_btu, hidden_btd, (cache_k, cache_v, _) = e3.eagle3_forward(
+            self.cfg,
+            params['head'],
+            e3.embed(self.cfg, params['head'], params['embed_vd'], tokens_bt),
+            taps_bted,
+            start_b[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :],
+            attention_mask(start_b, t, slots),
+            kv=(cache_k, cache_v, start_b),
+        )
+        # A finished row can have committed nothing this round: any in-range index will do.
+        last_b11 = jnp.clip(committed_b - 1 - start_b, 0, t - 1)[:, None, None]
+        return Eagle3State(
+            cache_k,
+            cache_v,
+            jnp.take_along_axis(hidden_btd, last_b11, 1)[:, 0],
+            jnp.take_along_axis(logits_btu, last_b11, 1)[:, 0],
+        )
+
+    def init(self, params, history_bs, prompt_len_b, bucket: int, taps_bped=None):
+        batch, slots = history_bs.shape
+        shape = (batch, self.cfg.num_kv_heads, slots, self.cfg.head_dim)
+        zeros = jnp.zeros(shape, jnp.dtype(self.cfg.dtype))
+        tokens_bp = gather_tokens(history_bs, jnp.arange(1, bucket + 1)[None, :])
+        start_b = jnp.zeros((batch,), jnp.int32)
+        return self._window(params, zeros, zeros, tokens_bp, taps_bped, start_b, prompt_len_b)
+
+    def observe(self, params, state, history_bs, start_b, committed_b, taps_bted):
+        t = taps_bted.shape[1]
+        tokens_bt = gather_tokens(history_bs, start_b[:, None] + 1 + jnp.arange(t)[None, :])
+        return self._window(
+            params, state.cache_k, state.cache_v, tokens_bt, taps_bted, start_b, committed_b
+        )
+
+    def _probs(self, params, logits_bu, probs_fn):
+        batch = logits_bu.shape[0]
+        logits_bv = jnp.full((batch, self.vocab_size), OUTSIDE_DRAFT_VOCAB, jnp.float32)
+        return probs_fn(logits_bv.at[:, params['draft_ids_u']].set(logits_bu))
+
+    def propose(
+        self,
+        params,
+        state: Eagle3State,
+        history_bs,
+        committed_b,
+        key,
+        num_draft: int,
+        probs_fn: ProbsFn,
+    ):
+        del history_bs
+        slots = state.cache_k.shape[2]
+        keys = jax.random.split(key, num_draft)
+
+        def draw(carry, inputs):
+            kv, hidden_bd, logits_bu = carry
+            key, j = inputs
+            q_bv = self._probs(params, logits_bu, probs_fn)
+            x_b = sampling.sample(key, q_bv)
+            pos_b = committed_b - 1 + j  # x_j's step, at position C - 1 + j.
+            logits_b1u, hidden_b1d, kv = e3.eagle3_forward(
+                self.cfg,
+                params['head'],
+                e3.embed(self.cfg, params['head'], params['embed_vd'], x_b[:, None]),
+                hidden_bd[:, None],
+                pos_b[:, None],
+                attention_mask(pos_b, 1, slots),
+                kv=(*kv[:2], pos_b),
+                apply_fc=False,
+            )
+            return (kv, hidden_b1d[:, 0], logits_b1u[:, 0]), (x_b, q_bv)
+
+        carry = ((state.cache_k, state.cache_v, committed_b), state.hidden_bd, state.logits_bu)
+        steps = (keys[:-1], jnp.arange(1, num_draft, dtype=jnp.int32))
+        (_, _, logits_bu), (x_ab, q_abv) = jax.lax.scan(draw, carry, steps)
+        q_last_bv = self._probs(params, logits_bu, probs_fn)  # No forward for the last one.
+        x_ba = jnp.concatenate([x_ab.T, sampling.sample(keys[-1], q_last_bv)[:, None]], 1)
+        q_bav = jnp.concatenate([q_abv.transpose(1, 0, 2), q_last_bv[:, None]], 1)
+        # The steps' cache writes sit at or past C: the next window overwrites them.
+        return state, x_ba, q_bav
+
 
 @dataclasses.dataclass(frozen=True)
 class NgramDrafter:
@@ -115,8 +277,13 @@ class NgramDrafter:
                 f'{self.vocab_size}: pass vocab_size=cfg.vocab_size'
             )
 
-    def init(self, params, prompt_bp, prompt_len_b, slots: int):
+    tap_layers = ()
+
+    def init(self, params, history_bs, prompt_len_b, bucket: int, taps_bped=None):
         return None
+
+    def observe(self, params, state, history_bs, start_b, committed_b, taps_bted):
+        return state
 
     def propose(
         self, params, state, history_bs, committed_b, key, num_draft: int, probs_fn: ProbsFn

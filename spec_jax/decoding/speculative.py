@@ -6,7 +6,9 @@ One round (a "block"), for every row at once:
   3. `spec_jax.rules.verify_chain` accepts n drafts and draws the replacement/bonus token;
   4. the n + 1 emitted tokens are appended (cut at a stop token or the row's limit) and
      C advances by n + 1: the target cache already holds the accepted keys/values, the
-     rejected ones are past the new length and are overwritten later.
+     rejected ones are past the new length and are overwritten later;
+  5. the drafter observes the round (an EAGLE-3 head reads the taps of the verified
+     positions; a drafter without `tap_layers` gets none and the target computes none).
 
 The token history `history_bs` holds each row's prompt, committed tokens and the pending
 token s_C (emitted, not yet in the caches) at index C = `committed_b`.
@@ -33,7 +35,7 @@ from flax import struct
 from spec_jax import rules, sampling
 from spec_jax.decoding import autoregressive as ar
 from spec_jax.decoding import batching
-from spec_jax.decoding.drafters import LMDrafter, NgramDrafter
+from spec_jax.decoding.drafters import Eagle3Drafter, LMDrafter, NgramDrafter
 from spec_jax.models.cache import KVCache
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
@@ -125,7 +127,8 @@ class SpecState:
 
     Attributes:
       cache: the target's KV cache (lengths = committed_b).
-      draft: the drafter's state (a KVCache for an LM drafter, None for n-gram).
+      draft: the drafter's state (a KVCache for an LM drafter, Eagle3State for an EAGLE-3
+        head, None for n-gram).
       history_bs: prompt, committed tokens and the pending token per row [B, S].
       committed_b: C, committed tokens per row; history[b, C] is the pending token.
       prompt_len_b: prompt lengths [B].
@@ -165,7 +168,7 @@ def cut_block(tokens_bk, num_b, stop_tokens, room_b):
 @partial(jax.jit, static_argnames=('cfg', 'drafter', 'settings'))
 def spec_generate(
     cfg: ModelConfig,
-    drafter: LMDrafter | NgramDrafter,
+    drafter: LMDrafter | Eagle3Drafter | NgramDrafter,
     settings: SpecSettings,
     params: dict,
     draft_params: dict | None,
@@ -187,14 +190,15 @@ def spec_generate(
         return settings.transform(sampler.probs(logits))
 
     cache = KVCache.init(cfg, batch, slots)
-    logits_bv, _, cache = ar.prefill(cfg, params, cache, prompt_bp, prompt_len_b)
+    taps = drafter.tap_layers  # The target's hidden-state taps the drafter reads, if any.
+    logits_bv, taps_bped, cache = ar.prefill(cfg, params, cache, prompt_bp, prompt_len_b, taps)
     key, k_first = jax.random.split(key)
     first_b = sampling.sample(k_first, probs_fn(logits_bv))  # The bonus of an empty draft.
     history_bs = jnp.zeros((batch, slots), jnp.int32).at[:, :bucket].set(prompt_bp)
     history_bs = history_bs.at[rows_b, prompt_len_b].set(first_b)
     state = SpecState(
         cache=cache,
-        draft=drafter.init(draft_params, prompt_bp, prompt_len_b, slots),
+        draft=drafter.init(draft_params, history_bs, prompt_len_b, bucket, taps_bped),
         history_bs=history_bs,
         committed_b=prompt_len_b,
         prompt_len_b=prompt_len_b,
@@ -213,8 +217,14 @@ def spec_generate(
         pending_b = jnp.take_along_axis(s.history_bs, s.committed_b[:, None], 1)[:, 0]
         verify_bt = jnp.concatenate([pending_b[:, None], x_ba], axis=1)
         cache = s.cache
-        logits_btv, _, cache = forward(
-            cfg, params, verify_bt, cache.positions(a + 1), cache, cache.causal_mask(a + 1)
+        logits_btv, taps_bted, cache = forward(
+            cfg,
+            params,
+            verify_bt,
+            cache.positions(a + 1),
+            cache,
+            cache.causal_mask(a + 1),
+            tap_layers=taps,
         )
         p_btv = probs_fn(logits_btv)
         out = rules.verify_chain(settings.verifier, k_verify, p_btv, q_bav, x_ba)
@@ -228,6 +238,9 @@ def spec_generate(
         committed_b = s.committed_b + kept_b
         done_b = s.done_b | (live_b & (stopped_b | (committed_b + 1 - s.prompt_len_b >= s.limit_b)))
         stats = update_stats(s.stats, settings, out, live_b, p_btv, q_bav)
+        draft = drafter.observe(
+            draft_params, draft, history_bs, s.committed_b, committed_b, taps_bted
+        )
         return s.replace(
             cache=cache.set_lengths(committed_b),
             draft=draft,
@@ -307,7 +320,7 @@ def summarize(stats: SpecStats) -> dict:
 def generate(
     cfg: ModelConfig,
     params: dict,
-    drafter: LMDrafter | NgramDrafter,
+    drafter: LMDrafter | Eagle3Drafter | NgramDrafter,
     draft_params: dict | None,
     prompts: Sequence[Sequence[int]],
     settings: SpecSettings,
@@ -320,7 +333,8 @@ def generate(
 
     Args:
       cfg, params: the target.
-      drafter, draft_params: the proposer (LMDrafter with its params, or NgramDrafter, None).
+      drafter, draft_params: the proposer (LMDrafter with its params, Eagle3Drafter with
+        `Eagle3Drafter.params_for(head, params)`, or NgramDrafter with None).
       prompts: B token-id lists.
       settings: static settings (draft length, rule, baseline, buffers).
       sampler: applied to target and draft logits alike (None: greedy).
@@ -360,8 +374,11 @@ def generate(
 
 
 def check_drafter(cfg: ModelConfig, drafter) -> None:
-    """Draft and target must share the vocabulary (clear error before any compile)."""
-    vocab = drafter.cfg.vocab_size if isinstance(drafter, LMDrafter) else drafter.vocab_size
+    """Draft and target must share the vocabulary, and a head must fit the target's features
+    (clear errors before any compile)."""
+    if isinstance(drafter, Eagle3Drafter):
+        drafter.cfg.check_target(cfg)
+    vocab = drafter.vocab_size
     if vocab != cfg.vocab_size:
         raise ValueError(
             f"draft vocabulary size {vocab} differs from the target's {cfg.vocab_size}: "

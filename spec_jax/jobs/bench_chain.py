@@ -22,7 +22,6 @@ from spec_jax import rules
 from spec_jax.checkpoints import params_to_state
 from spec_jax.decoding import autoregressive as ar
 from spec_jax.decoding import speculative as sp
-from spec_jax.decoding.drafters import LMDrafter, NgramDrafter
 from spec_jax.jobs import common
 from spec_jax.sampling import Sampler
 
@@ -59,15 +58,14 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
         prompt_bucket=c.prompt_bucket,
     )
     settings = sp.SpecSettings(dec, c.num_draft, rules.make(c.rule))
-    if c.drafter == 'ngram':
-        drafter, draft_params, draft = NgramDrafter(c.ngram, target.cfg.vocab_size), None, None
-    else:
-        draft = common.load_model(c.draft, c.dtype, c.seed)
-        drafter, draft_params = LMDrafter(draft.cfg), draft.params
+    drafter, draft_params, draft = common.make_drafter(
+        c.drafter, c.draft, target, c.ngram, dtype=c.dtype, seed=c.seed
+    )
+    sp.check_drafter(target.cfg, drafter)
     print(
         f'{len(prompts)} prompts ({c.prompts_per_set} from each of {", ".join(c.sets)}), '
         f'{c.max_new_tokens} new tokens max, gamma {c.num_draft}, draft {c.drafter}'
-        f'{" " + c.draft if c.drafter == "lm" else ""}, rule {c.rule}'
+        f'{" " + c.draft if c.draft and c.drafter != "ngram" else ""}, rule {c.rule}'
     )
 
     report = {'rows': []}

@@ -76,8 +76,10 @@ def spec_config(enabled: bool = False, draft: str = '') -> ml_collections.Config
     return ml_collections.ConfigDict(
         dict(
             enabled=enabled,
-            drafter='lm',  # 'lm' (a draft model at `draft`) or 'ngram' (prompt lookup).
-            draft=draft,  # A checkpoint spec for the draft LM (same tokenizer as the target).
+            # 'lm' (a draft LM at `draft`), 'eagle3' (an EAGLE-3 head directory at `draft`,
+            # official or speculators layout) or 'ngram' (prompt lookup).
+            drafter='lm',
+            draft=draft,  # The draft LM's checkpoint spec (same tokenizer) or the head's dir.
             num_draft=5,  # gamma: drafted tokens per block.
             ngram=3,  # Longest n-gram the prompt-lookup drafter matches.
             rule='lossless',  # A spec_jax.rules name, with parameters: 'lenience:l=0.5'.
@@ -85,6 +87,55 @@ def spec_config(enabled: bool = False, draft: str = '') -> ml_collections.Config
             meter_distortion=False,  # Per-position TV / overshoot against the matched baseline.
         )
     )
+
+
+DRAFTERS = ('lm', 'eagle3', 'ngram')
+
+
+def make_drafter(kind: str, draft: str, target: checkpoints.LoadedModel, ngram: int = 3, **load):
+    """A chain drafter for `target`: (drafter, draft params, the draft LM or None).
+
+    Args:
+      kind: 'lm' (draft LM checkpoint `draft`, sharing the target's tokenizer), 'eagle3'
+        (EAGLE-3 head directory `draft`) or 'ngram' (prompt lookup of up to `ngram` tokens).
+      draft: the checkpoint spec or directory ('' for ngram).
+      target: the loaded target.
+      ngram: the prompt-lookup drafter's longest n-gram.
+      **load: dtype / seed for `load_model` (draft LM) or dtype for the head.
+
+    Raises:
+      ValueError: an unknown kind, a missing `draft`, a draft LM with another tokenizer, a
+        head whose widths, vocabulary or taps do not fit the target.
+    """
+    from spec_jax.decoding import drafters
+
+    if kind not in DRAFTERS:
+        raise ValueError(f'drafter {kind!r} is not one of {DRAFTERS}')
+    if kind == 'ngram':
+        return drafters.NgramDrafter(ngram, target.cfg.vocab_size), None, None
+    if not draft:
+        what = 'a draft LM checkpoint' if kind == 'lm' else 'an EAGLE-3 head directory'
+        raise ValueError(f'drafter {kind!r} needs a draft: {what}')
+    if kind == 'eagle3':
+        from spec_jax.checkpoints import eagle_formats
+
+        head = eagle_formats.load_head(draft, target.cfg, load.get('dtype', 'float32'))
+        drafter = drafters.Eagle3Drafter(head.cfg)
+        return drafter, drafter.params_for(head, target.params), None
+    model = load_model(draft, **load)
+    check_same_tokenizer(target.tokenizer, model.tokenizer)
+    return drafters.LMDrafter(model.cfg), model.params, model
+
+
+def check_same_tokenizer(target_tok, draft_tok) -> None:
+    """Draft and target must tokenize alike; compare vocabularies when both are known."""
+    if draft_tok is None or target_tok is None:
+        return
+    if draft_tok.backend.get_vocab() != target_tok.backend.get_vocab():
+        raise ValueError(
+            "the draft's tokenizer differs from the target's: speculative "
+            'decoding needs one shared vocabulary'
+        )
 
 
 def log_devices() -> None:

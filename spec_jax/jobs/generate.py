@@ -18,7 +18,6 @@ from tqdm import tqdm
 from spec_jax import rules
 from spec_jax.decoding import autoregressive as ar
 from spec_jax.decoding import speculative as sp
-from spec_jax.decoding.drafters import LMDrafter, NgramDrafter
 from spec_jax.jobs import common
 
 
@@ -133,31 +132,13 @@ def make_decoder(c, model, settings: ar.DecodeSettings, sampler):
         c.spec.baseline,
         c.spec.meter_distortion,
     )
-    if c.spec.drafter == 'ngram':
-        drafter, draft_params = NgramDrafter(c.spec.ngram, model.cfg.vocab_size), None
-    elif c.spec.drafter == 'lm':
-        if not c.spec.draft:
-            raise ValueError("spec.drafter='lm' needs spec.draft, a draft checkpoint")
-        draft = common.load_model(c.spec.draft, c.dtype, c.seed)
-        check_same_tokenizer(model.tokenizer, draft.tokenizer)
-        drafter, draft_params = LMDrafter(draft.cfg), draft.params
-    else:
-        raise ValueError(f"spec.drafter={c.spec.drafter!r}; valid: 'lm', 'ngram'")
+    drafter, draft_params, _ = common.make_drafter(
+        c.spec.drafter, c.spec.draft, model, c.spec.ngram, dtype=c.dtype, seed=c.seed
+    )
     sp.check_drafter(model.cfg, drafter)
     return lambda ids: sp.generate(
         model.cfg, model.params, drafter, draft_params, ids, spec, sampler, seed=c.seed
     )
-
-
-def check_same_tokenizer(target_tok, draft_tok) -> None:
-    """Draft and target must tokenize alike; compare vocabularies when both are known."""
-    if draft_tok is None or target_tok is None:
-        return
-    if draft_tok.backend.get_vocab() != target_tok.backend.get_vocab():
-        raise ValueError(
-            "the draft's tokenizer differs from the target's: speculative "
-            'decoding needs one shared vocabulary'
-        )
 
 
 def spec_summary(stats: dict) -> str:

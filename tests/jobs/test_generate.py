@@ -3,6 +3,7 @@
 import json
 import os
 
+import numpy as np
 import pytest
 
 from spec_jax.jobs import generate
@@ -45,13 +46,40 @@ def test_generate_speculative_matches_plain_greedy(tiny_config):
     assert all(r['blocks'] >= 1 for r in spec)
 
 
+def test_generate_with_an_eagle3_head_matches_plain_greedy(tiny_config, tmp_path):
+    """A head saved in the official layout drafts through `spec.drafter='eagle3'`."""
+    import jax
+
+    from spec_jax.checkpoints import eagle_formats
+    from spec_jax.jobs import common
+    from spec_jax.models import eagle3 as e3
+
+    target = common.load_model(tiny_config.model, tiny_config.dtype, tiny_config.seed)
+    cfg = e3.Eagle3Config.for_target(target.cfg, 64)
+    d2t, t2d = e3.vocab_maps(np.arange(0, 640, 10), target.cfg.vocab_size)
+    head = e3.Eagle3Head(cfg, e3.init_params(cfg, jax.random.PRNGKey(0)), d2t, t2d)
+    eagle_formats.save_head(str(tmp_path), head, 'official', 'float32')
+    plain = generate.run(tiny_config)
+    c = generate.default_config(tiny=True)
+    c.prompts = tiny_config.prompts
+    c.spec.enabled, c.spec.drafter, c.spec.draft, c.spec.num_draft = (
+        True,
+        'eagle3',
+        str(tmp_path),
+        3,
+    )
+    spec = generate.run(c)
+    assert [r['text'] for r in spec] == [r['text'] for r in plain]
+    assert all(r['blocks'] >= 1 for r in spec)
+
+
 def test_bad_spec_options(tiny_config):
     c = generate.default_config(tiny=True)
     c.spec.enabled = True
     c.spec.drafter = 'oracle'
-    with pytest.raises(ValueError, match="spec.drafter='oracle'"):
+    with pytest.raises(ValueError, match=r"drafter 'oracle' is not one of \('lm', 'eagle3'"):
         generate.run(c)
-    c.spec.drafter = 'lm'
-    c.spec.draft = ''
-    with pytest.raises(ValueError, match='needs spec.draft'):
-        generate.run(c)
+    for kind in ('lm', 'eagle3'):
+        c.spec.drafter, c.spec.draft = kind, ''
+        with pytest.raises(ValueError, match=f"drafter '{kind}' needs a draft"):
+            generate.run(c)
