@@ -3,6 +3,7 @@
     python launch/bench.py --config configs/bench_chain.py
     python launch/bench.py --config configs/bench_chain.py --config.speed_dir=../shared/data/speed
     python launch/bench.py --config configs/bench_chain.py:ngram   # prompt lookup drafting
+    python launch/bench.py --config configs/bench_chain.py:eagle3  # the shipped EAGLE-3 head
     python launch/bench.py --config configs/bench_chain.py:tiny    # random models, seconds
 
 Prints, per temperature (0, 0.7) and batch (1, 4): AR and chain tokens/s, the speedup,
@@ -26,8 +27,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.model = 'random:tiny' if tiny else 'embedded'
     c.dtype = 'float32'
     c.seed = 0
-    c.drafter = 'ngram' if arg == 'ngram' else 'lm'
+    c.drafter = arg if arg in ('ngram', 'eagle3') else 'lm'
     c.draft = 'random:tiny' if tiny else os.path.join(ASSETS, 'drafts', 'smollm2_135m_draft')
+    if c.drafter == 'eagle3':
+        c.draft = os.path.join(ASSETS, 'drafts', 'smollm2_135m_eagle3')
     c.ngram = 3
     # The shipped draft accepts about 0.3 of its tokens, and a draft step costs about 0.16 of a
     # target step here: a second drafted token costs more than it saves (measured at T 0,

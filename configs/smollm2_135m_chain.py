@@ -4,10 +4,13 @@
     python launch/generate.py --config configs/smollm2_135m_chain.py \
         --config.spec.rule='lenience:l=0.5' --config.sampling.temperature=0.7
     python launch/generate.py --config configs/smollm2_135m_chain.py:ngram  # prompt lookup
+    python launch/generate.py --config configs/smollm2_135m_chain.py:eagle3  # the EAGLE-3 head
     python launch/generate.py --config configs/smollm2_135m_chain.py:tiny   # random models
 
 The draft LM (spec_jax/assets/drafts/smollm2_135m_draft, see its README.md) was
-distilled from the target with launch/train_draft.py and configs/smollm2_135m_draft.py.
+distilled from the target with launch/train_draft.py and configs/smollm2_135m_draft.py;
+the EAGLE-3 head (spec_jax/assets/drafts/smollm2_135m_eagle3) with
+configs/smollm2_135m_eagle3.py.
 """
 
 import os
@@ -17,9 +20,9 @@ import ml_collections
 import spec_jax
 from spec_jax.jobs import generate
 
-DRAFT_DIR = os.path.join(
-    os.path.dirname(spec_jax.__file__), 'assets', 'drafts', 'smollm2_135m_draft'
-)
+DRAFTS = os.path.join(os.path.dirname(spec_jax.__file__), 'assets', 'drafts')
+DRAFT_DIR = os.path.join(DRAFTS, 'smollm2_135m_draft')
+HEAD_DIR = os.path.join(DRAFTS, 'smollm2_135m_eagle3')
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -32,6 +35,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.spec.draft = 'random:tiny'
     elif arg == 'ngram':
         c.spec.drafter = 'ngram'
+    elif arg == 'eagle3':
+        c.spec.drafter, c.spec.draft = 'eagle3', HEAD_DIR
     else:
         c.spec.draft = DRAFT_DIR
     return c
