@@ -9,7 +9,8 @@ import pytest
 from spec_jax import checkpoints
 from spec_jax.decoding import autoregressive as ar
 from spec_jax.decoding import speculative as sp
-from spec_jax.decoding.drafters import LMDrafter, NgramDrafter
+from spec_jax.checkpoints import eagle_formats
+from spec_jax.decoding.drafters import Eagle3Drafter, LMDrafter, NgramDrafter
 from spec_jax.models.config import ModelConfig
 from spec_jax.testing import random_params
 
@@ -24,9 +25,9 @@ CHAT_PROMPTS = [
     'Give me three tips for staying focused while studying.',
 ]
 NEW_TOKENS = 64
-DRAFT_DIR = os.path.join(
-    os.path.dirname(checkpoints.__file__), '..', 'assets', 'drafts', 'smollm2_135m_draft'
-)
+DRAFTS = os.path.join(os.path.dirname(checkpoints.__file__), '..', 'assets', 'drafts')
+DRAFT_DIR = os.path.join(DRAFTS, 'smollm2_135m_draft')
+HEAD_DIR = os.path.join(DRAFTS, 'smollm2_135m_eagle3')
 
 
 @pytest.fixture(scope='module')
@@ -68,6 +69,9 @@ def drafters(embedded):
     if os.path.isdir(DRAFT_DIR):
         draft = checkpoints.load(DRAFT_DIR)
         yield 'shipped', LMDrafter(draft.cfg), draft.params
+    if os.path.isdir(HEAD_DIR):
+        head = eagle_formats.load_head(HEAD_DIR, embedded.cfg)
+        yield 'eagle3', Eagle3Drafter(head.cfg), Eagle3Drafter.params_for(head, embedded.params)
 
 
 @pytest.mark.parametrize('num_draft', [1, 3, 5])
