@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from spec_jax import checkpoints
+from spec_jax.checkpoints import eagle_formats
 from spec_jax.decoding import autoregressive as ar
 from spec_jax.decoding import speculative as sp
-from spec_jax.checkpoints import eagle_formats
 from spec_jax.decoding.drafters import Eagle3Drafter, LMDrafter, NgramDrafter
 from spec_jax.models.config import ModelConfig
 from spec_jax.testing import random_params
