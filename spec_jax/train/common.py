@@ -62,19 +62,18 @@ def positions(batch: int, t: int) -> jax.Array:
     return jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (batch, t))
 
 
+def batch_forward(cfg: ModelConfig, params: dict, tokens_bt, valid_bt, **kw):
+    """`forward` over a padded training batch (positions 0..T-1, causal mask over valid
+    keys, no cache): (logits, taps, None). Keywords go to `forward`. Not jitted itself."""
+    b, t = tokens_bt.shape
+    return forward(cfg, params, tokens_bt, positions(b, t), None, causal_mask(valid_bt), **kw)
+
+
 @partial(jax.jit, static_argnames=('cfg', 'taps'))
 def teacher_forward(cfg: ModelConfig, params: dict, tokens_bt, valid_bt, taps: bool = False):
     """The frozen target on a training batch: (logits [B, T, V] fp32, taps [B, T, E, D])."""
-    b, t = tokens_bt.shape
-    logits, taps_bted, _ = forward(
-        cfg,
-        params,
-        tokens_bt,
-        positions(b, t),
-        None,
-        causal_mask(valid_bt),
-        tap_layers=cfg.hf_taps() if taps else (),
-    )
+    tap_layers = cfg.hf_taps() if taps else ()
+    logits, taps_bted, _ = batch_forward(cfg, params, tokens_bt, valid_bt, tap_layers=tap_layers)
     return logits, taps_bted
 
 
@@ -82,16 +81,9 @@ def teacher_forward(cfg: ModelConfig, params: dict, tokens_bt, valid_bt, taps: b
 def teacher_taps(cfg: ModelConfig, params: dict, tokens_bt, valid_bt, tap_layers):
     """The frozen target's hidden-state taps [B, T, E, D] on a training batch (the LM head
     runs on one position only: its logits are not needed)."""
-    b, t = tokens_bt.shape
-    _, taps_bted, _ = forward(
-        cfg,
-        params,
-        tokens_bt,
-        positions(b, t),
-        None,
-        causal_mask(valid_bt),
-        tap_layers=tap_layers,
-        logits_index_bu=jnp.zeros((b, 1), jnp.int32),
+    one_position = jnp.zeros((tokens_bt.shape[0], 1), jnp.int32)
+    _, taps_bted, _ = batch_forward(
+        cfg, params, tokens_bt, valid_bt, tap_layers=tap_layers, logits_index_bu=one_position
     )
     return taps_bted
 

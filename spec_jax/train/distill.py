@@ -17,8 +17,8 @@ import numpy as np
 import optax
 
 from spec_jax.models.config import ModelConfig
-from spec_jax.models.llama import forward, init_params
-from spec_jax.train.common import apply_gradients, causal_mask, positions
+from spec_jax.models.llama import init_params
+from spec_jax.train.common import apply_gradients, batch_forward
 
 
 def draft_config(
@@ -115,11 +115,7 @@ def topk_loss(topk_logprobs_btk, topk_ids_btk, student_logits_btv, mask_bt):
 
 
 def _student(draft_cfg: ModelConfig, params, tokens_bt, valid_bt):
-    b, t = tokens_bt.shape
-    logits, _, _ = forward(
-        draft_cfg, params, tokens_bt, positions(b, t), None, causal_mask(valid_bt)
-    )
-    return logits
+    return batch_forward(draft_cfg, params, tokens_bt, valid_bt)[0]
 
 
 def make_train_step(
@@ -133,10 +129,9 @@ def make_train_step(
 
     @partial(jax.jit, donate_argnums=(1,))
     def step(target_params, state, tokens_bt, loss_mask_bt, valid_bt):
-        b, t = tokens_bt.shape
-        pos, mask = positions(b, t), causal_mask(valid_bt)
-        teacher, _, _ = forward(target_cfg, target_params, tokens_bt, pos, None, mask)
-        teacher = jax.lax.stop_gradient(teacher)
+        teacher = jax.lax.stop_gradient(
+            batch_forward(target_cfg, target_params, tokens_bt, valid_bt)[0]
+        )
 
         def loss_fn(params):
             student = _student(draft_cfg, params, tokens_bt, valid_bt)

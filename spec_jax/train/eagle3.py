@@ -25,8 +25,7 @@ import optax
 
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.eagle3 import Eagle3Config, eagle3_forward, embed
-from spec_jax.models.llama import forward
-from spec_jax.train.common import apply_gradients, causal_mask, positions
+from spec_jax.train.common import apply_gradients, batch_forward, causal_mask, positions
 
 
 def shift_left(x, j: int, fill=0):
@@ -156,25 +155,15 @@ def make_train_step(
 ):
     """A jitted (target_params, draft_ids_u, t2d_v, state, tokens, loss_mask, valid) -> (state,
     metrics) that runs the frozen target for taps and logits, then the TTT loss."""
+    update = partial(_ttt_update, cfg, optimizer, steps, step_weight)
 
     @partial(jax.jit, donate_argnums=(3,))
     def step(target_params, draft_ids_u, t2d_v, state, tokens_bt, loss_mask_bt, valid_bt):
-        b, t = tokens_bt.shape
-        logits, taps, _ = forward(
-            target_cfg,
-            target_params,
-            tokens_bt,
-            positions(b, t),
-            None,
-            causal_mask(valid_bt),
-            tap_layers=cfg.taps,
+        logits, taps, _ = batch_forward(
+            target_cfg, target_params, tokens_bt, valid_bt, tap_layers=cfg.taps
         )
         teacher = teacher_from_logits(jax.lax.stop_gradient(logits), draft_ids_u)
-        return _ttt_update(
-            cfg,
-            optimizer,
-            steps,
-            step_weight,
+        return update(
             state,
             target_params['embed_vd'],
             jax.lax.stop_gradient(taps),
@@ -195,6 +184,7 @@ def make_cached_train_step(
     """A jitted (embed_vd, draft_ids_u, t2d_v, state, tokens, loss_mask, valid, taps,
     topk_ids, topk_logprobs) -> (state, metrics) on stored taps and top-k labels
     (`data.teacher_taps`, `data.teacher_topk`): no target forward per step."""
+    update = partial(_ttt_update, cfg, optimizer, steps, step_weight)
 
     @partial(jax.jit, donate_argnums=(3,))
     def step(
@@ -210,11 +200,7 @@ def make_cached_train_step(
         topk_logprobs_btk,
     ):
         teacher = teacher_from_topk(topk_ids_btk, topk_logprobs_btk, draft_ids_u, t2d_v)
-        return _ttt_update(
-            cfg,
-            optimizer,
-            steps,
-            step_weight,
+        return update(
             state,
             embed_vd,
             taps_bted.astype(jnp.float32),
@@ -242,15 +228,14 @@ def ttt_topk(
     top: int,
 ):
     """Top-`top` draft predictions (target ids) per TTT step: [steps, B, T, top]."""
-    b, t = tokens_bt.shape
-    _, taps, _ = forward(
+    one_position = jnp.zeros((tokens_bt.shape[0], 1), jnp.int32)  # Target logits unused.
+    _, taps, _ = batch_forward(
         target_cfg,
         target_params,
         tokens_bt,
-        positions(b, t),
-        None,
-        causal_mask(valid_bt),
+        valid_bt,
         tap_layers=cfg.taps,
+        logits_index_bu=one_position,
     )
     logits = ttt_forward(
         cfg, head_params, target_params['embed_vd'], taps, tokens_bt, valid_bt, steps
