@@ -179,7 +179,9 @@ class Eagle3Drafter:
         """Head entries of positions start_b + t with tokens x_{start+t+1}; keeps the output
         at committed_b - 1."""
         t, slots = tokens_bt.shape[1], cache_k.shape[2]
-        logits_btu, hidden_btd, (cache_k, cache_v, _) = e3.eagle3_forward(
+        # A finished row can have committed nothing this round: any in-range index will do.
+        last_b1 = jnp.clip(committed_b - 1 - start_b, 0, t - 1)[:, None]
+        logits_b1u, hidden_btd, (cache_k, cache_v, _) = e3.eagle3_forward(
             self.cfg,
             params['head'],
             e3.embed(self.cfg, params['head'], params['embed_vd'], tokens_bt),
@@ -187,15 +189,10 @@ class Eagle3Drafter:
             start_b[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :],
             attention_mask(start_b, t, slots),
             kv=(cache_k, cache_v, start_b),
+            logits_index_bu=last_b1,
         )
-        # A finished row can have committed nothing this round: any in-range index will do.
-        last_b11 = jnp.clip(committed_b - 1 - start_b, 0, t - 1)[:, None, None]
-        return Eagle3State(
-            cache_k,
-            cache_v,
-            jnp.take_along_axis(hidden_btd, last_b11, 1)[:, 0],
-            jnp.take_along_axis(logits_btu, last_b11, 1)[:, 0],
-        )
+        hidden_bd = jnp.take_along_axis(hidden_btd, last_b1[:, :, None], 1)[:, 0]
+        return Eagle3State(cache_k, cache_v, hidden_bd, logits_b1u[:, 0])
 
     def init(self, params, history_bs, prompt_len_b, bucket: int, taps_bped=None):
         batch, slots = history_bs.shape

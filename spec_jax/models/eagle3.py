@@ -228,6 +228,7 @@ class Eagle3(nn.Module):
         diag_kv=(),
         ctx_kv=None,
         apply_fc=True,
+        logits_index_bu=None,
     ):
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
@@ -246,7 +247,10 @@ class Eagle3(nn.Module):
             tuple(diag_kv),
             ctx_kv,
         )
-        x_btd = RMSNorm(cfg.rms_eps, name='norm')(hidden_btd)
+        x_btd = hidden_btd
+        if logits_index_bu is not None:  # Logits at the chosen positions only.
+            x_btd = jnp.take_along_axis(x_btd, logits_index_bu[:, :, None], axis=1)
+        x_btd = RMSNorm(cfg.rms_eps, name='norm')(x_btd)
         head_ud = self.param('lm_head_ud', _init, (cfg.draft_vocab_size, cfg.width))
         logits_btu = jnp.einsum('btd,ud->btu', x_btd, head_ud.astype(dt)).astype(jnp.float32)
         return logits_btu, hidden_btd, new_kv
@@ -281,6 +285,7 @@ def eagle3_forward(
     diag_kv: Sequence[tuple[jax.Array, jax.Array]] = (),
     ctx_kv: tuple[jax.Array, jax.Array] | None = None,
     apply_fc: bool = True,
+    logits_index_bu: jax.Array | None = None,
 ):
     """One head call (not jitted itself: jit the caller).
 
@@ -296,9 +301,11 @@ def eagle3_forward(
       ctx_kv: TTT steps >= 1: the step-0 (k, v) [B, T, K, H] attended through `mask_bts`
         instead of this call's own keys, which then join `diag_kv` (the diagonal).
       apply_fc: project `hidden` with fc (target taps) or not (the head's own output).
+      logits_index_bu: optional [B, U'] indices into T: logits only there (the draft-vocab
+        head is the head's largest matmul); the output hidden keeps every position.
 
     Returns:
-      (logits over the draft vocab [B, T, U] fp32, output hidden (pre-norm) [B, T, D],
+      (logits over the draft vocab [B, T or U', U] fp32, output hidden (pre-norm) [B, T, D],
        the updated cache tuple, or this call's (k [B, T, K, H], v [B, T, K, H]) without one).
     """
     params = {k: v for k, v in params.items() if k != 'embed_vd'}
@@ -312,6 +319,7 @@ def eagle3_forward(
         tuple(diag_kv),
         ctx_kv,
         apply_fc,
+        logits_index_bu,
     )
 
 
