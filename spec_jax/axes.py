@@ -20,7 +20,10 @@ package uses these letters, so that `x_btd` always means an array of shape
   M  tree nodes verified in one call
   L  layers
   E  EAGLE-3 feature taps (3: low, middle, high)
+  R  attention rows: one per (batch row, KV head), R = B * K, batch-major (the KV cache's
+     leading axis; spec_jax.models.attention)
+  Q  queries of one KV head in one call, Q = T * G, token-major
 
-Example: `jnp.einsum('btkgh,bksh->bkgts', q, k)` computes attention scores of the new
-tokens against every cache slot without materialising repeated key/value heads.
+Example: `jnp.einsum('rqh,rsh->rqs', q, k)` computes attention scores of the new tokens
+against every cache slot without materialising repeated key/value heads.
 """

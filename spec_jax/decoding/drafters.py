@@ -28,7 +28,7 @@ from flax import struct
 
 from spec_jax import sampling
 from spec_jax.models import eagle3 as e3
-from spec_jax.models.cache import KVCache, attention_mask
+from spec_jax.models.cache import KVCache, attention_mask, empty_layer
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
 
@@ -122,8 +122,9 @@ class Eagle3State:
     """An EAGLE-3 drafter's carry.
 
     Attributes:
-      cache_k, cache_v: the head's keys/values [B, K, S, H]; slot t holds the entry of
-        position t (taps f_t with token x_{t+1}); slots below C (committed) are final.
+      cache_k, cache_v: the head's keys/values [R, S, H] (R = B * K, as the target's cache);
+        slot t holds the entry of position t (taps f_t with token x_{t+1}); slots below C
+        (committed) are final.
       hidden_bd: the head's output at position C - 1 (the input of its next step) [B, D].
       logits_bu: its logits there over the draft vocabulary [B, U]: the law of x_1.
     """
@@ -178,7 +179,7 @@ class Eagle3Drafter:
     def _window(self, params, cache_k, cache_v, tokens_bt, taps_bted, start_b, committed_b):
         """Head entries of positions start_b + t with tokens x_{start+t+1}; keeps the output
         at committed_b - 1."""
-        t, slots = tokens_bt.shape[1], cache_k.shape[2]
+        t, slots = tokens_bt.shape[1], cache_k.shape[1]
         # A finished row can have committed nothing this round: any in-range index will do.
         last_b1 = jnp.clip(committed_b - 1 - start_b, 0, t - 1)[:, None]
         logits_b1u, hidden_btd, (cache_k, cache_v, _) = e3.eagle3_forward(
@@ -196,8 +197,8 @@ class Eagle3Drafter:
 
     def init(self, params, history_bs, prompt_len_b, bucket: int, taps_bped=None):
         batch, slots = history_bs.shape
-        shape = (batch, self.cfg.num_kv_heads, slots, self.cfg.head_dim)
-        zeros = jnp.zeros(shape, jnp.dtype(self.cfg.dtype))
+        cfg = self.cfg
+        zeros = empty_layer(batch, cfg.num_kv_heads, slots, cfg.head_dim, jnp.dtype(cfg.dtype))
         tokens_bp = gather_tokens(history_bs, jnp.arange(1, bucket + 1)[None, :])
         start_b = jnp.zeros((batch,), jnp.int32)
         return self._window(params, zeros, zeros, tokens_bp, taps_bped, start_b, prompt_len_b)
@@ -225,7 +226,7 @@ class Eagle3Drafter:
         probs_fn: ProbsFn,
     ):
         del history_bs
-        slots = state.cache_k.shape[2]
+        slots = state.cache_k.shape[1]
         keys = jax.random.split(key, num_draft)
 
         def draw(carry, inputs):

@@ -1,7 +1,8 @@
 """The KV cache as an explicit pytree, and its pure operations.
 
-One pair of arrays per layer, each `[B, K, S, H]` (head-major, the faster layout on XLA:CPU;
-CPU_NOTES.md §5): a layer updates its own buffers in place.
+One pair of arrays per layer, each `[R, S, H]` with one row per (batch row, KV head),
+R = B * K, batch-major (spec_jax.models.attention reads it in this layout): a layer updates
+its own buffers in place.
 
 A model call *writes* the keys and values of its T new tokens at slots
 `lengths[b] .. lengths[b] + T - 1` of each row but does not *commit* them: `lengths`
@@ -13,10 +14,13 @@ rejecting speculative tokens costs nothing.
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 from flax import struct
 
+from spec_jax.models.attention import to_rows
 from spec_jax.models.config import ModelConfig
 
 
@@ -25,7 +29,7 @@ class KVCache:
     """Keys, values and committed lengths.
 
     Attributes:
-      k: keys, a tuple of L arrays [B, K, S, H].
+      k: keys, a tuple of L arrays [R, S, H] (R = B * K).
       v: values, likewise.
       lengths: committed tokens per row [B] int32; the next write starts here.
     """
@@ -37,22 +41,23 @@ class KVCache:
     @classmethod
     def init(cls, cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
         """An empty cache of `max_len` slots per row."""
-        dtype = dtype or cfg.dtype
-        shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
+        zeros = partial(
+            empty_layer, batch, cfg.num_kv_heads, max_len, cfg.head_dim, dtype or cfg.dtype
+        )
         return cls(
-            k=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
-            v=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
+            k=tuple(zeros() for _ in range(cfg.num_layers)),
+            v=tuple(zeros() for _ in range(cfg.num_layers)),
             lengths=jnp.zeros((batch,), jnp.int32),
         )
 
     @property
     def max_len(self) -> int:
         """S, the number of slots per row."""
-        return self.k[0].shape[2]
+        return self.k[0].shape[1]
 
     @property
     def batch(self) -> int:
-        return self.k[0].shape[0]
+        return self.lengths.shape[0]
 
     def positions(self, num_new: int) -> jax.Array:
         """RoPE positions of `num_new` tokens appended to each row: [B, T]."""
@@ -85,11 +90,12 @@ class KVCache:
         keep_bp = jnp.arange(num_path)[None, :] < path_len_b[:, None]
         # Padding entries rewrite their destination with its own value: a no-op.
         src_bp = jnp.where(keep_bp, src_bp, dst_bp)
-        rows = jnp.arange(self.batch)[:, None]
+        heads = self.k[0].shape[0] // self.batch
+        src_rp, dst_rp = jnp.repeat(src_bp, heads, axis=0), jnp.repeat(dst_bp, heads, axis=0)
+        rows_r1 = jnp.arange(src_rp.shape[0])[:, None]
 
-        def move(x_bksh):
-            moved_bpkh = x_bksh[rows, :, src_bp, :]  # Advanced indices first: [B, P, K, H].
-            return x_bksh.at[rows, :, dst_bp, :].set(moved_bpkh)
+        def move(x_rsh):
+            return x_rsh.at[rows_r1, dst_rp].set(x_rsh[rows_r1, src_rp])
 
         return self.replace(
             k=tuple(map(move, self.k)),
@@ -98,24 +104,28 @@ class KVCache:
         )
 
 
+def empty_layer(batch: int, num_kv_heads: int, max_len: int, head_dim: int, dtype) -> jax.Array:
+    """One layer's zero keys (or values) [R, S, H], R = batch * num_kv_heads."""
+    return jnp.zeros((batch * num_kv_heads, max_len, head_dim), dtype)
+
+
 def write_layer(kv, k_btkh: jax.Array, v_btkh: jax.Array, dtype):
     """Writes one layer's new keys/values [B, T, K, H] at slots lengths[b] + t.
 
     Args:
-      kv: (cache_k [B, K, S, H], cache_v, lengths [B]) of one layer.
+      kv: (cache_k [R, S, H], cache_v, lengths [B]) of one layer.
       k_btkh, v_btkh: the new keys and values.
       dtype: the compute dtype of the returned keys/values.
 
     Returns:
-      (keys [B, K, S, H], values [B, K, S, H] in `dtype`, the updated kv).
+      (keys [R, S, H], values [R, S, H] in `dtype`, the updated kv).
     """
     cache_k, cache_v, lengths_b = kv
-    b, t = k_btkh.shape[:2]
-    rows_b1 = jnp.arange(b)[:, None]
-    slots_bt = lengths_b[:, None] + jnp.arange(t)[None, :]
-    # Advanced indices (rows, slots) go first: the update is [B, T, K, H].
-    cache_k = cache_k.at[rows_b1, :, slots_bt, :].set(k_btkh.astype(cache_k.dtype))
-    cache_v = cache_v.at[rows_b1, :, slots_bt, :].set(v_btkh.astype(cache_v.dtype))
+    b, t, k = k_btkh.shape[:3]
+    rows_r1 = jnp.arange(b * k)[:, None]
+    slots_rt = jnp.repeat(lengths_b, k)[:, None] + jnp.arange(t)[None, :]
+    cache_k = cache_k.at[rows_r1, slots_rt].set(to_rows(k_btkh).astype(cache_k.dtype))
+    cache_v = cache_v.at[rows_r1, slots_rt].set(to_rows(v_btkh).astype(cache_v.dtype))
     return cache_k.astype(dtype), cache_v.astype(dtype), (cache_k, cache_v, lengths_b)
 
 

@@ -18,7 +18,7 @@ One call of the head:
 - Pairing (§1.6): feature of position t goes with token t+1 at RoPE position t; the output at
   t predicts token t+2.
 
-Attention context: with a KV cache (`kv=(cache_k [B, K, S, H], cache_v, lengths [B])`)
+Attention context: with a KV cache (`kv=(cache_k [R, S, H], cache_v, lengths [B])`, R = B * K)
 the new keys are written at slots lengths+t and the mask is [B, T, S] (chain or tree
 drafting). Without a cache the T tokens attend each other through a [B, T, T] mask, plus,
 for the training-time test, `diag_kv`: keys/values of earlier TTT steps, each attended only
@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax.models import rope
+from spec_jax.models.attention import attend, from_query_rows, query_rows, to_rows
 from spec_jax.models.cache import write_layer
 from spec_jax.models.config import ModelConfig, RopeScaling
 from spec_jax.models.llama import RMSNorm
@@ -148,7 +149,6 @@ class Midlayer(nn.Module):
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
         d, n, k, h = cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        g = n // k
         normed_hidden = RMSNorm(cfg.rms_eps, name='hidden_norm')(hidden_btd)
         residual = normed_hidden if cfg.norm_before_residual else hidden_btd
         x_btx = jnp.concatenate(
@@ -169,36 +169,18 @@ class Midlayer(nn.Module):
         new_kv = (k_btkh, v_btkh)
 
         if ctx_kv is not None:  # TTT step j >= 1: step-0 keys, then this step on the diagonal.
-            keys_bksh = ctx_kv[0].transpose(0, 2, 1, 3)
-            values_bksh = ctx_kv[1].transpose(0, 2, 1, 3)
+            keys_rsh, values_rsh = map(to_rows, ctx_kv)
             diag_kv = (*diag_kv, (k_btkh, v_btkh))
         elif kv is None:
-            keys_bksh = k_btkh.transpose(0, 2, 1, 3)
-            values_bksh = v_btkh.transpose(0, 2, 1, 3)
+            keys_rsh, values_rsh = to_rows(k_btkh), to_rows(v_btkh)
         else:
-            keys_bksh, values_bksh, new_kv = write_layer(kv, k_btkh, v_btkh, dt)
-
-        q_btkgh = q_btnh.reshape(*q_btnh.shape[:2], k, g, h)
-        scale = h**-0.5
-        scores_bkgts = jnp.einsum('btkgh,bksh->bkgts', q_btkgh, keys_bksh).astype(jnp.float32)
-        scores_bkgts = jnp.where(
-            mask_bts[:, None, None], scores_bkgts * scale, jnp.finfo(jnp.float32).min
-        )
+            keys_rsh, values_rsh, new_kv = write_layer(kv, k_btkh, v_btkh, dt)
         # Earlier TTT steps: one extra key per step, at the same index t (the diagonal).
-        diag = [
-            jnp.einsum('btkgh,btkh->bkgt', q_btkgh, dk).astype(jnp.float32)[..., None] * scale
-            for dk, _ in diag_kv
-        ]
-        scores = jnp.concatenate([scores_bkgts, *diag], axis=-1)
-        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-        s = scores_bkgts.shape[-1]
-        out_btkgh = jnp.einsum('bkgts,bksh->btkgh', probs[..., :s], values_bksh)
-        for i, (_, dv) in enumerate(diag_kv):
-            out_btkgh += jnp.einsum('bkgt,btkh->btkgh', probs[..., s + i], dv)
-        out_btnh = out_btkgh.reshape(q_btnh.shape)
-        attn = jnp.einsum(
-            'btnh,nhd->btd', out_btnh, self.param('o_nhd', _init, (n, h, d)).astype(dt)
-        )
+        diagonal = [(to_rows(dk), to_rows(dv)) for dk, dv in diag_kv]
+        out_rqh = attend(query_rows(q_btnh, k), keys_rsh, values_rsh, mask_bts, diagonal)
+        out_btf = from_query_rows(out_rqh, *q_btnh.shape[:2])
+        o_fd = self.param('o_nhd', _init, (n, h, d)).astype(dt).reshape(n * h, d)
+        attn = jnp.einsum('btf,fd->btd', out_btf, o_fd)
         x_btd = residual + attn
         y_btd = RMSNorm(cfg.rms_eps, name='mlp_norm')(x_btd)
         gate = jnp.einsum(
@@ -296,7 +278,7 @@ def eagle3_forward(
       hidden: target taps [B, T, E, D_t] (apply_fc=True) or head outputs [B, T, D].
       positions_bt: RoPE positions [B, T] (the feature's position).
       mask_bts: [B, T, S] with a cache, [B, T, T] without.
-      kv: None, or (cache_k [B, K, S, H], cache_v [B, K, S, H], lengths [B]).
+      kv: None, or (cache_k [R, S, H], cache_v [R, S, H], lengths [B]) (R = B * K).
       diag_kv: earlier TTT steps' (k [B, T, K, H], v [B, T, K, H]) (no cache only).
       ctx_kv: TTT steps >= 1: the step-0 (k, v) [B, T, K, H] attended through `mask_bts`
         instead of this call's own keys, which then join `diag_kv` (the diagonal).

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax.models import rope
+from spec_jax.models.attention import attend, from_query_rows, query_rows, to_rows
 from spec_jax.models.cache import KVCache, write_layer
 from spec_jax.models.config import ModelConfig
 
@@ -52,7 +53,8 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    """Grouped-query attention over the cache; never materialises repeated K/V heads."""
+    """Grouped-query attention over the cache (spec_jax.models.attention); never
+    materialises repeated K/V heads."""
 
     cfg: ModelConfig
 
@@ -76,19 +78,12 @@ class Attention(nn.Module):
         k_btkh = rope.apply_rope(k_btkh, positions_bt, inv_freq)
 
         if kv is None:  # No cache: the new tokens attend to each other only (training).
-            keys_bksh = k_btkh.transpose(0, 2, 1, 3)
-            values_bksh = v_btkh.transpose(0, 2, 1, 3)
+            keys_rsh, values_rsh = to_rows(k_btkh), to_rows(v_btkh)
         else:
-            keys_bksh, values_bksh, kv = write_layer(kv, k_btkh, v_btkh, x_btd.dtype)
-
-        q_btkgh = q_btnh.reshape(*q_btnh.shape[:2], k, cfg.group_size, h)
-        scores_bkgts = jnp.einsum('btkgh,bksh->bkgts', q_btkgh, keys_bksh).astype(jnp.float32)
-        scores_bkgts = scores_bkgts * (h**-0.5)
-        scores_bkgts = jnp.where(mask_bts[:, None, None], scores_bkgts, jnp.finfo(jnp.float32).min)
-        probs_bkgts = jax.nn.softmax(scores_bkgts, axis=-1).astype(x_btd.dtype)
-        out_btkgh = jnp.einsum('bkgts,bksh->btkgh', probs_bkgts, values_bksh)
-        out_btnh = out_btkgh.reshape(q_btnh.shape)
-        return jnp.einsum('btnh,nhd->btd', out_btnh, w('o_nhd', (n, h, d))), kv
+            keys_rsh, values_rsh, kv = write_layer(kv, k_btkh, v_btkh, x_btd.dtype)
+        out_rqh = attend(query_rows(q_btnh, k), keys_rsh, values_rsh, mask_bts)
+        out_btf = from_query_rows(out_rqh, *x_btd.shape[:2])
+        return jnp.einsum('btf,fd->btd', out_btf, w('o_nhd', (n, h, d)).reshape(n * h, d)), kv
 
 
 class Mlp(nn.Module):
@@ -104,7 +99,7 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """One decoder layer: (x, kv) -> (x, kv), kv = (cache_k [B, K, S, H], cache_v, lengths)."""
+    """One decoder layer: (x, kv) -> (x, kv), kv = (cache_k [R, S, H], cache_v, lengths)."""
 
     cfg: ModelConfig
 

@@ -7,6 +7,7 @@ import pytest
 
 from spec_jax.models import eagle3 as e3
 from spec_jax.models import llama
+from spec_jax.models.cache import empty_layer
 from spec_jax.models.config import ModelConfig
 from spec_jax.train import common, data
 from spec_jax.train import eagle3 as te
@@ -61,7 +62,7 @@ def test_shift_pairs_by_hand(setup):
     inference, equals TTT step 0; its target is the teacher's logits at t+1."""
     tp, hp, tokens, logits, taps, ttt = setup
     tok, tap = np.asarray(tokens), np.asarray(taps)
-    ck = jnp.zeros((B, HEAD.num_kv_heads, S, HEAD.head_dim))
+    ck = empty_layer(B, HEAD.num_kv_heads, S, HEAD.head_dim, jnp.float32)
     cv = jnp.zeros_like(ck)
     for t in range(T - 1):
         emb = tp['embed_vd'][jnp.asarray(tok[:, t + 1 : t + 2])]  # token t+1
@@ -118,7 +119,7 @@ def test_ttt_equals_chain_drafting(setup):
     x_r (draft fed its own hidden, tokens x_{r+j}, positions r-1+j, KV cache)."""
     tp, hp, tokens, _, taps, ttt = setup
     r = 6
-    ck = jnp.zeros((B, HEAD.num_kv_heads, S, HEAD.head_dim))
+    ck = empty_layer(B, HEAD.num_kv_heads, S, HEAD.head_dim, jnp.float32)
     cv = jnp.zeros_like(ck)
     emb = tp['embed_vd'][tokens[:, 1 : r + 1]]
     pos = jnp.broadcast_to(jnp.arange(r), (B, r))
