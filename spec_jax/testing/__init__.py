@@ -1,10 +1,14 @@
-"""Test helpers shipped with the package: random weights without compiling anything.
+"""Test helpers shipped with the package: random weights without compiling anything, and a
+check of compiled decode loops.
 
 `init_params` compiles a Flax init (seconds on 2 cores, per config); tests need many small
 random models, so they draw weights with numpy into the shapes `jax.eval_shape` gives.
 """
 
 from __future__ import annotations
+
+import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -38,3 +42,25 @@ def random_params(
         return jnp.asarray(x, leaf.dtype)  # On device: jit would copy numpy every call.
 
     return jax.tree_util.tree_map_with_path(draw, shapes)
+
+
+def loop_copies(hlo_text: str, min_elements: int) -> list[str]:
+    """The `copy` instructions inside while-loop bodies of a compiled HLO module that move
+    at least `min_elements` elements: per-iteration copies of caches or weights, which
+    XLA inserts when a loop's in-place update or layout cannot be kept (see
+    spec_jax.models.attention). Use with `jax.jit(f).lower(...).compile().as_text()`.
+    """
+    bodies = set(re.findall(r'while\(.*?body=%?([\w.\-]+)', hlo_text))
+    found, current = [], None
+    for line in hlo_text.splitlines():
+        start = re.match(r'%?([\w.\-]+) \(.*\{$', line)
+        if start:
+            current = start.group(1)
+        elif line.startswith('}'):
+            current = None
+        elif current in bodies and ' copy(' in line:
+            dims = re.search(r'= \w+\[([\d,]*)\]', line)
+            size = math.prod(int(d) for d in dims.group(1).split(',') if d) if dims else 0
+            if size >= min_elements:
+                found.append(line.strip())
+    return found

@@ -10,6 +10,7 @@ from spec_jax.decoding import batching
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import causal_forward, init_params
 from spec_jax.sampling import Sampler
+from spec_jax.testing import loop_copies
 
 CFG = ModelConfig.tiny(vocab_size=31)
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11, 12], [7]]
@@ -102,3 +103,28 @@ def test_bad_input_is_rejected_before_compiling(params):
     long_ctx = ar.DecodeSettings(max_new_tokens=600, max_prompt_len=5)
     with pytest.raises(ValueError, match='model supports 512'):
         ar.generate(CFG, params, [[1]], long_ctx)
+
+
+def test_loop_copies_neither_cache_nor_weights(params):
+    """Each step updates the KV cache in place and reads the weights in place. With a
+    [B, K, S, H] cache and B = 1, XLA:CPU copied every layer's keys and values four times
+    per step, and re-laid out the [N, H, D] output weights (spec_jax.models.attention)."""
+    settings = ar.DecodeSettings(max_new_tokens=12, prompt_bucket=8, new_tokens_bucket=8)
+    batch = batching.pack_prompts([[1, 2, 3]], prompt_bucket=8, max_prompt_len=64)
+    hlo = (
+        ar.ar_generate.lower(
+            CFG,
+            settings,
+            params,
+            Sampler(temperature=0.0),
+            jnp.asarray(batch.tokens),
+            jnp.asarray(batch.lengths),
+            jnp.asarray(ar.row_limits(12, 1, 12)),
+            jax.random.PRNGKey(0),
+        )
+        .compile()
+        .as_text()
+    )
+    layer_cache = CFG.num_kv_heads * (batch.bucket + settings.buffer_len) * CFG.head_dim
+    assert 'while' in hlo
+    assert loop_copies(hlo, layer_cache // 2) == []

@@ -14,7 +14,7 @@ from spec_jax.decoding.drafters import LMDrafter, NgramDrafter
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import causal_forward
 from spec_jax.sampling import Sampler
-from spec_jax.testing import random_params
+from spec_jax.testing import loop_copies, random_params
 
 V = 31
 CFG = ModelConfig.tiny(vocab_size=V)
@@ -218,6 +218,30 @@ def test_no_retrace_across_values(target, draft):
             jnp.asarray(ar.row_limits(limit, 2, 20)),
             jax.random.PRNGKey(seed),
         )
+
+
+def test_loop_copies_neither_cache_nor_weights(target):
+    """A chain round updates the target's cache in place (the AR test's counterpart)."""
+    settings = sp.SpecSettings(DEC, 3)
+    batch = batching.pack_prompts([[1, 2, 3]], prompt_bucket=8, max_prompt_len=64)
+    hlo = (
+        sp.spec_generate.lower(
+            CFG,
+            NgramDrafter(2, V),
+            settings,
+            target,
+            None,
+            Sampler(temperature=0.0),
+            jnp.asarray(batch.tokens),
+            jnp.asarray(batch.lengths),
+            jnp.asarray(ar.row_limits(20, 1, 20)),
+            jax.random.PRNGKey(0),
+        )
+        .compile()
+        .as_text()
+    )
+    slots = batch.bucket + DEC.buffer_len + settings.num_draft + 1
+    assert loop_copies(hlo, CFG.num_kv_heads * slots * CFG.head_dim // 2) == []
 
 
 def test_bad_input_fails_before_compiling(target, draft):
