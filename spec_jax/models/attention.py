@@ -10,9 +10,10 @@ step reads it exactly as it was written. That is what keeps XLA:CPU from copying
 a [B, K, S, H] cache and B = 1, the size-1 axis sits between the cache update and the
 matmul, and XLA duplicated the update into both of its users, copying each layer's keys
 and values four times per step (measured: 5 of 45 ms per decode step of the embedded
-default at S = 192, growing with S). Query-row order also lets XLA read the weights in
-place: the earlier [B, K, G, T, S] scores made it re-layout the [N, H, D] output weights
-every step.
+default at S = 192, growing with S). A single row (B = 1 and K = 1: multi-query attention)
+brings the size-1 axis and the copies back; every supported family has K >= 2. Query-row
+order also lets XLA read the weights in place: the earlier [B, K, G, T, S] scores made it
+re-layout the [N, H, D] output weights every step.
 
 Row r holds batch row r // K and KV head r % K (batch-major); query q of a row is new token
 q // G and query head (r % K) * G + q % G.
