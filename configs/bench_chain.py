@@ -32,11 +32,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if c.drafter == 'eagle3':
         c.draft = os.path.join(ASSETS, 'drafts', 'smollm2_135m_eagle3')
     c.ngram = 3
-    # Both shipped drafts are fastest at gamma 1: a second drafted token costs more than it
-    # saves, because verifying A + 1 tokens costs 1.15x (A = 1) to 1.46x (A = 3) a one-token
-    # step on 2 CPU cores. Measured at T 0, batch 1 on the 12 prompts (AR 16.4 tok/s): the
-    # EAGLE-3 head 1.03x / 0.90x / 0.76x at gamma 1 / 2 / 3 (block efficiency 1.36-1.55),
-    # the draft LM 0.86x / 0.76x at gamma 1 / 2, prompt lookup 1.14x at gamma 1.
+    # Both shipped drafts are fastest at gamma 1: verifying A + 1 tokens costs 1.15x (A = 1)
+    # to 1.46x (A = 3) a one-token step on 2 CPU cores, more than a second drafted token
+    # saves at their acceptance. This bench at T 0, batch 1 (2026-11-30): the EAGLE-3 head
+    # 1.10x (block efficiency 1.36), the draft LM 0.97x (1.29); see the drafts' cards.
     c.num_draft = 1 if c.drafter in ('lm', 'eagle3') and not tiny else 5
     c.rule = 'lossless'
     c.speed_dir = os.path.join(ASSETS, 'speed')  # A 4-per-set sample; see its README.

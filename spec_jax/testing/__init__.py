@@ -49,8 +49,13 @@ def loop_copies(hlo_text: str, min_elements: int) -> list[str]:
     at least `min_elements` elements: per-iteration copies of caches or weights, which
     XLA inserts when a loop's in-place update or layout cannot be kept (see
     spec_jax.models.attention). Use with `jax.jit(f).lower(...).compile().as_text()`.
+
+    Raises:
+      ValueError: the module has no while loop (nothing to check).
     """
     bodies = set(re.findall(r'while\(.*?body=%?([\w.\-]+)', hlo_text))
+    if not bodies:
+        raise ValueError('loop_copies: the compiled module has no while loop')
     found, current = [], None
     for line in hlo_text.splitlines():
         start = re.match(r'%?([\w.\-]+) \(.*\{$', line)

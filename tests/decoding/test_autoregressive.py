@@ -126,5 +126,4 @@ def test_loop_copies_neither_cache_nor_weights(params):
         .as_text()
     )
     layer_cache = CFG.num_kv_heads * (batch.bucket + settings.buffer_len) * CFG.head_dim
-    assert 'while' in hlo
     assert loop_copies(hlo, layer_cache // 2) == []
