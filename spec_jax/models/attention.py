@@ -49,6 +49,7 @@ def from_query_rows(out_rqh: jax.Array, batch: int, num_new: int) -> jax.Array:
 
 
 def _mask_scores(scores_rqs: jax.Array, mask_bts: jax.Array) -> jax.Array:
+    """Hides key s from every query of new token t where mask_bts[b, t, s] is False."""
     b, t, s = mask_bts.shape
     r, q = scores_rqs.shape[:2]
     scores_bktgs = scores_rqs.reshape(b, r // b, t, q // t, s)
