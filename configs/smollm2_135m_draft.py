@@ -28,6 +28,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # 'self_instruct': user prompts the target writes itself (chat coverage; see below).
     c.data.sources = ('self_instruct', 'gsm8k', 'mbpp') if not tiny else ('gsm8k', 'mbpp')
     c.data.self_instruct = self_instruct_config(tiny)
+    # 'summarize': "Summarize: <text>" prompts over the responses stored in these finished
+    # data directories (the target's own answers serve as documents).
+    c.data.summarize_dirs = ()
     c.data.num_prompts = 32 if tiny else 0  # 0 = all (about 8.7k prompts).
     c.data.batch_size = 16 if tiny else 64
     c.data.max_new_tokens = 16 if tiny else 128

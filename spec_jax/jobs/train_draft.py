@@ -64,6 +64,10 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
                 seed=c.data.seed,
                 deadline=deadline,
             )
+        if data.SUMMARIZE in c.data.sources:
+            generated[data.SUMMARIZE] = data.summarize_prompts(
+                target.tokenizer, tuple(c.data.summarize_dirs), c.data.seed
+            )
         # An unfinished self-instruct stage means the deadline has passed, so no answer
         # shard is written from the (shorter) prompt list; shard k always holds batch k.
         prompts = data.training_prompts(tuple(c.data.sources), c.data.seed, generated=generated)
@@ -121,6 +125,11 @@ def check_config(c: ml_collections.ConfigDict) -> None:
     if c.kind not in ('draft_lm', 'eagle3'):
         raise ValueError(f'kind must be draft_lm or eagle3, got {c.kind!r}')
     soft_label_count(c)
+    if data.SUMMARIZE in c.data.sources and not c.data.summarize_dirs:
+        raise ValueError(
+            f'data.sources={tuple(c.data.sources)} has {data.SUMMARIZE!r}, whose documents are '
+            'the responses stored in finished data directories: set data.summarize_dirs'
+        )
     if c.kind == 'draft_lm' and c.data.reference and ce_step_count(c.train) >= c.train.steps:
         raise ValueError(
             f"data.reference={tuple(c.data.reference)} adds the datasets' own answers, whose "

@@ -84,7 +84,7 @@ def hf_chat_dataset(name: str, split: str = 'train', field: str = 'messages') ->
     except Exception as e:  # Hub, network or file errors: name what was being looked up.
         raise ValueError(
             f'data source {name!r} is none of the built-in sources '
-            f'{sorted(SOURCES) + [SELF_INSTRUCT]} and datasets.load_dataset({name!r}, '
+            f'{sorted(SOURCES) + list(GENERATED)} and datasets.load_dataset({name!r}, '
             f'split={split!r}) failed: {e}'
         ) from e
     out = []
@@ -100,6 +100,45 @@ def hf_chat_dataset(name: str, split: str = 'train', field: str = 'messages') ->
 SOURCES = {'gsm8k': gsm8k_train, 'mbpp': mbpp_train, 'bfcl': bfcl_live_multiple}
 # Prompts the target writes itself (see self_instruct_prompts); the job generates them.
 SELF_INSTRUCT = 'self_instruct'
+# "Summarize: <text>" over responses already stored in other data directories
+# (summarize_prompts); the job builds them.
+SUMMARIZE = 'summarize'
+GENERATED = (SELF_INSTRUCT, SUMMARIZE)
+
+# How summarization prompts open. The first is the CNN/DM style of the speed prompts.
+SUMMARIZE_TEMPLATES = (
+    'Summarize: {}',
+    'Summarize the following text in a few sentences.\n\n{}',
+    'What are the key points of this text?\n\n{}',
+    '{}\n\nTL;DR:',
+)
+
+
+def summarize_prompts(
+    tok, directories: Sequence[str], seed: int, min_tokens: int = 48
+) -> list[Prompt]:
+    """Summarization prompts whose documents are the stored responses of `directories`.
+
+    No local training split has long documents to summarize or quote from, and a draft
+    learns copying from context only on text that asks for it. The target's own answers
+    (advice, explanations, worked solutions) are documents enough: each response with at
+    least `min_tokens` tokens becomes one prompt, in one of `SUMMARIZE_TEMPLATES` chosen
+    by a seeded generator.
+    """
+    rng = random.Random(seed)
+    out = []
+    for directory in directories:
+        if not finished_shards(directory):
+            raise ValueError(f'data.summarize.dirs: no finished shards in {directory!r}')
+        for e in read_examples(directory):
+            response = e.tokens[e.loss_mask]
+            response = response[~np.isin(response, tok.stop_ids)]
+            if len(response) < min_tokens:
+                continue
+            text = tok.decode(response.tolist()).strip()
+            template = SUMMARIZE_TEMPLATES[rng.randrange(len(SUMMARIZE_TEMPLATES))]
+            out.append(Prompt(SUMMARIZE, ({'role': 'user', 'content': template.format(text)},)))
+    return out
 
 
 def training_prompts(
@@ -111,18 +150,18 @@ def training_prompts(
     """The prompts of `sources`, interleaved round-robin after a seeded shuffle of each.
 
     Interleaving keeps the mix of sources the same in every prefix, so a run stopped early
-    still trains on all of them. `generated` maps further source names (SELF_INSTRUCT) to
-    prompts made elsewhere.
+    still trains on all of them. `generated` maps the names in `GENERATED` to prompts made
+    elsewhere (`self_instruct_prompts`, `summarize_prompts`).
     """
     generated = generated or {}
     lists = []
     for i, name in enumerate(sources):
         if name in generated:
             prompts = list(generated[name])
-        elif name == SELF_INSTRUCT:
+        elif name in GENERATED:
             raise ValueError(
-                f'{SELF_INSTRUCT!r} prompts are written by the target: make them with '
-                f'self_instruct_prompts and pass generated={{{SELF_INSTRUCT!r}: prompts}}'
+                f'{name!r} prompts are made by the job (self_instruct_prompts, '
+                f'summarize_prompts): pass generated={{{name!r}: prompts}}'
             )
         elif name in SOURCES:
             prompts = SOURCES[name](root)

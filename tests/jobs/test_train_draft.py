@@ -75,3 +75,10 @@ def test_full_size_draft_trains_with_ce_for_every_step():
     assert train_draft.ce_step_count(c.train) == 1400
     tiny = load_config(os.path.join(CONFIGS, 'smollm2_135m_draft.py'), 'tiny')
     assert 0 < train_draft.ce_step_count(tiny.train) < tiny.train.steps
+
+
+def test_summarize_source_needs_data_dirs():
+    c = load_config(os.path.join(CONFIGS, 'smollm2_135m_draft.py'), 'tiny')
+    c.data.sources = ('summarize', 'gsm8k')
+    with pytest.raises(ValueError, match='set data.summarize_dirs'):
+        train_draft.check_config(c)

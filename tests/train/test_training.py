@@ -412,3 +412,28 @@ def test_self_instruct_prompts_are_user_turns_and_resume(embedded, tmp_path):
     assert mixed[0].source == data.SELF_INSTRUCT and mixed[1].source == 'mbpp'
     with pytest.raises(ValueError, match='self_instruct_prompts'):
         data.training_prompts((data.SELF_INSTRUCT,), seed=0)
+
+
+def test_summarize_prompts_wrap_stored_responses(embedded, tmp_path):
+    """Each stored response long enough becomes one "summarize" user turn holding its text
+    (stop tokens dropped); short ones are skipped; the template choice is seeded."""
+    tok = embedded.tokenizer
+    prompt = tok.encode('Tell me about rivers.')
+    long_text = 'Rivers carry water from the mountains to the sea, shaping valleys on the way.'
+    responses = [tok.encode(long_text) + [tok.stop_ids[0]], tok.encode('Yes.')]
+    examples = [
+        data.Example(np.array(prompt + r, np.int32), np.arange(len(prompt) + len(r)) >= len(prompt))
+        for r in responses
+    ]
+    data.write_shard(str(tmp_path), 0, examples, {})
+    prompts = data.summarize_prompts(tok, [str(tmp_path)], seed=0, min_tokens=8)
+    (p,) = prompts
+    assert p.source == data.SUMMARIZE
+    (turn,) = p.messages
+    assert turn['role'] == 'user'
+    assert turn['content'] in [t.format(long_text) for t in data.SUMMARIZE_TEMPLATES]
+    assert data.summarize_prompts(tok, [str(tmp_path)], seed=0, min_tokens=8) == prompts
+    with pytest.raises(ValueError, match='no finished shards'):
+        data.summarize_prompts(tok, [str(tmp_path / 'empty')], seed=0)
+    with pytest.raises(ValueError, match='summarize_prompts'):
+        data.training_prompts((data.SUMMARIZE,), seed=0)
