@@ -37,6 +37,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # the high tap. Measured on the embedded default it learned SLOWER (TTT step-0 agreement
     # 0.12 vs 0.18 at step 15, B4 x T256, lr 2e-3: large initial logits), so it is off.
     c.model.init_from_target = False
+    # An exported head directory (official or speculators layout) to fine-tune: its sizes
+    # and draft vocabulary replace the settings above. '' = a new head.
+    c.model.init_from = ''
     # > 0: the target's top-k law and taps are stored once per token beside the shards
     # (about 3.6 KB a token) and training runs no target forward: measured 2.0 s of a
     # 10.3 s step at B4 x T320 (7 TTT steps) on 2 CPU cores. 0: the target runs every step

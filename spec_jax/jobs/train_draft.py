@@ -424,21 +424,28 @@ def _train_eagle3(c, workdir, target, examples) -> dict:
     from spec_jax.models import eagle3 as e3
 
     counts = data.token_counts(examples, target.cfg.vocab_size)
-    used = e3.draft_vocab_from_counts(
-        counts, c.model.draft_vocab_size, always=target.tokenizer.stop_ids
-    )
+    m = c.model
+    if m.init_from:  # Fine-tune a head: its own sizes and draft vocabulary.
+        from spec_jax.checkpoints import eagle_formats
+
+        start = eagle_formats.load_head(m.init_from, target.cfg)
+        hcfg, params = start.cfg, start.params
+        used = np.asarray(start.draft_ids_u)
+    else:
+        used = e3.draft_vocab_from_counts(
+            counts, m.draft_vocab_size, always=target.tokenizer.stop_ids
+        )
+        hcfg = e3.Eagle3Config.for_target(
+            target.cfg,
+            m.draft_vocab_size,
+            **{k: m[k] for k in ('num_heads', 'num_kv_heads', 'head_dim', 'mlp_width') if m.get(k)},
+        )
+        params = e3.init_params(hcfg, jax.random.PRNGKey(c.train.seed))
+        if m.init_from_target:
+            params = e3.init_from_target(hcfg, params, target.params, used)
     d2t, t2d = e3.vocab_maps(used, target.cfg.vocab_size)
     coverage = float(counts[used].sum() / max(counts.sum(), 1))
     logging.info('draft vocab %d covers %.4f of response tokens', len(used), coverage)
-    m = c.model
-    hcfg = e3.Eagle3Config.for_target(
-        target.cfg,
-        m.draft_vocab_size,
-        **({k: m[k] for k in ('num_heads', 'num_kv_heads', 'head_dim', 'mlp_width') if m.get(k)}),
-    )
-    params = e3.init_params(hcfg, jax.random.PRNGKey(c.train.seed))
-    if c.model.get('init_from_target', False):
-        params = e3.init_from_target(hcfg, params, target.params, used)
     n_params = sum(x.size for x in jax.tree.leaves(params))
     opt = common.make_optimizer(
         c.train.lr, c.train.steps, c.train.warmup, c.train.clip, c.train.weight_decay

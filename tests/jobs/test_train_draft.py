@@ -3,6 +3,7 @@
 import json
 import os
 
+import numpy as np
 import pytest
 
 from spec_jax import checkpoints
@@ -23,9 +24,25 @@ def test_tiny_job_runs_and_exports(name, tmp_path):
         (stored,) = summary['teacher_taps'].values()
         assert stored['shards_written'] >= 1 and stored['tokens'] > 0
         assert summary['steps'] == c.train.steps
+        _check_init_from(c, tmp_path)
     if summary['kind'] == 'draft_lm':  # An HF directory that spec_jax loads back.
         assert checkpoints.load(c.export.dir).cfg.num_layers >= 1
         _check_extra_dirs(summary, tmp_path)
+
+
+def _check_init_from(c, tmp_path):
+    """model.init_from fine-tunes an exported head: with no steps it exports it unchanged,
+    draft vocabulary included, whatever model.draft_vocab_size says."""
+    from spec_jax.checkpoints import eagle_formats
+
+    c.model.init_from, c.model.draft_vocab_size = c.export.dir, 7
+    c.export.dir, c.train.steps, c.eval.enabled = str(tmp_path / 'again'), 0, False
+    train_draft.run(c, str(tmp_path / 'finetune'))
+    first = eagle_formats.read_state(c.model.init_from)
+    again = eagle_formats.read_state(c.export.dir)
+    assert sorted(first) == sorted(again)
+    for key, value in first.items():
+        np.testing.assert_array_equal(again[key], value, err_msg=key)
 
 
 def _check_extra_dirs(summary, tmp_path):
