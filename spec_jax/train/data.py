@@ -129,7 +129,7 @@ def summarize_prompts(
     out = []
     for directory in directories:
         if not finished_shards(directory):
-            raise ValueError(f'data.summarize.dirs: no finished shards in {directory!r}')
+            raise ValueError(f'data.summarize_dirs: no finished shards in {directory!r}')
         for e in read_examples(directory):
             response = e.tokens[e.loss_mask]
             response = response[~np.isin(response, tok.stop_ids)]
