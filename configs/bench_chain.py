@@ -32,6 +32,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if c.drafter == 'eagle3':
         c.draft = os.path.join(ASSETS, 'drafts', 'smollm2_135m_eagle3')
     c.ngram = 3
+    c.lookup = 0  # > 0: prompt lookup (n-grams of ngram..lookup tokens) before the drafter.
     # Both shipped drafts are fastest at gamma 1: verifying A + 1 tokens costs 1.15x (A = 1)
     # to 1.46x (A = 3) a one-token step on 2 CPU cores, more than a second drafted token
     # saves at their acceptance. This bench at T 0, batch 1 (2026-11-30): the EAGLE-3 head

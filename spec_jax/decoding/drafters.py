@@ -9,8 +9,10 @@ The contract (a frozen, hashable dataclass; the engine's static argument):
   tap_layers: the target's hidden-state taps the drafter reads (() for most);
   vocab_size: the V its q covers (the target's);
   init(params, history_bs, prompt_len_b, bucket, taps_bped) -> state, after prefill;
-  propose(params, state, history_bs, committed_b, key, num_draft, probs_fn)
-      -> (state, tokens [B, A], q [B, A, V]);
+  propose(params, state, history_bs, committed_b, key, num_draft, probs_fn, forced=None)
+      -> (state, tokens [B, A], q [B, A, V]); `forced` = (tokens [B, A], use [B, A]) makes
+      the drafter take the given token (one-hot q) where `use` holds, and go on from it
+      (model drafters; `PromptLookup` passes it);
   observe(params, state, history_bs, start_b, committed_b, taps_bted) -> state, after each
       verification at positions start_b .. start_b + A with C = committed_b now.
 Every drafter reads the engine's token history `history_bs` (prompt, committed tokens and
@@ -37,6 +39,21 @@ ProbsFn = Callable[[jax.Array], jax.Array]  # logits [..., V] -> processed probs
 
 def gather_tokens(history_bs: jax.Array, index_bt: jax.Array) -> jax.Array:
     return jnp.take_along_axis(history_bs, jnp.clip(index_bt, 0, history_bs.shape[1] - 1), 1)
+
+
+def _draw(key, q_bv, forced_b, use_b):
+    """x ~ q, or the forced token where `use_b` (its q one-hot): (x [B], q [B, V])."""
+    x_b = jnp.where(use_b, forced_b, sampling.sample(key, q_bv))
+    one_hot_bv = jax.nn.one_hot(forced_b, q_bv.shape[-1], dtype=q_bv.dtype)
+    return x_b, jnp.where(use_b[:, None], one_hot_bv, q_bv)
+
+
+def _forced_steps(forced, batch: int, num_draft: int):
+    """`forced` as per-step scan inputs ([A, B] each); none forced when `forced` is None."""
+    if forced is None:
+        return jnp.zeros((num_draft, batch), jnp.int32), jnp.zeros((num_draft, batch), bool)
+    tokens_ba, use_ba = forced
+    return tokens_ba.T, use_ba.T
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +100,7 @@ class LMDrafter:
         key,
         num_draft: int,
         probs_fn: ProbsFn,
+        forced=None,
     ):
         cache = cache.set_lengths(committed_b - 1)
         window_b2 = gather_tokens(history_bs, cache.positions(2))
@@ -97,19 +115,22 @@ class LMDrafter:
         )
         cache = cache.advance(2)
         keys = jax.random.split(key, num_draft)
+        forced_ab, use_ab = _forced_steps(forced, history_bs.shape[0], num_draft)
 
-        def draw(carry, key):
+        def draw(carry, inputs):
             cache, logits_bv = carry
-            q_bv = probs_fn(logits_bv)
-            x_b = sampling.sample(key, q_bv)
+            key, forced_b, use_b = inputs
+            x_b, q_bv = _draw(key, probs_fn(logits_bv), forced_b, use_b)
             logits_b1v, _, cache = forward(
                 self.cfg, params, x_b[:, None], cache.positions(1), cache, cache.causal_mask(1)
             )
             return (cache.advance(1), logits_b1v[:, 0]), (x_b, q_bv)
 
-        (cache, logits_bv), (x_ab, q_abv) = jax.lax.scan(draw, (cache, logits_b2v[:, 0]), keys[:-1])
-        q_last_bv = probs_fn(logits_bv)  # The last draft needs no forward of its own.
-        x_ba = jnp.concatenate([x_ab.T, sampling.sample(keys[-1], q_last_bv)[:, None]], 1)
+        steps = (keys[:-1], forced_ab[:-1], use_ab[:-1])
+        (cache, logits_bv), (x_ab, q_abv) = jax.lax.scan(draw, (cache, logits_b2v[:, 0]), steps)
+        # The last draft needs no forward of its own.
+        x_last_b, q_last_bv = _draw(keys[-1], probs_fn(logits_bv), forced_ab[-1], use_ab[-1])
+        x_ba = jnp.concatenate([x_ab.T, x_last_b[:, None]], 1)
         q_bav = jnp.concatenate([q_abv.transpose(1, 0, 2), q_last_bv[:, None]], 1)
         return cache, x_ba, q_bav
 
@@ -224,16 +245,16 @@ class Eagle3Drafter:
         key,
         num_draft: int,
         probs_fn: ProbsFn,
+        forced=None,
     ):
-        del history_bs
         slots = state.cache_k.shape[1]
         keys = jax.random.split(key, num_draft)
+        forced_ab, use_ab = _forced_steps(forced, history_bs.shape[0], num_draft)
 
         def draw(carry, inputs):
             kv, hidden_bd, logits_bu = carry
-            key, j = inputs
-            q_bv = self._probs(params, logits_bu, probs_fn)
-            x_b = sampling.sample(key, q_bv)
+            key, forced_b, use_b, j = inputs
+            x_b, q_bv = _draw(key, self._probs(params, logits_bu, probs_fn), forced_b, use_b)
             pos_b = committed_b - 1 + j  # x_j's step, at position C - 1 + j.
             logits_b1u, hidden_b1d, kv = e3.eagle3_forward(
                 self.cfg,
@@ -248,10 +269,12 @@ class Eagle3Drafter:
             return (kv, hidden_b1d[:, 0], logits_b1u[:, 0]), (x_b, q_bv)
 
         carry = ((state.cache_k, state.cache_v, committed_b), state.hidden_bd, state.logits_bu)
-        steps = (keys[:-1], jnp.arange(1, num_draft, dtype=jnp.int32))
+        steps = (keys[:-1], forced_ab[:-1], use_ab[:-1], jnp.arange(1, num_draft, dtype=jnp.int32))
         (_, _, logits_bu), (x_ab, q_abv) = jax.lax.scan(draw, carry, steps)
-        q_last_bv = self._probs(params, logits_bu, probs_fn)  # No forward for the last one.
-        x_ba = jnp.concatenate([x_ab.T, sampling.sample(keys[-1], q_last_bv)[:, None]], 1)
+        # No forward for the last one.
+        q_last_bv = self._probs(params, logits_bu, probs_fn)
+        x_last_b, q_last_bv = _draw(keys[-1], q_last_bv, forced_ab[-1], use_ab[-1])
+        x_ba = jnp.concatenate([x_ab.T, x_last_b[:, None]], 1)
         q_bav = jnp.concatenate([q_abv.transpose(1, 0, 2), q_last_bv[:, None]], 1)
         # The steps' cache writes sit at or past C: the next window overwrites them.
         return state, x_ba, q_bav
@@ -284,25 +307,102 @@ class NgramDrafter:
         return state
 
     def propose(
-        self, params, state, history_bs, committed_b, key, num_draft: int, probs_fn: ProbsFn
+        self,
+        params,
+        state,
+        history_bs,
+        committed_b,
+        key,
+        num_draft: int,
+        probs_fn: ProbsFn,
+        forced=None,
     ):
-        del params, key, probs_fn
-        batch, slots = history_bs.shape
-        end_b = committed_b  # The pending token's index: the suffix ends here.
-        starts_s = jnp.arange(slots)
-        best_b = jnp.full((batch,), -1)
-        for n in range(self.n, 0, -1):  # Longest n-gram first; shorter only if none.
-            match_bs = jnp.ones((batch, slots), bool)
-            for k in range(n):  # Window ending at s matches the suffix ending at end_b.
-                suffix_b = gather_tokens(history_bs, (end_b - k)[:, None])
-                window_bs = jnp.roll(history_bs, k, axis=1)
-                match_bs &= (window_bs == suffix_b) & (starts_s[None, :] >= k)
-            match_bs &= (starts_s[None, :] < end_b[:, None]) & (end_b[:, None] >= n - 1)
-            last_b = jnp.max(jnp.where(match_bs, starts_s[None, :], -1), axis=1)
-            best_b = jnp.where(best_b >= 0, best_b, last_b)
-        follow_ba = best_b[:, None] + 1 + jnp.arange(num_draft)[None, :]
-        # Tokens past the committed text are unknown: propose the pending token instead.
-        known_ba = (best_b[:, None] >= 0) & (follow_ba <= end_b[:, None])
-        pending_b = gather_tokens(history_bs, end_b[:, None])
-        x_ba = jnp.where(known_ba, gather_tokens(history_bs, follow_ba), pending_b)
+        del params, key, probs_fn, forced
+        x_ba, _ = lookup(history_bs, committed_b, num_draft, self.n)
         return state, x_ba, jax.nn.one_hot(x_ba, self.vocab_size, dtype=jnp.float32)
+
+
+def lookup(history_bs, end_b, num_draft: int, max_n: int, min_n: int = 1):
+    """Prompt lookup: the tokens that followed the latest earlier occurrence of the row's
+    last n tokens (those ending at index `end_b`), for the longest n in [min_n, max_n] that
+    occurs.
+
+    Returns:
+      (tokens [B, A], known [B, A]): known is False where nothing matched or the
+      continuation runs past `end_b` (its tokens are unknown; `tokens` holds the token at
+      `end_b` there). Known positions form a prefix of each row.
+    """
+    batch, slots = history_bs.shape
+    starts_s = jnp.arange(slots)
+    best_b = jnp.full((batch,), -1)
+    for n in range(max_n, min_n - 1, -1):  # Longest n-gram first; shorter only if none.
+        match_bs = jnp.ones((batch, slots), bool)
+        for k in range(n):  # Window ending at s matches the suffix ending at end_b.
+            suffix_b = gather_tokens(history_bs, (end_b - k)[:, None])
+            window_bs = jnp.roll(history_bs, k, axis=1)
+            match_bs &= (window_bs == suffix_b) & (starts_s[None, :] >= k)
+        match_bs &= (starts_s[None, :] < end_b[:, None]) & (end_b[:, None] >= n - 1)
+        last_b = jnp.max(jnp.where(match_bs, starts_s[None, :], -1), axis=1)
+        best_b = jnp.where(best_b >= 0, best_b, last_b)
+    follow_ba = best_b[:, None] + 1 + jnp.arange(num_draft)[None, :]
+    known_ba = (best_b[:, None] >= 0) & (follow_ba <= end_b[:, None])
+    pending_b = gather_tokens(history_bs, end_b[:, None])
+    return jnp.where(known_ba, gather_tokens(history_bs, follow_ba), pending_b), known_ba
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptLookup:
+    """Prompt lookup first, a model drafter for the rest (REST / suffix-decoding style).
+
+    Where the row's last n tokens (n from `n` down to `min_n`) occurred earlier, the tokens
+    that followed are drafted with one-hot q; `base` (an LMDrafter or Eagle3Drafter) drafts
+    the positions after the known continuation, and every position when nothing matches,
+    going on from the looked-up tokens. Each position's proposal is a function of the
+    committed text and the drafts before it, so `q` is still the law each draft was drawn
+    from and every rule keeps its guarantees. Copying spans (summaries, code edits, quoted
+    numbers) are where a small draft is weakest and lookup is nearly always right.
+    """
+
+    base: LMDrafter | Eagle3Drafter
+    n: int = 3
+    min_n: int = 2
+
+    def __post_init__(self):
+        if not 1 <= self.min_n <= self.n:
+            raise ValueError(
+                f'prompt lookup needs 1 <= min_n <= n, got n={self.n}, min_n={self.min_n}'
+            )
+
+    @property
+    def tap_layers(self) -> tuple[int, ...]:
+        return tuple(self.base.tap_layers)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.base.vocab_size
+
+    def init(self, params, history_bs, prompt_len_b, bucket: int, taps_bped=None):
+        return self.base.init(params, history_bs, prompt_len_b, bucket, taps_bped)
+
+    def observe(self, params, state, history_bs, start_b, committed_b, taps_bted):
+        return self.base.observe(params, state, history_bs, start_b, committed_b, taps_bted)
+
+    def propose(
+        self,
+        params,
+        state,
+        history_bs,
+        committed_b,
+        key,
+        num_draft: int,
+        probs_fn: ProbsFn,
+        forced=None,
+    ):
+        del forced
+        found = lookup(history_bs, committed_b, num_draft, self.n, self.min_n)
+        return self.base.propose(
+            params, state, history_bs, committed_b, key, num_draft, probs_fn, forced=found
+        )
+
+
+Drafter = LMDrafter | Eagle3Drafter | NgramDrafter | PromptLookup

@@ -35,7 +35,7 @@ from flax import struct
 from spec_jax import rules, sampling
 from spec_jax.decoding import autoregressive as ar
 from spec_jax.decoding import batching
-from spec_jax.decoding.drafters import Eagle3Drafter, LMDrafter, NgramDrafter
+from spec_jax.decoding.drafters import Drafter, Eagle3Drafter, PromptLookup
 from spec_jax.models.cache import KVCache
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
@@ -168,7 +168,7 @@ def cut_block(tokens_bk, num_b, stop_tokens, room_b):
 @partial(jax.jit, static_argnames=('cfg', 'drafter', 'settings'))
 def spec_generate(
     cfg: ModelConfig,
-    drafter: LMDrafter | Eagle3Drafter | NgramDrafter,
+    drafter: Drafter,
     settings: SpecSettings,
     params: dict,
     draft_params: dict | None,
@@ -320,7 +320,7 @@ def summarize(stats: SpecStats) -> dict:
 def generate(
     cfg: ModelConfig,
     params: dict,
-    drafter: LMDrafter | Eagle3Drafter | NgramDrafter,
+    drafter: Drafter,
     draft_params: dict | None,
     prompts: Sequence[Sequence[int]],
     settings: SpecSettings,
@@ -334,7 +334,8 @@ def generate(
     Args:
       cfg, params: the target.
       drafter, draft_params: the proposer (LMDrafter with its params, Eagle3Drafter with
-        `Eagle3Drafter.params_for(head, params)`, or NgramDrafter with None).
+        `Eagle3Drafter.params_for(head, params)`, NgramDrafter with None; PromptLookup
+        with its base drafter's).
       prompts: B token-id lists.
       settings: static settings (draft length, rule, baseline, buffers).
       sampler: applied to target and draft logits alike (None: greedy).
@@ -376,6 +377,8 @@ def generate(
 def check_drafter(cfg: ModelConfig, drafter) -> None:
     """Draft and target must share the vocabulary, and a head must fit the target's features
     (clear errors before any compile)."""
+    if isinstance(drafter, PromptLookup):
+        drafter = drafter.base
     if isinstance(drafter, Eagle3Drafter):
         drafter.cfg.check_target(cfg)
     vocab = drafter.vocab_size

@@ -59,7 +59,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     )
     settings = sp.SpecSettings(dec, c.num_draft, rules.make(c.rule))
     drafter, draft_params, draft = common.make_drafter(
-        c.drafter, c.draft, target, c.ngram, dtype=c.dtype, seed=c.seed
+        c.drafter, c.draft, target, c.ngram, c.lookup, dtype=c.dtype, seed=c.seed
     )
     sp.check_drafter(target.cfg, drafter)
     print(

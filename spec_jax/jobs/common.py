@@ -81,7 +81,11 @@ def spec_config(enabled: bool = False, draft: str = '') -> ml_collections.Config
             drafter='lm',
             draft=draft,  # The draft LM's checkpoint spec (same tokenizer) or the head's dir.
             num_draft=5,  # gamma: drafted tokens per block.
-            ngram=3,  # Longest n-gram the prompt-lookup drafter matches.
+            ngram=3,  # Longest n-gram prompt lookup matches ('ngram' drafter, `lookup`).
+            # k > 0: prompt lookup first: where the last n tokens (ngram >= n >= k) occurred
+            # earlier, the tokens that followed are drafted; the 'lm' / 'eagle3' drafter
+            # drafts the rest (drafters.PromptLookup). 0: off.
+            lookup=0,
             rule='lossless',  # A spec_jax.rules name, with parameters: 'lenience:l=0.5'.
             baseline=False,  # Run the rule's matched baseline (truncation + lossless) instead.
             meter_distortion=False,  # Per-position TV / overshoot against the matched baseline.
@@ -92,7 +96,14 @@ def spec_config(enabled: bool = False, draft: str = '') -> ml_collections.Config
 DRAFTERS = ('lm', 'eagle3', 'ngram')
 
 
-def make_drafter(kind: str, draft: str, target: checkpoints.LoadedModel, ngram: int = 3, **load):
+def make_drafter(
+    kind: str,
+    draft: str,
+    target: checkpoints.LoadedModel,
+    ngram: int = 3,
+    lookup: int = 0,
+    **load,
+):
     """A chain drafter for `target`: (drafter, draft params, the draft LM or None).
 
     Args:
@@ -100,19 +111,38 @@ def make_drafter(kind: str, draft: str, target: checkpoints.LoadedModel, ngram: 
         (EAGLE-3 head directory `draft`) or 'ngram' (prompt lookup of up to `ngram` tokens).
       draft: the checkpoint spec or directory ('' for ngram).
       target: the loaded target.
-      ngram: the prompt-lookup drafter's longest n-gram.
+      ngram: the longest n-gram prompt lookup matches.
+      lookup: > 0 wraps an 'lm' or 'eagle3' drafter in `drafters.PromptLookup` with
+        n-grams of `ngram` down to `lookup` tokens.
       **load: dtype / seed for `load_model` (draft LM) or dtype for the head.
 
     Raises:
       ValueError: an unknown kind, a missing `draft`, a draft LM with another tokenizer, a
-        head whose widths, vocabulary or taps do not fit the target.
+        head whose widths, vocabulary or taps do not fit the target, `lookup` with the
+        'ngram' drafter or outside [0, ngram].
     """
     from spec_jax.decoding import drafters
 
     if kind not in DRAFTERS:
         raise ValueError(f'drafter {kind!r} is not one of {DRAFTERS}')
+    if lookup and kind == 'ngram':
+        raise ValueError(
+            f"lookup={lookup} puts prompt lookup in front of a model drafter; drafter 'ngram' "
+            "is prompt lookup alone: use drafter 'lm' or 'eagle3', or lookup=0"
+        )
     if kind == 'ngram':
         return drafters.NgramDrafter(ngram, target.cfg.vocab_size), None, None
+    if not 0 <= lookup <= ngram:
+        raise ValueError(f'lookup={lookup} must be in [0, ngram={ngram}] (0 = off)')
+    drafter, params, model = _model_drafter(kind, draft, target, **load)
+    if lookup:
+        drafter = drafters.PromptLookup(drafter, ngram, lookup)
+    return drafter, params, model
+
+
+def _model_drafter(kind: str, draft: str, target: checkpoints.LoadedModel, **load):
+    from spec_jax.decoding import drafters
+
     if not draft:
         what = 'a draft LM checkpoint' if kind == 'lm' else 'an EAGLE-3 head directory'
         raise ValueError(f'drafter {kind!r} needs a draft: {what}')

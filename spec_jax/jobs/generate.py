@@ -133,7 +133,13 @@ def make_decoder(c, model, settings: ar.DecodeSettings, sampler):
         c.spec.meter_distortion,
     )
     drafter, draft_params, _ = common.make_drafter(
-        c.spec.drafter, c.spec.draft, model, c.spec.ngram, dtype=c.dtype, seed=c.seed
+        c.spec.drafter,
+        c.spec.draft,
+        model,
+        c.spec.ngram,
+        c.spec.lookup,
+        dtype=c.dtype,
+        seed=c.seed,
     )
     sp.check_drafter(model.cfg, drafter)
     return lambda ids: sp.generate(

@@ -8,7 +8,7 @@ import pytest
 
 from spec_jax.decoding import autoregressive as ar
 from spec_jax.decoding import speculative as sp
-from spec_jax.decoding.drafters import Eagle3Drafter
+from spec_jax.decoding.drafters import Eagle3Drafter, PromptLookup
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.cache import KVCache
 from spec_jax.models.config import ModelConfig
@@ -79,6 +79,19 @@ def test_drafts_follow_the_training_time_test(models):
     for b, row in enumerate(rows):  # Unbatched: each row's own length, no padding.
         want = _ttt_law(target, head, jnp.array([row]), np.array([len(prompts[b]) - 1]), A)
         np.testing.assert_allclose(q_bav[b], want[0], atol=2e-5)
+    # Forced tokens (prompt lookup's) are drafted with one-hot q, and the head goes on from
+    # them as from its own drafts.
+    use_ba = jnp.array([[True, False, False], [False, True, True]])
+    forced = (jnp.full((2, A), 9, jnp.int32), use_ba)
+    _, y_ba, qf_bav = drafter.propose(
+        params, state, history, lengths, jax.random.PRNGKey(0), A, probs, forced
+    )
+    np.testing.assert_array_equal(jnp.where(use_ba, y_ba, 9), 9)
+    for b, p in enumerate(prompts):
+        row = list(p) + [int(first[b])] + list(map(int, y_ba[b]))
+        want = _ttt_law(target, head, jnp.array([row]), np.array([len(p) - 1]), A)[0]
+        want = jnp.where(use_ba[b][:, None], jax.nn.one_hot(9, V), want)
+        np.testing.assert_allclose(qf_bav[b], want, atol=2e-5)
 
     # Verify [s_C, x_1..x_A]; row 0 keeps 1 token + a replacement, row 1 all A + a bonus.
     verify = jnp.array([r[len(p) :] for r, p in zip(rows, prompts, strict=True)], jnp.int32)
@@ -108,11 +121,12 @@ def test_drafts_follow_the_training_time_test(models):
     assert float(q_bav[..., ~np.asarray(head.t2d)].max()) == 0.0  # Only draft-vocab ids.
 
 
-@pytest.mark.parametrize('num_draft', [1, 3])
-def test_greedy_eagle3_chain_equals_greedy_ar(models, num_draft):
+@pytest.mark.parametrize('num_draft,lookup', [(1, 0), (3, 0), (3, 1)])
+def test_greedy_eagle3_chain_equals_greedy_ar(models, num_draft, lookup):
+    """Also behind prompt lookup, whose forced tokens the head must consume as its own."""
     target, head = models
     greedy = ar.generate(CFG, target, PROMPTS, DEC).tokens
-    drafter = Eagle3Drafter(HEAD)
+    drafter = PromptLookup(Eagle3Drafter(HEAD), 2, lookup) if lookup else Eagle3Drafter(HEAD)
     result = sp.generate(
         CFG,
         target,

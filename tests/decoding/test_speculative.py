@@ -10,7 +10,7 @@ from spec_jax import rules
 from spec_jax.decoding import autoregressive as ar
 from spec_jax.decoding import batching
 from spec_jax.decoding import speculative as sp
-from spec_jax.decoding.drafters import LMDrafter, NgramDrafter
+from spec_jax.decoding.drafters import LMDrafter, NgramDrafter, PromptLookup, lookup
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import causal_forward
 from spec_jax.sampling import Sampler
@@ -52,6 +52,8 @@ def test_greedy_with_other_drafters_and_batch_one(target, draft, greedy_ar):
     settings = sp.SpecSettings(DEC, 3)
     ngram = sp.generate(CFG, target, NgramDrafter(2, V), None, PROMPTS, settings)
     assert ngram.tokens == greedy_ar
+    looked_up = PromptLookup(LMDrafter(DRAFT_CFG), 2, 1)
+    assert sp.generate(CFG, target, looked_up, draft, PROMPTS, settings).tokens == greedy_ar
     single = sp.generate(CFG, target, LMDrafter(DRAFT_CFG), draft, PROMPTS[1:2], settings)
     assert single.tokens == greedy_ar[1:2]
     # The target as its own draft accepts every draft: A + 1 tokens per block.
@@ -104,12 +106,11 @@ def next_probs(params, contexts, sampler, transform=lambda p: p, cfg=CFG):
     return transform(sampler.probs(logits[:, -1]))
 
 
-def sample_rows(target, draft, settings, sampler, seed=0):
+def sample_rows(target, draft, settings, sampler, seed=0, drafter=None):
     dec = ar.DecodeSettings(max_new_tokens=3, prompt_bucket=8, new_tokens_bucket=8)
     settings = sp.SpecSettings(dec, settings.num_draft, settings.rule, settings.baseline)
-    result = sp.generate(
-        CFG, target, LMDrafter(DRAFT_CFG), draft, [PROMPT] * N, settings, sampler, seed=seed
-    )
+    drafter = drafter or LMDrafter(DRAFT_CFG)
+    result = sp.generate(CFG, target, drafter, draft, [PROMPT] * N, settings, sampler, seed=seed)
     return np.array(result.tokens)
 
 
@@ -163,6 +164,37 @@ def test_first_tokens_follow_the_rule_law(soft_models, name, distinct):
     if distinct:  # The check can tell the rule's law from the target's.
         _, target_law2 = second_token_law(target, draft, sampler, lambda p, q: p)
         assert tv(law2, target_law2) > 2 * TV_BOUND
+
+
+def test_prompt_lookup_keeps_the_target_law(soft_models):
+    """Looked-up drafts carry one-hot q: lossless verification still gives the target's
+    law. PROMPT repeats tokens, so the first drafted position is looked up whenever the
+    first token is one of them."""
+    target, draft = soft_models
+    sampler = Sampler(temperature=1.0)
+    drafter = PromptLookup(LMDrafter(DRAFT_CFG), 2, 1)
+    tokens = sample_rows(target, draft, sp.SpecSettings(DEC, 2), sampler, 2, drafter)
+    p1, law2 = second_token_law(target, draft, sampler, lambda p, q: p)
+    assert p1[list(set(PROMPT))].sum() > 0.2  # Lookup fires on a fair share of rows.
+    assert tv(empirical(tokens[:, 0]), p1) < TV_BOUND
+    assert tv(empirical(tokens[:, 1]), law2) < TV_BOUND
+
+
+def test_lookup_finds_the_latest_longest_match():
+    history = jnp.array(
+        [
+            [5, 6, 7, 8, 9, 5, 6, 7, 0, 0],  # "5 6 7" before: propose 8 9 5
+            [1, 2, 3, 4, 2, 3, 0, 0, 0, 0],  # "2 3" at 1..2: 4 2 3, then past the text
+            [1, 2, 3, 4, 0, 0, 0, 0, 0, 0],  # no earlier 4
+        ]
+    )
+    end = jnp.array([7, 5, 3])  # the pending token's index
+    tokens, known = lookup(history, end, 4, 3)
+    np.testing.assert_array_equal(known, [[1, 1, 1, 1], [1, 1, 1, 0], [0, 0, 0, 0]])
+    np.testing.assert_array_equal(tokens[0], [8, 9, 5, 6])
+    np.testing.assert_array_equal(tokens[1, :3], [4, 2, 3])
+    _, known = lookup(history, end, 4, 3, min_n=3)  # only 3-grams: row 1 has none
+    np.testing.assert_array_equal(known[:, 0], [1, 0, 0])
 
 
 @pytest.mark.parametrize('name', ['minp_verify:rho=0.3', 'eta_verify:eta=0.05'])

@@ -68,6 +68,7 @@ def test_generate_with_an_eagle3_head_matches_plain_greedy(tiny_config, tmp_path
         str(tmp_path),
         3,
     )
+    c.spec.lookup = 2  # Behind prompt lookup, as the shipped preset runs it.
     spec = generate.run(c)
     assert [r['text'] for r in spec] == [r['text'] for r in plain]
     assert all(r['blocks'] >= 1 for r in spec)
@@ -83,3 +84,9 @@ def test_bad_spec_options(tiny_config):
         c.spec.drafter, c.spec.draft = kind, ''
         with pytest.raises(ValueError, match=f"drafter '{kind}' needs a draft"):
             generate.run(c)
+    c.spec.drafter, c.spec.lookup = 'ngram', 2
+    with pytest.raises(ValueError, match="drafter 'ngram' is prompt lookup alone"):
+        generate.run(c)
+    c.spec.drafter, c.spec.draft, c.spec.lookup = 'lm', 'random:tiny', 4
+    with pytest.raises(ValueError, match=r'lookup=4 must be in \[0, ngram=3\]'):
+        generate.run(c)
