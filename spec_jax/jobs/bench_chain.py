@@ -65,7 +65,9 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     print(
         f'{len(prompts)} prompts ({c.prompts_per_set} from each of {", ".join(c.sets)}), '
         f'{c.max_new_tokens} new tokens max, gamma {c.num_draft}, draft {c.drafter}'
-        f'{" " + c.draft if c.draft and c.drafter != "ngram" else ""}, rule {c.rule}'
+        f'{" " + c.draft if c.draft and c.drafter != "ngram" else ""}'
+        f'{f" behind prompt lookup ({c.ngram}..{c.lookup}-grams)" if c.lookup else ""}, '
+        f'rule {c.rule}'
     )
 
     report = {'rows': []}
