@@ -183,7 +183,7 @@ def test_prompt_lookup_keeps_the_target_law(soft_models):
 def test_lookup_finds_the_latest_longest_match():
     history = jnp.array(
         [
-            [5, 6, 7, 8, 9, 5, 6, 7, 0, 0],  # "5 6 7" before: propose 8 9 5
+            [5, 6, 7, 8, 9, 5, 6, 7, 0, 0],  # "5 6 7" before: propose 8 9 5 6
             [1, 2, 3, 4, 2, 3, 0, 0, 0, 0],  # "2 3" at 1..2: 4 2 3, then past the text
             [1, 2, 3, 4, 0, 0, 0, 0, 0, 0],  # no earlier 4
         ]
