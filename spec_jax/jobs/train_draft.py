@@ -348,8 +348,9 @@ def export_draft_lm(directory: str, dcfg: ModelConfig, params, tokenizer, dtype=
 # ---- held-out evaluation ----------------------------------------------------------------
 
 
-def heldout_examples(c, target, workdir: str) -> list[data.Example]:
-    """Target-greedy responses to held-out speed prompts (generated once, cached)."""
+def heldout_examples(c, target, workdir: str) -> tuple[list[data.Example], list[str]]:
+    """Target-greedy responses to held-out speed prompts (generated once, cached), and the
+    speed set of each."""
     prompts = []
     for name in c.eval.sets:
         with open(os.path.join(c.eval.speed_dir or SPEED_DIR, f'{name}.jsonl')) as f:
@@ -366,7 +367,15 @@ def heldout_examples(c, target, workdir: str) -> list[data.Example]:
         max_prompt_len=c.eval.max_prompt_len,
         seed=0,
     )
-    return data.read_examples(directory)
+    return data.read_examples(directory), data.read_sources(directory)
+
+
+def _per_set(hits: dict[str, list[int]]) -> dict:
+    """{set: [hits, tokens]} -> {set: {'agreement', 'tokens'}}."""
+    return {
+        name: dict(agreement=round(h / max(n, 1), 4), tokens=n)
+        for name, (h, n) in sorted(hits.items())
+    }
 
 
 def _round_stats(lengths: list[int]) -> dict:
@@ -375,8 +384,8 @@ def _round_stats(lengths: list[int]) -> dict:
 
 def evaluate_draft_lm(c, workdir, target, dcfg, params) -> dict:
     """Teacher-forced greedy acceptance per token and chain-k acceptance length."""
-    examples = heldout_examples(c, target, workdir)
-    agree, total, lengths = 0, 0, []
+    examples, sources = heldout_examples(c, target, workdir)
+    agree, total, lengths, per_set = 0, 0, [], {}
     k = c.eval.chain
     for i in range(0, len(examples), c.eval.batch_size):
         chunk = examples[i : i + c.eval.batch_size]
@@ -391,9 +400,13 @@ def evaluate_draft_lm(c, workdir, target, dcfg, params) -> dict:
             hits = np.stack([np.roll(g[row], -(j + 1)) for j in range(k)])  # hits[j, r] = g[r+j+1]
             start, last = _span(b.loss_mask_bt[row])
             lengths += train_e3.chain_lengths(hits, start, last, k)
+            counts = per_set.setdefault(sources[i + row], [0, 0])
+            counts[0] += int(g[row].sum())
+            counts[1] += int(b.loss_mask_bt[row].sum())
     out = dict(
         per_token_acceptance=agree / max(total, 1),
         tokens=total,
+        per_set=_per_set(per_set),
         **{f'chain{k}_{key}': v for key, v in _round_stats(lengths).items()},
     )
     logging.info('held-out draft LM: %s', out)
@@ -497,12 +510,12 @@ def _train_eagle3(c, workdir, target, examples) -> dict:
 def evaluate_eagle3(c, workdir, target, head) -> dict:
     """Greedy acceptance of the head on held-out target-greedy text: per-depth agreement,
     chain-k and static-tree acceptance lengths (exact for greedy verification)."""
-    examples = heldout_examples(c, target, workdir)
+    examples, sources = heldout_examples(c, target, workdir)
     k = c.eval.chain
     branching = tuple(c.eval.tree)
     depth = max(k, len(branching))
     top = max(branching)
-    chain, tree, hit_sum, hit_n = [], [], np.zeros(depth), np.zeros(depth)
+    chain, tree, hit_sum, hit_n, per_set = [], [], np.zeros(depth), np.zeros(depth), {}
     for i in range(0, len(examples), c.eval.batch_size):
         chunk = examples[i : i + c.eval.batch_size]
         b = data.make_batch(chunk, c.eval.seq_len, 64)
@@ -528,8 +541,12 @@ def evaluate_eagle3(c, workdir, target, head) -> dict:
             for j in range(depth):
                 hit_sum[j] += hits1[j, row, start : last - j - 1].sum()
                 hit_n[j] += max(last - j - 1 - start, 0)
+            counts = per_set.setdefault(sources[i + row], [0, 0])  # depth 1
+            counts[0] += int(hits1[0, row, start : last - 1].sum())
+            counts[1] += max(last - 1 - start, 0)
     out = dict(
         depth_agreement=(hit_sum / np.maximum(hit_n, 1)).round(4).tolist(),
+        per_set=_per_set(per_set),  # depth-1 agreement by speed set
         tree_nodes=train_e3.tree_size(branching),
         tree_branching=list(branching),
         **{f'chain{k}_{key}': v for key, v in _round_stats(chain).items()},

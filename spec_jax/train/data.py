@@ -293,6 +293,17 @@ def read_examples(directory: str, sidecars: Sequence[str] = ()) -> list[Example]
     return out
 
 
+def read_sources(directory: str) -> list[str]:
+    """The source of each example of `read_examples(directory)`, from the shards' meta
+    ('?' where a shard does not record them)."""
+    out = []
+    for k in sorted(finished_shards(directory)):
+        with np.load(shard_path(directory, k)) as z:
+            meta = json.loads(bytes(z['meta']).decode())
+            out += meta.get('sources', ['?'] * len(z['lengths']))
+    return out
+
+
 def finished_shards(directory: str) -> set[int]:
     paths = glob.glob(os.path.join(directory, 'shard_[0-9][0-9][0-9][0-9][0-9].npz'))
     return {int(os.path.basename(p)[6:11]) for p in paths}

@@ -20,6 +20,7 @@ def test_tiny_job_runs_and_exports(name, tmp_path):
     summary = train_draft.run(c, str(tmp_path / 'work'))
     assert os.path.exists(tmp_path / 'work' / 'summary.json')
     assert os.listdir(tmp_path / 'export')
+    _check_per_set(summary['eval'], c.eval.sets)
     if summary['kind'] == 'eagle3':  # Its :tiny trains on stored taps and top-k labels.
         (stored,) = summary['teacher_taps'].values()
         assert stored['shards_written'] >= 1 and stored['tokens'] > 0
@@ -28,6 +29,18 @@ def test_tiny_job_runs_and_exports(name, tmp_path):
     if summary['kind'] == 'draft_lm':  # An HF directory that spec_jax loads back.
         assert checkpoints.load(c.export.dir).cfg.num_layers >= 1
         _check_extra_dirs(summary, tmp_path)
+
+
+def _check_per_set(ev, sets):
+    """The held-out agreement broken down by speed set adds up to the overall figure."""
+    per_set = ev['per_set']
+    assert per_set and set(per_set) <= set(sets)
+    tokens = sum(x['tokens'] for x in per_set.values())
+    hits = sum(x['agreement'] * x['tokens'] for x in per_set.values())
+    overall = ev['depth_agreement'][0] if 'depth_agreement' in ev else ev['per_token_acceptance']
+    if 'tokens' in ev:
+        assert tokens == ev['tokens']
+    assert abs(hits / tokens - overall) < 1e-3
 
 
 def _check_init_from(c, tmp_path):
