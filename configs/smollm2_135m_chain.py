@@ -5,6 +5,8 @@
         --config.spec.rule='lenience:l=0.5' --config.sampling.temperature=0.7
     python launch/generate.py --config configs/smollm2_135m_chain.py:ngram  # prompt lookup
     python launch/generate.py --config configs/smollm2_135m_chain.py:eagle3  # the EAGLE-3 head
+    python launch/generate.py --config configs/smollm2_135m_chain.py --config.spec.lookup=0
+        # the draft alone, without prompt lookup in front of it
     python launch/generate.py --config configs/smollm2_135m_chain.py:tiny   # random models
 
 The draft LM (spec_jax/assets/drafts/smollm2_135m_draft, see its README.md) was
