@@ -1,4 +1,4 @@
-"""Chain speculative decoding on the embedded default with its shipped draft LM.
+"""Chain speculative decoding on the embedded default: its shipped draft LM behind prompt lookup.
 
     python launch/generate.py --config configs/smollm2_135m_chain.py
     python launch/generate.py --config configs/smollm2_135m_chain.py \
