@@ -42,19 +42,24 @@ def gather_tokens(history_bs: jax.Array, index_bt: jax.Array) -> jax.Array:
     return jnp.take_along_axis(history_bs, jnp.clip(index_bt, 0, history_bs.shape[1] - 1), 1)
 
 
-def _draw(key, q_bv, forced_b, use_b):
-    """x ~ q, or the forced token where `use_b` (its q one-hot): (x [B], q [B, V])."""
-    x_b = jnp.where(use_b, forced_b, sampling.sample(key, q_bv))
-    one_hot_bv = jax.nn.one_hot(forced_b, q_bv.shape[-1], dtype=q_bv.dtype)
-    return x_b, jnp.where(use_b[:, None], one_hot_bv, q_bv)
-
-
-def _forced_steps(forced, batch: int, num_draft: int):
-    """`forced` as per-step scan inputs ([A, B] each); none forced when `forced` is None."""
+def _draw(key, q_bv, forced=None):
+    """x ~ q, or, with `forced` = (tokens [B], use [B]), the forced token where `use` (its
+    q one-hot): (x [B], q [B, V])."""
+    x_b = sampling.sample(key, q_bv)
     if forced is None:
-        return jnp.zeros((num_draft, batch), jnp.int32), jnp.zeros((num_draft, batch), bool)
-    tokens_ba, use_ba = forced
-    return tokens_ba.T, use_ba.T
+        return x_b, q_bv
+    forced_b, use_b = forced
+    one_hot_bv = jax.nn.one_hot(forced_b, q_bv.shape[-1], dtype=q_bv.dtype)
+    return jnp.where(use_b, forced_b, x_b), jnp.where(use_b[:, None], one_hot_bv, q_bv)
+
+
+def _forced_steps(forced):
+    """`forced` per draft step ([A, B] each; None stays None): (scan inputs for steps
+    1..A-1, the last step's)."""
+    if forced is None:
+        return None, None
+    tokens_ab, use_ab = forced[0].T, forced[1].T
+    return (tokens_ab[:-1], use_ab[:-1]), (tokens_ab[-1], use_ab[-1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,21 +121,21 @@ class LMDrafter:
         )
         cache = cache.advance(2)
         keys = jax.random.split(key, num_draft)
-        forced_ab, use_ab = _forced_steps(forced, history_bs.shape[0], num_draft)
+        forced_steps, forced_last = _forced_steps(forced)
 
         def draw(carry, inputs):
             cache, logits_bv = carry
-            key, forced_b, use_b = inputs
-            x_b, q_bv = _draw(key, probs_fn(logits_bv), forced_b, use_b)
+            key, forced_step = inputs
+            x_b, q_bv = _draw(key, probs_fn(logits_bv), forced_step)
             logits_b1v, _, cache = forward(
                 self.cfg, params, x_b[:, None], cache.positions(1), cache, cache.causal_mask(1)
             )
             return (cache.advance(1), logits_b1v[:, 0]), (x_b, q_bv)
 
-        steps = (keys[:-1], forced_ab[:-1], use_ab[:-1])
+        steps = (keys[:-1], forced_steps)
         (cache, logits_bv), (x_ab, q_abv) = jax.lax.scan(draw, (cache, logits_b2v[:, 0]), steps)
         # The last draft needs no forward of its own.
-        x_last_b, q_last_bv = _draw(keys[-1], probs_fn(logits_bv), forced_ab[-1], use_ab[-1])
+        x_last_b, q_last_bv = _draw(keys[-1], probs_fn(logits_bv), forced_last)
         x_ba = jnp.concatenate([x_ab.T, x_last_b[:, None]], 1)
         q_bav = jnp.concatenate([q_abv.transpose(1, 0, 2), q_last_bv[:, None]], 1)
         return cache, x_ba, q_bav
@@ -248,14 +253,15 @@ class Eagle3Drafter:
         probs_fn: ProbsFn,
         forced=None,
     ):
+        del history_bs
         slots = state.cache_k.shape[1]
         keys = jax.random.split(key, num_draft)
-        forced_ab, use_ab = _forced_steps(forced, history_bs.shape[0], num_draft)
+        forced_steps, forced_last = _forced_steps(forced)
 
         def draw(carry, inputs):
             kv, hidden_bd, logits_bu = carry
-            key, forced_b, use_b, j = inputs
-            x_b, q_bv = _draw(key, self._probs(params, logits_bu, probs_fn), forced_b, use_b)
+            key, forced_step, j = inputs
+            x_b, q_bv = _draw(key, self._probs(params, logits_bu, probs_fn), forced_step)
             pos_b = committed_b - 1 + j  # x_j's step, at position C - 1 + j.
             logits_b1u, hidden_b1d, kv = e3.eagle3_forward(
                 self.cfg,
@@ -270,11 +276,11 @@ class Eagle3Drafter:
             return (kv, hidden_b1d[:, 0], logits_b1u[:, 0]), (x_b, q_bv)
 
         carry = ((state.cache_k, state.cache_v, committed_b), state.hidden_bd, state.logits_bu)
-        steps = (keys[:-1], forced_ab[:-1], use_ab[:-1], jnp.arange(1, num_draft, dtype=jnp.int32))
+        steps = (keys[:-1], forced_steps, jnp.arange(1, num_draft, dtype=jnp.int32))
         (_, _, logits_bu), (x_ab, q_abv) = jax.lax.scan(draw, carry, steps)
         # No forward for the last one.
         q_last_bv = self._probs(params, logits_bu, probs_fn)
-        x_last_b, q_last_bv = _draw(keys[-1], q_last_bv, forced_ab[-1], use_ab[-1])
+        x_last_b, q_last_bv = _draw(keys[-1], q_last_bv, forced_last)
         x_ba = jnp.concatenate([x_ab.T, x_last_b[:, None]], 1)
         q_bav = jnp.concatenate([q_abv.transpose(1, 0, 2), q_last_bv[:, None]], 1)
         # The steps' cache writes sit at or past C: the next window overwrites them.
