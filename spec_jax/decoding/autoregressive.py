@@ -244,9 +244,17 @@ def row_limits(max_new_tokens, num_rows: int, ceiling: int) -> np.ndarray:
     return limits
 
 
-def check_context(cfg: ModelConfig, slots: int) -> None:
+def check_context(
+    cfg: ModelConfig,
+    slots: int,
+    parts: str = 'prompt bucket + new tokens',
+    model: str = 'the model',
+) -> None:
+    """Raises when a run needs more positions (`slots`, the sum of `parts`) than `model`
+    supports."""
     if slots > cfg.max_position:
+        knobs = 'max_prompt_len, max_new_tokens' + (' or num_draft' if 'draft' in parts else '')
         raise ValueError(
-            f'prompt bucket + new tokens needs {slots} positions but the model supports '
-            f'{cfg.max_position}; lower max_prompt_len or max_new_tokens'
+            f'{parts} needs {slots} positions but {model} supports {cfg.max_position}; '
+            f'lower {knobs}'
         )

@@ -35,7 +35,7 @@ from flax import struct
 from spec_jax import rules, sampling
 from spec_jax.decoding import autoregressive as ar
 from spec_jax.decoding import batching
-from spec_jax.decoding.drafters import Drafter, Eagle3Drafter, PromptLookup
+from spec_jax.decoding.drafters import Drafter, Eagle3Drafter, LMDrafter, PromptLookup
 from spec_jax.models.cache import KVCache
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
@@ -354,7 +354,12 @@ def generate(
         pad_id=dec.pad_id,
     )
     limit_b = ar.row_limits(max_new_tokens, len(prompts), dec.max_new_tokens)
-    ar.check_context(cfg, batch.bucket + dec.buffer_len + settings.num_draft + 1)
+    slots = batch.bucket + dec.buffer_len + settings.num_draft + 1
+    parts = 'prompt bucket + new tokens + num_draft + 1'
+    ar.check_context(cfg, slots, parts, 'the target')
+    base = drafter.base if isinstance(drafter, PromptLookup) else drafter
+    if isinstance(base, LMDrafter):  # Its cache has the target's slots.
+        ar.check_context(base.cfg, slots, parts, 'the draft')
     sampler = sampler or Sampler(temperature=0.0)
     start = time.perf_counter()
     tokens_bn, num_b, stats = spec_generate(

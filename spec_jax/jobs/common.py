@@ -158,8 +158,18 @@ def _model_drafter(kind: str, draft: str, target: checkpoints.LoadedModel, **loa
 
 
 def check_same_tokenizer(target_tok, draft_tok) -> None:
-    """Draft and target must tokenize alike; compare vocabularies when both are known."""
+    """Draft and target must tokenize alike; compare vocabularies when both are known.
+
+    A checkpoint without a tokenizer (HF weights alone, orbax) cannot be compared: only
+    the vocabulary sizes are checked then (by the engine), and a warning says so.
+    """
     if draft_tok is None or target_tok is None:
+        missing = 'draft' if draft_tok is None else 'target'
+        logging.warning(
+            'the %s checkpoint has no tokenizer: only the vocabulary sizes of draft and target '
+            'are checked, so make sure they share one tokenizer',
+            missing,
+        )
         return
     if draft_tok.backend.get_vocab() != target_tok.backend.get_vocab():
         raise ValueError(

@@ -406,7 +406,7 @@ def teacher_taps(model, directory: str, tap_layers: Sequence[int], **kw) -> dict
         if np.abs(taps).max() > 65000:
             raise ValueError(
                 f'a tap of layers {tap_layers} reaches {np.abs(taps).max():.3g}, past float16 '
-                'range: train this target with its taps recomputed (train.cache_taps=False)'
+                'range: train this target without stored taps (train.teacher_topk=0)'
             )
         return dict(taps=taps.astype(np.float16))
 

@@ -1,5 +1,7 @@
 """Chain speculative decoding: greedy exactness, lossless laws, lossy laws, stopping."""
 
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -286,12 +288,12 @@ def test_bad_input_fails_before_compiling(target, draft):
         rules.make('speculative_magic')
     with pytest.raises(ValueError, match="NgramDrafter needs the target's vocabulary size"):
         NgramDrafter(3)
-    with pytest.raises(ValueError, match='model supports 512'):
-        sp.generate(
-            CFG,
-            target,
-            LMDrafter(DRAFT_CFG),
-            draft,
-            PROMPTS,
-            sp.SpecSettings(ar.DecodeSettings(max_new_tokens=400, max_prompt_len=100), 200),
-        )
+    long_draft = sp.SpecSettings(ar.DecodeSettings(max_new_tokens=400, max_prompt_len=100), 200)
+    with pytest.raises(ValueError, match=r'\+ num_draft \+ 1 needs .* the target supports 512'):
+        sp.generate(CFG, target, LMDrafter(DRAFT_CFG), draft, PROMPTS, long_draft)
+    # Slots: prompt bucket 8 + output buffer 24 + num_draft + 1: 36 fit at num_draft 3...
+    short = dataclasses.replace(DRAFT_CFG, max_position=36)
+    sp.generate(CFG, target, LMDrafter(short), draft, PROMPTS[:1], sp.SpecSettings(DEC, 3))
+    knobs = 'lower max_prompt_len, max_new_tokens or num_draft'
+    with pytest.raises(ValueError, match=f'the draft supports 36; {knobs}'):  # ...38 do not.
+        sp.generate(CFG, target, LMDrafter(short), draft, PROMPTS[:1], sp.SpecSettings(DEC, 5))

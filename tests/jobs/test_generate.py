@@ -90,3 +90,22 @@ def test_bad_spec_options(tiny_config):
     c.spec.drafter, c.spec.draft, c.spec.lookup = 'lm', 'random:tiny', 4
     with pytest.raises(ValueError, match=r'lookup=4 must be in \[0, ngram=3\]'):
         generate.run(c)
+
+
+def test_draft_with_another_tokenizer_is_refused(caplog):
+    from tokenizers import Tokenizer as Backend
+    from tokenizers.models import WordLevel
+
+    from spec_jax.jobs.common import check_same_tokenizer
+    from spec_jax.tokenizer import Tokenizer
+
+    def word_level(words):
+        return Tokenizer(Backend(WordLevel({w: i for i, w in enumerate(words)}, unk_token='a')))
+
+    target = word_level(['a', 'b', 'c'])
+    check_same_tokenizer(target, word_level(['a', 'b', 'c']))
+    # Same vocabulary size, other ids: the engine's size check alone would let it through.
+    with pytest.raises(ValueError, match="the draft's tokenizer differs from the target's"):
+        check_same_tokenizer(target, word_level(['a', 'c', 'b']))
+    check_same_tokenizer(target, None)
+    assert 'the draft checkpoint has no tokenizer' in caplog.text
