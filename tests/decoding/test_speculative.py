@@ -93,6 +93,54 @@ def test_stops_and_limits(target, draft, greedy_ar):
             assert got == want[:cut]
 
 
+def test_statistics_match_a_host_replay(target, draft):
+    """Greedy, the engine's counters equal a replay on the host: the draft's argmax chain
+    from each block's context against the target's greedy text (a draft is accepted iff
+    it is the target's token there), with per-row limits that end rows mid-block."""
+    a, limits = 3, [20, 11, 6]
+    settings = sp.SpecSettings(DEC, a)
+    got = sp.generate(
+        CFG, target, LMDrafter(DRAFT_CFG), draft, PROMPTS, settings, max_new_tokens=limits
+    ).stats
+    # The target's text past each limit, for the last block's drafts.
+    longer = ar.DecodeSettings(max_new_tokens=20 + a + 1, prompt_bucket=8, new_tokens_bucket=8)
+    text = ar.generate(CFG, target, PROMPTS, longer).tokens
+
+    width = 48  # Right padding leaves a causal model's logits at real positions unchanged.
+    draft_argmax = jax.jit(lambda toks: causal_forward(DRAFT_CFG, draft, toks)[0].argmax(-1))
+
+    def draft_next(context):
+        row = np.zeros((1, width), np.int32)
+        row[0, : len(context)] = context
+        return int(draft_argmax(jnp.asarray(row))[0, len(context) - 1])
+
+    for r, (prompt, limit) in enumerate(zip(PROMPTS, limits)):
+        emitted, block_accepted = 1, []  # Prefill emits the first token.
+        reached, accepted_at = np.zeros(a), np.zeros(a)
+        while emitted < limit:
+            context, n = list(prompt) + text[r][:emitted], 0
+            while n < a:
+                reached[n] += 1
+                guess = draft_next(context)
+                if guess != text[r][emitted + n]:
+                    break
+                accepted_at[n] += 1
+                context, n = context + [guess], n + 1
+            block_accepted.append(n)
+            emitted += n + 1
+        row = {k: v[r] for k, v in got['per_row'].items()}
+        assert row['block_accepted'] == block_accepted
+        assert row['blocks'] == len(block_accepted)
+        assert row['accepted'] == sum(block_accepted)
+        assert row['drafted'] == a * len(block_accepted)
+        assert row['block_efficiency'] == pytest.approx(1 + np.mean(block_accepted))
+        np.testing.assert_allclose(
+            row['acceptance_at_position'], accepted_at / np.maximum(reached, 1), rtol=1e-6
+        )
+    assert 0 < got['acceptance_rate'] < 1  # Both accepts and rejects were replayed.
+    assert got['blocks'] == sum(got['per_row']['blocks'])
+
+
 # ---- laws ----------------------------------------------------------------------------------
 # Many rows with one prompt are independent samples (every row draws its own noise). With
 # N rows and a law over V = 31 tokens, E[TV(empirical, law)] <= 0.5 * sum_v sqrt(p_v / N)
