@@ -90,8 +90,9 @@ class SpecStats:
       accepted_at_ba: [B, A] blocks whose draft at position i was accepted.
       reached_at_ba: [B, A] blocks that examined position i.
       block_accepted_bk: [B, K] accepted drafts in block k (K = output buffer length).
-      tv_sum: sum over verified positions of TV(pi, baseline law); 0 unless metered.
-      overshoot_max: max over verified positions of max_x pi(x) / p_A(x).
+      tv_at_ba: [B, A] sum over the blocks that examined draft position i of TV(pi,
+        baseline law) there; 0 unless metered.
+      overshoot_at_ba: [B, A] max over the same of max_x pi(x) / p_A(x).
       metered: verified positions that were metered.
     """
 
@@ -101,8 +102,8 @@ class SpecStats:
     accepted_at_ba: jax.Array
     reached_at_ba: jax.Array
     block_accepted_bk: jax.Array
-    tv_sum: jax.Array
-    overshoot_max: jax.Array
+    tv_at_ba: jax.Array
+    overshoot_at_ba: jax.Array
     metered: jax.Array
 
     @classmethod
@@ -115,8 +116,8 @@ class SpecStats:
             accepted_at_ba=jnp.zeros((batch, num_draft), jnp.int32),
             reached_at_ba=jnp.zeros((batch, num_draft), jnp.int32),
             block_accepted_bk=jnp.full((batch, max_blocks), -1, jnp.int32),
-            tv_sum=jnp.zeros((batch,), jnp.float32),
-            overshoot_max=jnp.zeros((batch,), jnp.float32),
+            tv_at_ba=jnp.zeros((batch, num_draft), jnp.float32),
+            overshoot_at_ba=jnp.zeros((batch, num_draft), jnp.float32),
             metered=z,
         )
 
@@ -281,8 +282,8 @@ def update_stats(
     d = rules.measure(settings.verifier, p_btv[:, :-1], q_bav)
     mask_ba = out.reached & live_b[:, None]
     return st.replace(
-        tv_sum=st.tv_sum + jnp.where(mask_ba, d.tv, 0.0).sum(1),
-        overshoot_max=jnp.maximum(st.overshoot_max, jnp.where(mask_ba, d.overshoot, 0.0).max(1)),
+        tv_at_ba=st.tv_at_ba + jnp.where(mask_ba, d.tv, 0.0),
+        overshoot_at_ba=jnp.maximum(st.overshoot_at_ba, jnp.where(mask_ba, d.overshoot, 0.0)),
         metered=st.metered + mask_ba.sum(1),
     )
 
@@ -310,10 +311,15 @@ def summarize(stats: SpecStats) -> dict:
         ).tolist(),
         per_row=per_row,
     )
-    if s.metered.sum() > 0:
-        summary['mean_tv'] = float(s.tv_sum.sum() / s.metered.sum())
-        summary['max_overshoot'] = float(s.overshoot_max.max())
-        per_row['mean_tv'] = (s.tv_sum / np.maximum(s.metered, 1)).tolist()
+    if s.metered.sum() > 0:  # Metered positions are the reached ones.
+        summary['mean_tv'] = float(s.tv_at_ba.sum() / s.metered.sum())
+        summary['max_overshoot'] = float(s.overshoot_at_ba.max())
+        summary['tv_at_position'] = (
+            s.tv_at_ba.sum(0) / np.maximum(s.reached_at_ba.sum(0), 1)
+        ).tolist()
+        summary['overshoot_at_position'] = s.overshoot_at_ba.max(0).tolist()
+        per_row['mean_tv'] = (s.tv_at_ba.sum(1) / np.maximum(s.metered, 1)).tolist()
+        per_row['max_overshoot'] = s.overshoot_at_ba.max(1).tolist()
     return summary
 
 

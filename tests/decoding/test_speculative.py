@@ -299,6 +299,15 @@ def test_distortion_metering(soft_models):
             assert stats['mean_tv'] < 1e-5 and abs(stats['max_overshoot'] - 1.0) < 1e-4
         else:
             assert stats['mean_tv'] > 0.01 and stats['max_overshoot'] > 1.0
+        # Per draft position: a block with n accepted drafts reached positions 0..n, so
+        # the overall mean is the per-position means weighted by those counts.
+        accepted = np.concatenate([np.array(n) for n in stats['per_row']['block_accepted']])
+        reached = (np.arange(3)[None, :] <= accepted[:, None]).sum(0)
+        per_position = np.array(stats['tv_at_position'])
+        assert (reached > 0).all() and per_position.shape == (3,)
+        assert stats['mean_tv'] == pytest.approx((per_position * reached).sum() / reached.sum())
+        assert stats['max_overshoot'] == max(stats['overshoot_at_position'])
+        assert stats['max_overshoot'] == max(stats['per_row']['max_overshoot'])
 
 
 def test_no_retrace_across_values(target, draft):
