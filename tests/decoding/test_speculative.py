@@ -48,6 +48,11 @@ def test_greedy_speculative_equals_greedy_ar(target, draft, greedy_ar, num_draft
     result = sp.generate(CFG, target, LMDrafter(DRAFT_CFG), draft, PROMPTS, settings)
     assert result.tokens == greedy_ar
     assert 0 < result.stats['acceptance_rate'] < 1  # A real mix of accepts and rejects.
+    # The target as its own draft accepts every draft: A + 1 tokens per block.
+    perfect = sp.generate(CFG, target, LMDrafter(CFG), target, PROMPTS, settings)
+    assert perfect.tokens == greedy_ar
+    assert perfect.stats['acceptance_rate'] == 1.0
+    assert perfect.stats['block_efficiency'] == num_draft + 1
 
 
 def test_greedy_with_other_drafters_and_batch_one(target, draft, greedy_ar):
@@ -58,11 +63,6 @@ def test_greedy_with_other_drafters_and_batch_one(target, draft, greedy_ar):
     assert sp.generate(CFG, target, looked_up, draft, PROMPTS, settings).tokens == greedy_ar
     single = sp.generate(CFG, target, LMDrafter(DRAFT_CFG), draft, PROMPTS[1:2], settings)
     assert single.tokens == greedy_ar[1:2]
-    # The target as its own draft accepts every draft: A + 1 tokens per block.
-    perfect = sp.generate(CFG, target, LMDrafter(CFG), target, PROMPTS, settings)
-    assert perfect.tokens == greedy_ar
-    assert perfect.stats['acceptance_rate'] == 1.0
-    assert perfect.stats['block_efficiency'] == 4.0
 
 
 def test_greedy_rule_equals_greedy_ar(target, draft, greedy_ar):

@@ -109,3 +109,25 @@ def test_draft_with_another_tokenizer_is_refused(caplog):
         check_same_tokenizer(target, word_level(['a', 'c', 'b']))
     check_same_tokenizer(target, None)
     assert 'the draft checkpoint has no tokenizer' in caplog.text
+
+
+def test_chain_preset_through_the_launcher(tmp_path):
+    """`launch/generate.py` with the chain preset's :tiny variant and --config.spec.* flags:
+    the draft LM behind prompt lookup reproduces plain greedy decoding."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    flags = ['--config.spec.num_draft=2', '--config.spec.lookup=2', '--config.spec.rule=lossless']
+    run = subprocess.run(
+        [sys.executable, os.path.join(root, 'launch', 'generate.py'),
+         f'--config={os.path.join(root, "configs", "smollm2_135m_chain.py")}:tiny',
+         f'--workdir={tmp_path}', *flags],
+        cwd=root, capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    with open(os.path.join(tmp_path, 'generations.jsonl')) as f:
+        chain = [json.loads(line) for line in f]
+    plain = generate.run(generate.default_config(tiny=True))
+    assert [r['text'] for r in chain] == [r['text'] for r in plain]
+    assert all(r['blocks'] >= 1 for r in chain)
