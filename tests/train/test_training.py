@@ -158,6 +158,47 @@ def test_cached_step_equals_online_step(world):
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, atol=1e-5), c['params'], a['params'])
 
 
+def test_ttt_loss_by_hand():
+    """The TTT loss against loops: step j at t is scored on the teacher at t + j + 1, weighted
+    0.8**j, averaged over response positions whose target top-1 is in the draft vocabulary;
+    acc_j counts every response position."""
+    rng = np.random.default_rng(0)
+    steps, b, t, u, v = 3, 2, 11, 5, 13
+    logits = rng.normal(size=(steps, b, t, u)).astype(np.float32)
+    p = rng.dirichlet(np.ones(u), size=(b, t)).astype(np.float32)
+    draft_ids = np.array([0, 2, 3, 7, 11])
+    top = rng.choice([0, 2, 3, 7, 11, 1, 5], size=(b, t))  # 1 and 5 are not in the draft vocab
+    top[0, 4] = 3  # step 0 at t = 3 scores the teacher at t = 4: make the draft right there
+    logits[0, 0, 3, 2] = 9.0
+    t2d = np.isin(np.arange(v), draft_ids)
+    loss_mask = rng.random((b, t)) < 0.7
+    valid = np.ones((b, t), bool)
+    valid[1, -2:] = False
+    teacher = (jnp.asarray(p), jnp.asarray(top))
+    loss, acc = te.ttt_loss(
+        jnp.asarray(logits), teacher, *(jnp.asarray(x) for x in (loss_mask, valid, draft_ids, t2d))
+    )
+    want_loss, want_acc = 0.0, []
+    logq = np.asarray(jax.nn.log_softmax(logits, -1))
+    for j in range(steps):
+        ce, hits, n_loss, n_acc = 0.0, 0, 0, 0
+        for r in range(b):
+            for i in range(t - j - 1):
+                at = i + j + 1
+                if not (loss_mask[r, at] and valid[r, at]):
+                    continue
+                n_acc += 1
+                hits += draft_ids[logits[j, r, i].argmax()] == top[r, at]
+                if t2d[top[r, at]]:
+                    n_loss += 1
+                    ce -= (p[r, at] * logq[j, r, i]).sum()
+        want_loss += 0.8**j * ce / n_loss
+        want_acc.append(hits / n_acc)
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+    np.testing.assert_allclose(acc, want_acc, rtol=1e-6)
+    assert want_acc[0] > 0
+
+
 def test_resume_matches_uninterrupted(world, tmp_path):
     """Kill after 7 steps (last checkpoint at 4), resume to 12 == 12 uninterrupted steps."""
     state, step_fn, batches = _eagle_setup(world)
@@ -182,16 +223,22 @@ def test_resume_matches_uninterrupted(world, tmp_path):
         progress=False,
     )
     assert int(crashed['step']) == 7
+    starts = []  # Where the resumed run asks the data to start: its checkpoint's step.
+
+    def recorded(start):
+        starts.append(start)
+        return batches(start)
+
     resumed, _ = common.train_loop(
         state=jax.tree.map(jnp.asarray, init),
         step_fn=step_fn,
-        batches=batches,
+        batches=recorded,
         steps=12,
         workdir=str(tmp_path / 'b'),
         checkpoint_every=4,
         progress=False,
     )
-    assert int(resumed['step']) == 12
+    assert int(resumed['step']) == 12 and starts == [4]  # Resumed, not restarted.
     for a, b in zip(
         jax.tree.leaves(full['params']), jax.tree.leaves(resumed['params']), strict=True
     ):
