@@ -140,6 +140,13 @@ def state_to_head(cfg: Eagle3Config, state: dict, dtype: str = 'float32') -> Eag
                 f'{cfg.vocab_size} needs d2t and t2d to map draft ids to target ids)'
             )
         raise CheckpointError(f'EAGLE-3 head ({fmt} layout) lacks {missing}{hint}')
+    # A tensor this loader does not model (q/k/v biases, a norm before fc, another layer)
+    # would be dropped silently and change the head's outputs.
+    unknown = sorted(set(state) - set(want) - {'fc.bias', 'embed_tokens.weight'})
+    if unknown:
+        raise CheckpointError(
+            f'EAGLE-3 head ({fmt} layout) has tensors this loader does not support: {unknown}'
+        )
     for name, shape in want.items():
         got = tuple(np.shape(state[name]))
         if got != shape:
@@ -239,6 +246,12 @@ def config_from_json(config: dict, target: ModelConfig | None = None) -> Eagle3C
     layer = config.get('transformer_layer_config') or config
     if 'hidden_size' not in layer:
         raise CheckpointError('EAGLE-3 config has no hidden_size')
+    for option in ('norm_before_fc', 'attention_bias', 'mlp_bias'):
+        if config.get(option) or layer.get(option):
+            raise CheckpointError(
+                f'EAGLE-3 config sets {option}: true, which this loader does not support '
+                '(supported: a plain Llama midlayer, optionally norm_before_residual)'
+            )
     width = int(layer['hidden_size'])
     heads = int(layer['num_attention_heads'])
     vocab = int(layer.get('vocab_size', config.get('vocab_size', 0)))
@@ -319,6 +332,8 @@ def config_to_json(cfg: Eagle3Config, fmt: str = OFFICIAL, target_name: str = ''
         )
         if cfg.target_width != cfg.width:
             out['target_hidden_size'] = cfg.target_width
+        if cfg.norm_before_residual:
+            out['norm_before_residual'] = True
         return out
     if fmt != SPECULATORS:
         raise ValueError(f'format must be one of {FORMATS}, got {fmt!r}')

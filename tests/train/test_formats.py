@@ -221,3 +221,28 @@ def test_not_an_eagle_head(tmp_path):
         ef.detect_format({'model.embed_tokens.weight': 0})
     with pytest.raises(CheckpointError, match='midlayer'):
         ef.detect_format({'fc.weight': 0, 'norm.weight': 0})
+
+
+def test_unsupported_tensors_and_options_fail(tmp_path):
+    """A head with parts this loader does not model must not load with them dropped."""
+    head = _head()
+    ef.save_head(str(tmp_path), head, 'official', dtype='float32')
+    with open(tmp_path / 'config.json') as f:
+        config = json.load(f)
+    state = ef.head_to_state(head)
+    biased = dict(state, **{'midlayer.self_attn.q_proj.bias': np.zeros(HEAD.width, np.float32)})
+    with pytest.raises(CheckpointError, match=r"does not support: \['midlayer.self_attn.q_proj"):
+        ef.state_to_head(HEAD, biased)
+    for option in ('norm_before_fc', 'attention_bias'):
+        with pytest.raises(CheckpointError, match=f'sets {option}: true'):
+            ef.config_from_json(dict(config, **{option: True}), TARGET)
+
+
+@pytest.mark.parametrize('fmt', ['official', 'speculators'])
+def test_norm_before_residual_survives_export(tmp_path, fmt):
+    head = _head()
+    head = e3.Eagle3Head(
+        head.cfg.replace(norm_before_residual=True), head.params, head.d2t, head.t2d
+    )
+    ef.save_head(str(tmp_path), head, fmt, dtype='float32')
+    assert ef.load_head(str(tmp_path), TARGET).cfg.norm_before_residual
