@@ -66,12 +66,10 @@ def drafters(embedded):
     yield 'ngram', NgramDrafter(3, embedded.cfg.vocab_size), None
     random_cfg = ModelConfig.tiny(vocab_size=embedded.cfg.vocab_size)
     yield 'random', LMDrafter(random_cfg), random_params(random_cfg, seed=1)
-    if os.path.isdir(DRAFT_DIR):
-        draft = checkpoints.load(DRAFT_DIR)
-        yield 'shipped', LMDrafter(draft.cfg), draft.params
-    if os.path.isdir(HEAD_DIR):
-        head = eagle_formats.load_head(HEAD_DIR, embedded.cfg)
-        yield 'eagle3', Eagle3Drafter(head.cfg), Eagle3Drafter.params_for(head, embedded.params)
+    draft = checkpoints.load(DRAFT_DIR)  # The shipped drafts are part of the package.
+    yield 'shipped', LMDrafter(draft.cfg), draft.params
+    head = eagle_formats.load_head(HEAD_DIR, embedded.cfg)
+    yield 'eagle3', Eagle3Drafter(head.cfg), Eagle3Drafter.params_for(head, embedded.params)
 
 
 @pytest.mark.parametrize('num_draft', [1, 3, 5])
@@ -89,3 +87,19 @@ def test_greedy_speculative_equals_greedy_ar(embedded, prompt_ids, greedy_ar, nu
         )
         assert single.tokens == greedy_ar[:1], name
         assert np.isfinite(result.stats['block_efficiency'])
+
+
+@pytest.mark.parametrize('directory', [DRAFT_DIR, HEAD_DIR])
+def test_shipped_drafts_are_small_and_documented(directory):
+    """Each shipped draft is one bf16 safetensors file under 30 MB with a model card that
+    says how to reproduce it."""
+    from safetensors import safe_open
+
+    weights = os.path.join(directory, 'model.safetensors')
+    assert os.path.getsize(weights) < 30e6
+    with safe_open(weights, 'numpy') as f:
+        floats = [f.get_slice(k).get_dtype() for k in f.keys() if k not in ('d2t', 't2d')]
+    assert set(floats) == {'BF16'}
+    with open(os.path.join(directory, 'README.md')) as f:
+        card = f.read()
+    assert '## Reproduce' in card and 'launch/train_draft.py' in card
