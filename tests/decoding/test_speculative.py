@@ -93,6 +93,30 @@ def test_stops_and_limits(target, draft, greedy_ar):
             assert got == want[:cut]
 
 
+def test_sampled_rows_end_at_their_first_stop_token(soft_models):
+    """Sampling, with a stop token the target often picks: every row ends at its first stop
+    token (also when it is the very first token, or mid-block) or at the limit."""
+    target, draft = soft_models
+    sampler = Sampler(temperature=1.0)
+    p1 = np.asarray(next_probs(target, [PROMPT], sampler))[0]
+    stop = int(p1.argmax())
+    dec = ar.DecodeSettings(
+        max_new_tokens=12, prompt_bucket=8, new_tokens_bucket=8, stop_tokens=(stop,)
+    )
+    rows = sp.generate(
+        CFG, target, LMDrafter(DRAFT_CFG), draft, [PROMPT] * 300, sp.SpecSettings(dec, 3),
+        sampler,
+    ).tokens  # fmt: skip
+    for row in rows:
+        assert 1 <= len(row) <= 12
+        if stop in row:
+            assert row.index(stop) == len(row) - 1
+        else:
+            assert len(row) == 12
+    lengths = {len(row) for row in rows if row[-1] == stop}
+    assert 1 in lengths and len(lengths - {1, 12}) >= 5  # First token, and mid-run stops.
+
+
 def test_statistics_match_a_host_replay(target, draft):
     """Greedy, the engine's counters equal a replay on the host: the draft's argmax chain
     from each block's context against the target's greedy text (a draft is accepted iff
