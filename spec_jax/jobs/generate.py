@@ -93,8 +93,12 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
     batches = [todo[i : i + c.batch_size] for i in range(0, len(todo), c.batch_size)]
     for batch in tqdm(batches, desc='generate', unit='batch', disable=len(batches) < 2):
         ids = [encode(tok, prompts[i], c.chat, c.system_prompt) for i in batch]
+        # A short last batch is padded to the compiled batch size with rows that stop after
+        # one token, so it reuses the compiled loop instead of compiling another.
+        pad = c.batch_size - len(ids) if len(batches) > 1 else 0
+        limits = [c.max_new_tokens] * len(ids) + [1] * pad
         start = time.perf_counter()
-        result = decode(ids)
+        result = decode(ids + ids[-1:] * pad, limits)
         seconds = time.perf_counter() - start
         new = [
             dict(
@@ -122,9 +126,12 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
 
 
 def make_decoder(c, model, settings: ar.DecodeSettings, sampler):
-    """prompt ids -> GenerationResult: plain AR, or chain speculative decoding if enabled."""
+    """(prompt ids, per-row token limits) -> GenerationResult: plain AR, or chain speculative
+    decoding if enabled."""
     if not c.spec.enabled:
-        return lambda ids: ar.generate(model.cfg, model.params, ids, settings, sampler, seed=c.seed)
+        return lambda ids, limits: ar.generate(
+            model.cfg, model.params, ids, settings, sampler, seed=c.seed, max_new_tokens=limits
+        )
     spec = sp.SpecSettings(
         settings,
         c.spec.num_draft,
@@ -142,8 +149,16 @@ def make_decoder(c, model, settings: ar.DecodeSettings, sampler):
         seed=c.seed,
     )
     sp.check_drafter(model.cfg, drafter)
-    return lambda ids: sp.generate(
-        model.cfg, model.params, drafter, draft_params, ids, spec, sampler, seed=c.seed
+    return lambda ids, limits: sp.generate(
+        model.cfg,
+        model.params,
+        drafter,
+        draft_params,
+        ids,
+        spec,
+        sampler,
+        seed=c.seed,
+        max_new_tokens=limits,
     )
 
 

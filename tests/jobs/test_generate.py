@@ -18,7 +18,12 @@ def tiny_config():
 
 
 def test_generate_writes_and_resumes(tiny_config, tmp_path):
+    from spec_jax.decoding import autoregressive as ar
+
+    ar.ar_generate.clear_cache()
     records = generate.run(tiny_config, str(tmp_path))
+    # 3 prompts in batches of 2: the short last batch is padded and reuses the first's loop.
+    assert ar.ar_generate._cache_size() == 1
     assert [r['index'] for r in records] == [0, 1, 2]
     assert all(1 <= r['num_tokens'] <= tiny_config.max_new_tokens for r in records)
     path = os.path.join(tmp_path, 'generations.jsonl')
