@@ -246,3 +246,80 @@ def test_norm_before_residual_survives_export(tmp_path, fmt):
     )
     ef.save_head(str(tmp_path), head, fmt, dtype='float32')
     assert ef.load_head(str(tmp_path), TARGET).cfg.norm_before_residual
+
+
+def _reference_logits(state, config, emb_td, taps_td, eps):
+    """The official head's forward in numpy, written from EAGLE3.md §1.1 (one sequence at
+    positions 0..T-1): fc over the concatenated taps; attention input = [input_layernorm(
+    embedding), hidden_norm(hidden)] (embedding first); residual = the hidden before its norm;
+    RoPE rotate-half; GQA; SiLU MLP; final norm; lm_head over the draft vocabulary."""
+    w = {k: np.asarray(v, np.float64) for k, v in state.items()}
+    nh, nkv = config['num_attention_heads'], config['num_key_value_heads']
+    hd = config.get('head_dim') or config['hidden_size'] // nh
+    theta = config.get('rope_theta', 10000.0)
+
+    def norm(x, name):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w[name]
+
+    def rope(x):  # [T, heads, hd]
+        angles = np.arange(len(x))[:, None] * theta ** (-np.arange(0, hd, 2) / hd)
+        cos, sin = np.cos(np.tile(angles, 2))[:, None], np.sin(np.tile(angles, 2))[:, None]
+        x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
+        return x * cos + np.concatenate([-x2, x1], -1) * sin
+
+    t = len(emb_td)
+    hidden = taps_td @ w['fc.weight'].T
+    x = np.concatenate(
+        [
+            norm(emb_td, 'midlayer.input_layernorm.weight'),
+            norm(hidden, 'midlayer.hidden_norm.weight'),
+        ],
+        -1,
+    )
+    q = rope((x @ w['midlayer.self_attn.q_proj.weight'].T).reshape(t, nh, hd))
+    k = rope((x @ w['midlayer.self_attn.k_proj.weight'].T).reshape(t, nkv, hd))
+    v = (x @ w['midlayer.self_attn.v_proj.weight'].T).reshape(t, nkv, hd)
+    k, v = np.repeat(k, nh // nkv, 1), np.repeat(v, nh // nkv, 1)
+    scores = np.einsum('qnh,knh->nqk', q, k) / np.sqrt(hd)
+    scores = np.where(np.tril(np.ones((t, t), bool)), scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    attn = np.einsum('nqk,knh->qnh', probs, v).reshape(t, nh * hd)
+    r = hidden + attn @ w['midlayer.self_attn.o_proj.weight'].T
+    m = norm(r, 'midlayer.post_attention_layernorm.weight')
+    gate, up = m @ w['midlayer.mlp.gate_proj.weight'].T, m @ w['midlayer.mlp.up_proj.weight'].T
+    out = r + (gate / (1 + np.exp(-gate)) * up) @ w['midlayer.mlp.down_proj.weight'].T
+    return norm(out, 'norm.weight') @ w['lm_head.weight'].T
+
+
+@pytest.mark.parametrize('head_dim,theta', [(None, None), (16, 5e5)])  # Llama; Qwen3-like
+def test_official_head_matches_a_numpy_port(tmp_path, head_dim, theta):
+    """Loaded official tensors give the official forward's logits: column order of q/k/v
+    (embedding first), which norm goes where, the residual, RoPE, an explicit head_dim."""
+    rng = np.random.default_rng(2)
+    nh, hd = 8, head_dim or 8
+    config = dict(LLAMA_HEAD_CONFIG)
+    if head_dim:
+        config['head_dim'] = head_dim  # 8 heads x 16 = 128 != hidden 64
+    if theta:
+        config['rope_theta'] = theta
+    state = _official_state(64, 64, nh, 2, hd, 224, 250, 62, rng)
+    state = {k: v * 20 if v.ndim == 2 and k != 'fc.weight' else v for k, v in state.items()}
+    for name in state:  # Distinct norms, so a swapped norm shows in the logits.
+        if name.endswith('norm.weight'):
+            state[name] = rng.uniform(0.5, 1.5, state[name].shape).astype(np.float16)
+    _write(tmp_path, config, state)
+    head = ef.load_head(str(tmp_path), LLAMA_TARGET)
+    t = 6
+    emb = rng.normal(size=(t, 64)).astype(np.float32)
+    taps = rng.normal(size=(t, 3, 64)).astype(np.float32)
+    ours = e3.eagle3_forward(
+        head.cfg,
+        head.params,
+        jnp.asarray(emb)[None],
+        jnp.asarray(taps)[None],
+        jnp.arange(t)[None],
+        jnp.tril(jnp.ones((t, t), bool))[None],
+    )[0][0]
+    want = _reference_logits(state, config, emb, taps.reshape(t, -1), config['rms_norm_eps'])
+    np.testing.assert_allclose(np.asarray(ours), want, rtol=2e-4, atol=2e-4)
