@@ -249,11 +249,11 @@ def check_context(
     slots: int,
     parts: str = 'prompt bucket + new tokens',
     model: str = 'the model',
+    knobs: str = 'max_prompt_len or max_new_tokens',
 ) -> None:
     """Raises when a run needs more positions (`slots`, the sum of `parts`) than `model`
-    supports."""
+    supports; the message says which settings (`knobs`) to lower."""
     if slots > cfg.max_position:
-        knobs = 'max_prompt_len, max_new_tokens' + (' or num_draft' if 'draft' in parts else '')
         raise ValueError(
             f'{parts} needs {slots} positions but {model} supports {cfg.max_position}; '
             f'lower {knobs}'

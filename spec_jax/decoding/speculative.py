@@ -361,11 +361,14 @@ def generate(
     )
     limit_b = ar.row_limits(max_new_tokens, len(prompts), dec.max_new_tokens)
     slots = batch.bucket + dec.buffer_len + settings.num_draft + 1
-    parts = 'prompt bucket + new tokens + num_draft + 1'
-    ar.check_context(cfg, slots, parts, 'the target')
+    parts, knobs = (
+        'prompt bucket + new tokens + num_draft + 1',
+        'max_prompt_len, max_new_tokens or num_draft',
+    )
+    ar.check_context(cfg, slots, parts, 'the target', knobs)
     base = drafter.base if isinstance(drafter, PromptLookup) else drafter
     if isinstance(base, LMDrafter):  # Its cache has the target's slots.
-        ar.check_context(base.cfg, slots, parts, 'the draft')
+        ar.check_context(base.cfg, slots, parts, 'the draft', knobs)
     sampler = sampler or Sampler(temperature=0.0)
     start = time.perf_counter()
     tokens_bn, num_b, stats = spec_generate(
