@@ -4,7 +4,7 @@
     python launch/train_draft.py --config configs/smollm2_135m_draft.py:tiny --workdir /tmp/d
 
 Stages (each resumable in the workdir): self-distillation data (the target writes user
-prompts itself, then answers them and GSM8K-train / MBPP train+validation prompts, greedy),
+prompts itself, then answers them and GSM8K-train / unevaluated MBPP prompts, greedy),
 distillation on response tokens (hard-label CE, optionally KL to the target's logits),
 held-out acceptance on ../shared/data/speed prompts, export as an HF directory (bf16
 safetensors + tokenizer). `:tiny` runs in about a minute on a random tiny target (a smoke

@@ -1,7 +1,8 @@
 """Self-distillation data: the target answers training prompts; we keep ids and loss masks.
 
-Prompts come from splits that are never evaluated (GSM8K train, MBPP train/validation,
-BFCL live_multiple; any chat dataset through `datasets` on a user's machine). The target
+Prompts come from splits that are never evaluated (GSM8K train, the MBPP tasks in neither
+MBPP's test split nor MBPP+, BFCL live_multiple; any chat dataset through `datasets` on a
+user's machine). The target
 generates a response to each (greedy by default) and every example is stored as
 
     tokens = chat-template prompt ids + response ids,   loss_mask = 1 on the response only
@@ -29,7 +30,9 @@ from absl import logging
 DATA_ROOT = os.environ.get(
     'SPEC_JAX_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data')
 )
-# MBPP's test split (task ids 11-510) is evaluated; train/validation/prompt ids are not.
+# MBPP's test split (task ids 11-510) is evaluated, and so is MBPP+, whose tasks come from
+# every MBPP split (160 of the 170 sanitized train/validation/prompt tasks are in it):
+# drafts train on neither (`mbpp_training_rows`).
 MBPP_TEST_IDS = range(11, 511)
 
 
@@ -48,13 +51,31 @@ def gsm8k_train(root: str = DATA_ROOT) -> list[Prompt]:
     return [Prompt('gsm8k', ({'role': 'user', 'content': r['question']},)) for r in rows]
 
 
-def mbpp_train(root: str = DATA_ROOT) -> list[Prompt]:
+def mbpp_training_rows(root: str = DATA_ROOT) -> list[dict]:
+    """Sanitized-MBPP rows that no benchmark evaluates: outside MBPP's test split and not an
+    MBPP+ task (ids read from `<root>/mbppplus/*.jsonl`; 10 tasks on the public data).
+
+    Raises:
+      ValueError: the MBPP+ files are missing, so the exclusion cannot be checked.
+    """
+    plus = sorted(glob.glob(os.path.join(root, 'mbppplus', '*.jsonl')))
+    if not plus:
+        raise ValueError(
+            f'no MBPP+ files in {os.path.join(root, "mbppplus")}: MBPP+ evaluates tasks from '
+            "every MBPP split, so the 'mbpp' source needs their ids to leave them out; add "
+            "MbppPlus-*.jsonl there or drop 'mbpp' from the sources"
+        )
+    evaluated = set(MBPP_TEST_IDS)
+    for path in plus:
+        with open(path) as f:
+            evaluated |= {int(json.loads(x)['task_id'].split('/')[1]) for x in f if x.strip()}
     with open(os.path.join(root, 'mbpp', 'sanitized-mbpp.json')) as f:
-        rows = json.load(f)
+        return [r for r in json.load(f) if r['task_id'] not in evaluated]
+
+
+def mbpp_train(root: str = DATA_ROOT) -> list[Prompt]:
     out = []
-    for r in rows:
-        if r['task_id'] in MBPP_TEST_IDS:
-            continue
+    for r in mbpp_training_rows(root):
         text = f'{r["prompt"]}\nYour code should pass this test:\n{r["test_list"][0]}'
         out.append(Prompt('mbpp', ({'role': 'user', 'content': text},)))
     return out
@@ -188,8 +209,7 @@ def reference_examples(
 
     with open(os.path.join(root, 'gsm8k', 'train.jsonl')) as f:
         gsm = [json.loads(line) for line in f if line.strip()]
-    with open(os.path.join(root, 'mbpp', 'sanitized-mbpp.json')) as f:
-        mbpp = [r for r in json.load(f) if r['task_id'] not in MBPP_TEST_IDS]
+    mbpp = mbpp_training_rows(root) if 'mbpp' in sources else []
     pairs = []
     if 'gsm8k' in sources:
         pairs += [(r['question'], re.sub(r'<<[^>]*>>', '', r['answer'])) for r in gsm]

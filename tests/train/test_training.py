@@ -158,6 +158,26 @@ def test_cached_step_equals_online_step(world):
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, atol=1e-5), c['params'], a['params'])
 
 
+def test_mbpp_source_leaves_out_every_evaluated_task(tmp_path):
+    """MBPP+ evaluates tasks from every MBPP split: the 'mbpp' training source keeps none of
+    them, and none of MBPP's test split; without the MBPP+ ids it refuses to guess."""
+    import json
+    import os
+    import shutil
+
+    evaluated = set(range(11, 511))
+    for name in os.listdir(os.path.join(data.DATA_ROOT, 'mbppplus')):
+        with open(os.path.join(data.DATA_ROOT, 'mbppplus', name)) as f:
+            evaluated |= {int(json.loads(x)['task_id'].split('/')[1]) for x in f if x.strip()}
+    rows = data.mbpp_training_rows()
+    assert rows and not {r['task_id'] for r in rows} & evaluated
+    assert len(data.mbpp_train()) == len(rows)
+    os.makedirs(tmp_path / 'mbpp')
+    shutil.copy(os.path.join(data.DATA_ROOT, 'mbpp', 'sanitized-mbpp.json'), tmp_path / 'mbpp')
+    with pytest.raises(ValueError, match=r"no MBPP\+ files .* drop 'mbpp' from the sources"):
+        data.mbpp_train(str(tmp_path))
+
+
 def test_ttt_loss_by_hand():
     """The TTT loss against loops: step j at t is scored on the teacher at t + j + 1, weighted
     0.8**j, averaged over response positions whose target top-1 is in the draft vocabulary;
