@@ -8,7 +8,9 @@
 
 Prints, per temperature (0, 0.7) and batch (1, 4): AR and chain tokens/s, the speedup,
 block efficiency and acceptance; then transformers' assisted generation (batch 1) on the
-same weights and prompts, and our tokens/s over theirs.
+same weights and prompts, and our tokens/s over theirs. transformers cannot put prompt
+lookup in front of an assistant model: for a same-drafter comparison add
+--config.lookup=0.
 """
 
 import os
