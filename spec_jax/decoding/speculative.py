@@ -318,9 +318,15 @@ def summarize(stats: SpecStats) -> dict:
             s.tv_at_ba.sum(0) / np.maximum(s.reached_at_ba.sum(0), 1)
         ).tolist()
         summary['overshoot_at_position'] = s.overshoot_at_ba.max(0).tolist()
-        per_row['mean_tv'] = (s.tv_at_ba.sum(1) / np.maximum(s.metered, 1)).tolist()
-        per_row['max_overshoot'] = s.overshoot_at_ba.max(1).tolist()
+        # None for rows without a metered position (stopped at their first token).
+        metered = s.metered > 0
+        per_row['mean_tv'] = _where_none(metered, s.tv_at_ba.sum(1) / np.maximum(s.metered, 1))
+        per_row['max_overshoot'] = _where_none(metered, s.overshoot_at_ba.max(1))
     return summary
+
+
+def _where_none(keep_b: np.ndarray, values_b: np.ndarray) -> list:
+    return [float(v) if k else None for k, v in zip(keep_b, values_b)]
 
 
 def generate(

@@ -12,6 +12,7 @@ import os
 import time
 
 import ml_collections
+import numpy as np
 from absl import logging
 from tqdm import tqdm
 
@@ -97,8 +98,11 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
         # one token, so it reuses the compiled loop instead of compiling another.
         pad = c.batch_size - len(ids) if len(batches) > 1 else 0
         limits = [c.max_new_tokens] * len(ids) + [1] * pad
+        # Each batch draws its own noise, a function of the run's seed and its first prompt
+        # (the same seed for every batch would give row j of each batch the same numbers).
+        seed = int(np.random.SeedSequence([c.seed, batch[0]]).generate_state(1)[0])
         start = time.perf_counter()
-        result = decode(ids + ids[-1:] * pad, limits)
+        result = decode(ids + ids[-1:] * pad, limits, seed)
         seconds = time.perf_counter() - start
         new = [
             dict(
@@ -126,11 +130,11 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
 
 
 def make_decoder(c, model, settings: ar.DecodeSettings, sampler):
-    """(prompt ids, per-row token limits) -> GenerationResult: plain AR, or chain speculative
-    decoding if enabled."""
+    """(prompt ids, per-row token limits, seed) -> GenerationResult: plain AR, or chain
+    speculative decoding if enabled."""
     if not c.spec.enabled:
-        return lambda ids, limits: ar.generate(
-            model.cfg, model.params, ids, settings, sampler, seed=c.seed, max_new_tokens=limits
+        return lambda ids, limits, seed: ar.generate(
+            model.cfg, model.params, ids, settings, sampler, seed=seed, max_new_tokens=limits
         )
     spec = sp.SpecSettings(
         settings,
@@ -149,7 +153,7 @@ def make_decoder(c, model, settings: ar.DecodeSettings, sampler):
         seed=c.seed,
     )
     sp.check_drafter(model.cfg, drafter)
-    return lambda ids, limits: sp.generate(
+    return lambda ids, limits, seed: sp.generate(
         model.cfg,
         model.params,
         drafter,
@@ -157,7 +161,7 @@ def make_decoder(c, model, settings: ar.DecodeSettings, sampler):
         ids,
         spec,
         sampler,
-        seed=c.seed,
+        seed=seed,
         max_new_tokens=limits,
     )
 

@@ -323,15 +323,41 @@ def test_distortion_metering(soft_models):
             assert stats['mean_tv'] < 1e-5 and abs(stats['max_overshoot'] - 1.0) < 1e-4
         else:
             assert stats['mean_tv'] > 0.01 and stats['max_overshoot'] > 1.0
-        # Per draft position: a block with n accepted drafts reached positions 0..n, so
-        # the overall mean is the per-position means weighted by those counts.
-        accepted = np.concatenate([np.array(n) for n in stats['per_row']['block_accepted']])
-        reached = (np.arange(3)[None, :] <= accepted[:, None]).sum(0)
-        per_position = np.array(stats['tv_at_position'])
-        assert (reached > 0).all() and per_position.shape == (3,)
-        assert stats['mean_tv'] == pytest.approx((per_position * reached).sum() / reached.sum())
         assert stats['max_overshoot'] == max(stats['overshoot_at_position'])
         assert stats['max_overshoot'] == max(stats['per_row']['max_overshoot'])
+
+
+def test_distortion_per_position_by_hand():
+    """The metered counters against numpy: at every reached draft position of a live row,
+    TV and overshoot of rule.induced(p, q) from the matched baseline's law of p."""
+    rule = rules.make('cos:lam=0.8')  # Matched baseline: the plain target.
+    settings = sp.SpecSettings(DEC, 3, rule, meter_distortion=True)
+    rng = np.random.default_rng(0)
+    b, a = 3, 3
+    live = np.array([True, True, False])
+    stats = sp.SpecStats.zeros(b, a, 8)
+    tv_ba, overshoot_ba, reached_ba = np.zeros((b, a)), np.zeros((b, a)), np.zeros((b, a))
+    for block in range(4):
+        p = rng.dirichlet(np.full(V, 0.3), size=(b, a + 1)).astype(np.float32)
+        q = rng.dirichlet(np.full(V, 0.3), size=(b, a)).astype(np.float32)
+        x = np.array(
+            [[rng.choice(V, p=q[i, j] / q[i, j].sum()) for j in range(a)] for i in range(b)]
+        )
+        out = rules.verify_chain(rule, jax.random.PRNGKey(block), p, q, jnp.asarray(x))
+        stats = sp.update_stats(stats, settings, out, jnp.asarray(live), p, q)
+        pi, base = np.asarray(rule.induced(p[:, :-1], q)), p[:, :-1].astype(np.float64)
+        mask = np.asarray(out.reached) & live[:, None]
+        tv_ba += np.where(mask, 0.5 * np.abs(pi - base).sum(-1), 0.0)
+        overshoot_ba = np.maximum(overshoot_ba, np.where(mask, (pi / base).max(-1), 0.0))
+        reached_ba += mask
+    assert reached_ba[:2].min() > 0 and reached_ba[:2].sum() < 8 * a  # Some rejections.
+    np.testing.assert_allclose(stats.tv_at_ba, tv_ba, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(stats.overshoot_at_ba, overshoot_ba, rtol=1e-4)
+    summary = sp.summarize(stats)
+    np.testing.assert_allclose(
+        summary['tv_at_position'], tv_ba.sum(0) / reached_ba.sum(0), rtol=1e-4
+    )
+    assert summary['per_row']['mean_tv'][2] is None  # A row never metered has no figure.
 
 
 def test_no_retrace_across_values(target, draft):
