@@ -17,13 +17,17 @@ def tiny_config():
     return c
 
 
-def test_generate_writes_and_resumes(tiny_config, tmp_path):
+def test_generate_writes_and_resumes(tiny_config, tmp_path, monkeypatch):
+    import chex
+    import jax
+
     from spec_jax.decoding import autoregressive as ar
 
-    ar.ar_generate.clear_cache()
-    records = generate.run(tiny_config, str(tmp_path))
     # 3 prompts in batches of 2: the short last batch is padded and reuses the first's loop.
-    assert ar.ar_generate._cache_size() == 1
+    once = chex.assert_max_traces(ar.ar_generate.__wrapped__, n=1)
+    monkeypatch.setattr(ar, 'ar_generate', jax.jit(once, static_argnames=('cfg', 'settings')))
+    records = generate.run(tiny_config, str(tmp_path))
+    monkeypatch.undo()
     assert [r['index'] for r in records] == [0, 1, 2]
     assert all(1 <= r['num_tokens'] <= tiny_config.max_new_tokens for r in records)
     path = os.path.join(tmp_path, 'generations.jsonl')
