@@ -378,10 +378,14 @@ def test_data_generation_resumes_without_redoing_work(tmp_path):
     assert first['shards_written'] == 2 and data.finished_shards(str(tmp_path)) == {0, 1}
     examples = data.read_examples(str(tmp_path))
     assert len(examples) == 6
+    # Each example is one prompt's chat ids (batches group prompts by length) followed by
+    # its response (at most 4 new tokens), and only the response is masked in.
+    unused = [model.tokenizer.encode_chat(list(p.messages)) for p in prompts]
     for e in examples:
-        n = int(e.loss_mask.sum())  # The response: 1..4 new tokens, all at the end.
-        assert 1 <= n <= 4
-        np.testing.assert_array_equal(e.loss_mask, np.arange(len(e.tokens)) >= len(e.tokens) - n)
+        (ids,) = [x for x in unused if list(e.tokens[: len(x)]) == x]
+        unused.remove(ids)
+        assert len(e.tokens) - len(ids) in range(1, kw['max_new_tokens'] + 1)
+        np.testing.assert_array_equal(e.loss_mask, np.arange(len(e.tokens)) >= len(ids))
     kept = os.path.getmtime(data.shard_path(str(tmp_path), 0))
     lost = data.read_shard(data.shard_path(str(tmp_path), 1))
     os.remove(data.shard_path(str(tmp_path), 1))  # a crash before shard 1 was finished
