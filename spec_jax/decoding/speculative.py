@@ -357,7 +357,6 @@ def generate(
     Returns:
       A GenerationResult with tokens, wall time and `summarize`d statistics.
     """
-    check_drafter(cfg, drafter)
     dec = settings.decode
     batch = batching.pack_prompts(
         prompts,
@@ -366,15 +365,7 @@ def generate(
         pad_id=dec.pad_id,
     )
     limit_b = ar.row_limits(max_new_tokens, len(prompts), dec.max_new_tokens)
-    slots = batch.bucket + dec.buffer_len + settings.num_draft + 1
-    parts, knobs = (
-        'prompt bucket + new tokens + num_draft + 1',
-        'max_prompt_len, max_new_tokens or num_draft',
-    )
-    ar.check_context(cfg, slots, parts, 'the target', knobs)
-    base = drafter.base if isinstance(drafter, PromptLookup) else drafter
-    if isinstance(base, LMDrafter):  # Its cache has the target's slots.
-        ar.check_context(base.cfg, slots, parts, 'the draft', knobs)
+    check_drafter(cfg, drafter, batch.bucket + dec.buffer_len + settings.num_draft + 1)
     sampler = sampler or Sampler(temperature=0.0)
     start = time.perf_counter()
     tokens_bn, num_b, stats = spec_generate(
@@ -394,8 +385,9 @@ def generate(
     return ar.GenerationResult(batching.trim_rows(tokens_bn, num_b), seconds, summarize(stats))
 
 
-def check_drafter(cfg: ModelConfig, drafter) -> None:
-    """Draft and target must share the vocabulary, and a head must fit the target's features
+def check_drafter(cfg: ModelConfig, drafter, slots: int | None = None) -> None:
+    """Draft and target must share the vocabulary, a head must fit the target's features,
+    and, given the cache `slots` a run needs, target and draft LM must reach that far
     (clear errors before any compile)."""
     if isinstance(drafter, PromptLookup):
         drafter = drafter.base
@@ -407,3 +399,10 @@ def check_drafter(cfg: ModelConfig, drafter) -> None:
             f"draft vocabulary size {vocab} differs from the target's {cfg.vocab_size}: "
             'draft and target must share one tokenizer'
         )
+    if slots is None:
+        return
+    parts = 'prompt bucket + new tokens + num_draft + 1'
+    knobs = 'max_prompt_len, max_new_tokens or num_draft'
+    ar.check_context(cfg, slots, parts, 'the target', knobs)
+    if isinstance(drafter, LMDrafter):  # Its cache has the target's slots.
+        ar.check_context(drafter.cfg, slots, parts, 'the draft', knobs)
