@@ -45,3 +45,18 @@ def hf_embedded(embedded):
 def tiny_cfg():
     """ModelConfig.tiny(): V 67, D 28, L 3, N 6, K 2, H 14, F 38 (llama family)."""
     return ModelConfig.tiny()
+
+
+@pytest.fixture(autouse=True, scope='module')
+def _free_compiled_code():
+    """Drops every compiled executable after each test module.
+
+    Each XLA:CPU executable keeps a few memory mappings for its code; the whole suite in one
+    process compiled enough of them to reach the kernel's vm.max_map_count (65530), after
+    which the next compile segfaults. Modules share little compiled code, so this costs few
+    recompiles.
+    """
+    yield
+    import jax
+
+    jax.clear_caches()
