@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from spec_jax.decoding import batching
+from spec_jax.decoding import batching, code_room
 from spec_jax.models.cache import KVCache
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
@@ -215,6 +215,7 @@ def generate(
     limit_b = row_limits(max_new_tokens, len(prompts), settings.max_new_tokens)
     check_context(cfg, batch.bucket + settings.buffer_len)
     sampler = sampler or Sampler(temperature=0.0)
+    code_room.ensure_room()
     start = time.perf_counter()
     out_bn, num_b = ar_generate(
         cfg,

@@ -34,7 +34,7 @@ from flax import struct
 
 from spec_jax import rules, sampling
 from spec_jax.decoding import autoregressive as ar
-from spec_jax.decoding import batching
+from spec_jax.decoding import batching, code_room
 from spec_jax.decoding.drafters import Drafter, Eagle3Drafter, LMDrafter, PromptLookup
 from spec_jax.models.cache import KVCache
 from spec_jax.models.config import ModelConfig
@@ -367,6 +367,7 @@ def generate(
     limit_b = ar.row_limits(max_new_tokens, len(prompts), dec.max_new_tokens)
     check_drafter(cfg, drafter, batch.bucket + dec.buffer_len + settings.num_draft + 1)
     sampler = sampler or Sampler(temperature=0.0)
+    code_room.ensure_room()
     start = time.perf_counter()
     tokens_bn, num_b, stats = spec_generate(
         cfg,
