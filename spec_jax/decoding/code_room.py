@@ -15,6 +15,8 @@ import logging
 
 import jax
 
+log = logging.getLogger(__name__)
+
 _MAPS = '/proc/self/maps'
 _LIMIT = '/proc/sys/vm/max_map_count'
 
@@ -45,7 +47,7 @@ def ensure_room(fraction: float = 0.75) -> bool:
     state = mappings()
     if state is None or state[0] <= fraction * state[1]:
         return False
-    logging.warning(
+    log.warning(
         'this process holds %d of its %d memory mappings (vm.max_map_count); dropping '
         "JAX's compiled code so that the next compile does not crash",
         *state,
