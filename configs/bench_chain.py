@@ -7,7 +7,8 @@
     python launch/bench.py --config configs/bench_chain.py:tiny    # random models, seconds
 
 Prints, per temperature (0, 0.7) and batch (1, 4): AR and chain tokens/s, the speedup,
-block efficiency and acceptance; then transformers' assisted generation (batch 1) on the
+block efficiency and acceptance, the cost of a round in AR tokens and the speedup it would
+allow if every draft were accepted; then transformers' assisted generation (batch 1) on the
 same weights and prompts, and our tokens/s over theirs. transformers cannot put prompt
 lookup in front of an assistant model: for a same-drafter comparison add
 --config.lookup=0.

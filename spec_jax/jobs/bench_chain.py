@@ -97,13 +97,15 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
                     results = [run_group(g, seed=r + 1) for g in groups]
                     tokens = sum(res.num_tokens for res in results)
                     times[name].append((sum(res.seconds for res in results), tokens, results))
-            row = summarize_runs(temperature, batch, times)
+            row = summarize_runs(temperature, batch, times, c.num_draft)
             report['rows'].append(row)
             print(
                 f'T={temperature} batch {batch}: AR {row["ar_tokens_per_s"]:.1f} tok/s, '
                 f'chain {row["spec_tokens_per_s"]:.1f} tok/s -> speedup '
                 f'{row["speedup"]:.2f}x; block efficiency {row["block_efficiency"]:.2f}, '
-                f'acceptance {row["acceptance_rate"]:.2f}'
+                f'acceptance {row["acceptance_rate"]:.2f}; a round costs '
+                f'{row["round_cost"]:.2f} AR tokens, so accepting every draft would give '
+                f'at most {row["speedup_ceiling"]:.2f}x'
             )
 
     if c.hf_peer and draft is not None:
@@ -115,8 +117,16 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     return report
 
 
-def summarize_runs(temperature, batch, times) -> dict:
-    """Median-round tokens/s of AR and chain decoding, and the chain statistics."""
+def summarize_runs(temperature, batch, times, num_draft: int) -> dict:
+    """Median-round tokens/s of AR and chain decoding, and the chain statistics.
+
+    speedup = block_efficiency / round_cost, where round_cost is the wall time of one chain
+    round (drafting, verifying A + 1 tokens, bookkeeping) in units of the time AR takes per
+    token, as measured here. It splits a speedup into what the drafter's acceptance buys and
+    what a round costs on this machine, and bounds it: with every draft accepted a round
+    emits A + 1 tokens, so the speedup cannot exceed speedup_ceiling = (A + 1) / round_cost
+    unless rounds get cheaper. (At batch > 1 both times are those of the batch's slowest row.)
+    """
 
     def median_rate(runs):
         return float(np.median([tokens / seconds for seconds, tokens, _ in runs]))
@@ -126,14 +136,18 @@ def summarize_runs(temperature, batch, times) -> dict:
     emitted = sum(s['block_efficiency'] * s['blocks'] for s in spec_stats)
     accepted = sum(s['acceptance_rate'] * s['blocks'] for s in spec_stats)
     ar_rate, spec_rate = median_rate(times['ar']), median_rate(times['spec'])
+    block_efficiency = emitted / max(blocks, 1)
+    round_cost = block_efficiency * ar_rate / spec_rate
     return dict(
         temperature=temperature,
         batch=batch,
         ar_tokens_per_s=ar_rate,
         spec_tokens_per_s=spec_rate,
         speedup=spec_rate / ar_rate,
-        block_efficiency=emitted / max(blocks, 1),
+        block_efficiency=block_efficiency,
         acceptance_rate=accepted / max(blocks, 1),
+        round_cost=round_cost,
+        speedup_ceiling=(num_draft + 1) / round_cost,
     )
 
 

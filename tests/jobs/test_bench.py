@@ -29,4 +29,7 @@ def test_chain_bench_reports_speedup(tmp_path):
     (row,) = report['rows']
     assert row['speedup'] > 0
     assert row['block_efficiency'] == pytest.approx(c.num_draft + 1)  # Identical draft.
+    # speedup = block efficiency / round cost; with every draft accepted it is the ceiling.
+    assert row['speedup'] * row['round_cost'] == pytest.approx(row['block_efficiency'])
+    assert row['speedup_ceiling'] == pytest.approx(row['speedup'])
     assert os.path.exists(os.path.join(tmp_path, 'bench_chain.json'))
