@@ -125,7 +125,8 @@ def summarize_runs(temperature, batch, times, num_draft: int) -> dict:
     token, as measured here. It splits a speedup into what the drafter's acceptance buys and
     what a round costs on this machine, and bounds it: with every draft accepted a round
     emits A + 1 tokens, so the speedup cannot exceed speedup_ceiling = (A + 1) / round_cost
-    unless rounds get cheaper. (At batch > 1 both times are those of the batch's slowest row.)
+    unless rounds get cheaper. At batch > 1 a batch runs until its slowest row is done, so
+    round_cost also carries the rounds its faster rows wait.
     """
 
     def median_rate(runs):
