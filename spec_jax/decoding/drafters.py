@@ -15,7 +15,10 @@ The contract (a frozen, hashable dataclass; the engine's static argument):
       the drafter take the given token (one-hot q) where `use` holds, and go on from it
       (model drafters; `PromptLookup` passes it);
   observe(params, state, history_bs, start_b, committed_b, taps_bted) -> state, after each
-      verification at positions start_b .. start_b + A with C = committed_b now.
+      verification at positions start_b .. start_b + A with C = committed_b now;
+  draft_len(history_bs, committed_b, num_draft) -> [B] (optional): how many of its next
+      proposals are real; the engine then verifies only as many as the longest live row's
+      (0: a plain one-token step), since a narrower target forward costs less.
 Every drafter reads the engine's token history `history_bs` (prompt, committed tokens and
 the pending token at `committed_b`), so none keeps its own copy of the text.
 """
@@ -291,7 +294,8 @@ class Eagle3Drafter:
 class NgramDrafter:
     """Prompt lookup decoding: find the latest earlier occurrence of the last `n` tokens in
     the row's history and propose the A tokens that followed it (one-hot q). Falls back to
-    shorter n-grams, and to repeating the pending token when nothing matches."""
+    shorter n-grams, and to repeating the pending token when nothing matches; `draft_len`
+    tells the engine how many proposals are matched, so it verifies no more than that."""
 
     n: int = 3
     vocab_size: int = 0  # The target's V (q is one-hot over it); required.
@@ -327,6 +331,12 @@ class NgramDrafter:
         del params, key, probs_fn, forced
         x_ba, _ = lookup(history_bs, committed_b, num_draft, self.n)
         return state, x_ba, jax.nn.one_hot(x_ba, self.vocab_size, dtype=jnp.float32)
+
+    def draft_len(self, history_bs, committed_b, num_draft: int):
+        """[B] how many of the `num_draft` proposals are a matched continuation (the rest
+        would repeat the pending token): the engine verifies only as many as some row has."""
+        _, known_ba = lookup(history_bs, committed_b, num_draft, self.n)
+        return known_ba.sum(1)
 
 
 def lookup(history_bs, end_b, num_draft: int, max_n: int, min_n: int = 1):

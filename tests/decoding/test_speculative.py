@@ -163,6 +163,31 @@ def test_statistics_match_a_host_replay(target, draft):
     assert got['blocks'] == sum(got['per_row']['blocks'])
 
 
+def test_ngram_rounds_verify_only_the_matched_drafts(target, greedy_ar):
+    """The n-gram drafter's rounds are as wide as its matched continuation (0: an AR step):
+    per-row counters equal a host replay of lookup on the greedy text, row by row."""
+    a = 3
+    settings = sp.SpecSettings(DEC, a)
+    got = sp.generate(CFG, target, NgramDrafter(2, V), None, PROMPTS[:1], settings)
+    assert got.tokens == greedy_ar[:1]
+    text, emitted, widths, block_accepted = list(PROMPTS[0]) + greedy_ar[0], 1, [], []
+    while emitted < DEC.max_new_tokens:
+        end = len(PROMPTS[0]) + emitted - 1  # The pending token's index.
+        history = jnp.asarray([text[: end + 1] + [0] * a])
+        tokens, known = (np.asarray(x)[0] for x in lookup(history, jnp.asarray([end]), a, 2))
+        width, n = int(known.sum()), 0
+        while n < width and tokens[n] == text[end + 1 + n]:
+            n += 1
+        widths.append(width)
+        block_accepted.append(n)
+        emitted += n + 1
+    row = {k: v[0] for k, v in got.stats['per_row'].items()}
+    assert row['block_accepted'] == block_accepted
+    assert row['drafted'] == sum(widths)
+    assert 0 in widths and max(widths) > 0  # Both a plain step and a verification ran.
+    assert got.stats['acceptance_rate'] == pytest.approx(sum(block_accepted) / sum(widths))
+
+
 # ---- laws ----------------------------------------------------------------------------------
 # Many rows with one prompt are independent samples (every row draws its own noise). With
 # N rows and a law over V = 31 tokens, E[TV(empirical, law)] <= 0.5 * sum_v sqrt(p_v / N)
@@ -265,6 +290,15 @@ def test_prompt_lookup_keeps_the_target_law(soft_models):
     laws = token_laws(target, draft, sampler, lambda p, q: p)
     assert laws[0][list(set(PROMPT))].sum() > 0.2  # Lookup fires on a fair share of rows.
     assert_follows(tokens, laws)
+
+
+def test_ngram_rounds_keep_the_target_law(soft_models):
+    """Rounds as wide as the matched continuation (some rows verify, some step) still give
+    the target's law under lossless verification."""
+    target, draft = soft_models
+    sampler = Sampler(temperature=1.0)
+    tokens = sample_rows(target, None, sp.SpecSettings(DEC, 2), sampler, 3, NgramDrafter(2, V))
+    assert_follows(tokens, token_laws(target, draft, sampler, lambda p, q: p))
 
 
 def test_lookup_finds_the_latest_longest_match():
