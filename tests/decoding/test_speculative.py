@@ -165,7 +165,7 @@ def test_statistics_match_a_host_replay(target, draft):
 
 def test_ngram_rounds_verify_only_the_matched_drafts(target, greedy_ar):
     """The n-gram drafter's rounds are as wide as its matched continuation (0: an AR step):
-    per-row counters equal a host replay of lookup on the greedy text, row by row."""
+    the row's counters equal a host replay of lookup on its greedy text."""
     a = 3
     settings = sp.SpecSettings(DEC, a)
     got = sp.generate(CFG, target, NgramDrafter(2, V), None, PROMPTS[:1], settings)
@@ -293,8 +293,8 @@ def test_prompt_lookup_keeps_the_target_law(soft_models):
 
 
 def test_ngram_rounds_keep_the_target_law(soft_models):
-    """Rounds as wide as the matched continuation (some rows verify, some step) still give
-    the target's law under lossless verification."""
+    """The n-gram drafter under lossless verification, its rounds as wide as the longest
+    live row's match (shorter rows verify their filler), gives the target's law."""
     target, draft = soft_models
     sampler = Sampler(temperature=1.0)
     tokens = sample_rows(target, None, sp.SpecSettings(DEC, 2), sampler, 3, NgramDrafter(2, V))
