@@ -1,7 +1,7 @@
 """Benchmark chain speculative decoding against AR decoding on the EAGLE speed prompts.
 
     python launch/bench.py --config configs/bench_chain.py
-    python launch/bench.py --config configs/bench_chain.py --config.speed_dir=../shared/data/speed
+    python launch/bench.py --config configs/bench_chain.py --config.data_root=/path/to/data
     python launch/bench.py --config configs/bench_chain.py:ngram   # prompt lookup drafting
     python launch/bench.py --config configs/bench_chain.py:eagle3  # the shipped EAGLE-3 head
     python launch/bench.py --config configs/bench_chain.py:tiny    # random models, seconds
@@ -45,7 +45,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # saves at their acceptance; see the drafts' cards.
     c.num_draft = 1 if c.drafter in ('lm', 'eagle3') and not tiny else 5
     c.rule = 'lossless'
-    c.speed_dir = os.path.join(ASSETS, 'speed')  # A 4-per-set sample; see its README.
+    # A directory with speed/<set>.jsonl (spec_jax/data_files.py); '' = $SPEC_JAX_DATA, else
+    # the bundled 10-per-set sample. The full sets have 80 questions each.
+    c.data_root = ''
     c.sets = ('mt_bench', 'humaneval', 'gsm8k', 'alpaca', 'sum', 'qa')
     if tiny:  # The tiny model's context (512) is shorter than a CNN/DM article.
         c.sets = ('mt_bench', 'gsm8k')

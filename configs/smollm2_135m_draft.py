@@ -6,7 +6,7 @@
 Stages (each resumable in the workdir): self-distillation data (the target writes user
 prompts itself, then answers them and GSM8K-train / unevaluated MBPP prompts, greedy),
 distillation on response tokens (hard-label CE, optionally KL to the target's logits),
-held-out acceptance on ../shared/data/speed prompts, export as an HF directory (bf16
+held-out acceptance on the speed prompts, export as an HF directory (bf16
 safetensors + tokenizer). `:tiny` runs in about a minute on a random tiny target (a smoke
 test of every stage).
 """
@@ -23,6 +23,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     c.data = ml_collections.ConfigDict()
     c.data.generate = True
+    # The directory holding the data files (gsm8k/train.jsonl, mbpp/, mbppplus/, bfcl/,
+    # speed/, ... as spec_jax/data_files.py lays out); '' = $SPEC_JAX_DATA, else the samples
+    # bundled in the package (spec_jax/assets/data: 128 GSM8K-train prompts, 10 MBPP).
+    c.data.root = ''
     c.data.dir = ''  # '' = <workdir>/data; point several runs at one data directory.
     c.data.extra_dirs = ()  # More finished data directories to train on (not generated).
     # 'self_instruct': user prompts the target writes itself (chat coverage; see below).
@@ -98,9 +102,8 @@ def self_instruct_config(tiny: bool) -> ml_collections.ConfigDict:
 def eval_config(tiny: bool) -> ml_collections.ConfigDict:
     e = ml_collections.ConfigDict()
     e.enabled = True
-    e.speed_dir = ''  # '' = ../shared/data/speed
     e.sets = ('mt_bench', 'humaneval', 'gsm8k', 'alpaca', 'qa', 'sum')
-    e.per_set = 2 if tiny else 8
+    e.per_set = 2 if tiny else 8  # Speed prompts per set (speed/ under data.root).
     e.data_dir = ''  # '' = <workdir>/eval_data (target-greedy responses, cached)
     e.batch_size = 16
     e.max_new_tokens = 16 if tiny else 128

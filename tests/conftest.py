@@ -4,6 +4,7 @@ import os
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('HF_HUB_OFFLINE', '1')  # Tests never touch the network.
+os.environ.pop('SPEC_JAX_DATA', None)  # Tests read the samples bundled in the package.
 
 import pytest  # noqa: E402
 

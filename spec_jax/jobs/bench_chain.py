@@ -18,38 +18,21 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from spec_jax import rules
+from spec_jax import data_files, rules
 from spec_jax.checkpoints import params_to_state
 from spec_jax.decoding import autoregressive as ar
 from spec_jax.decoding import speculative as sp
 from spec_jax.jobs import common
 from spec_jax.sampling import Sampler
 
-SPEED_SETS = ('mt_bench', 'humaneval', 'gsm8k', 'alpaca', 'sum', 'qa')
-
-
-def read_speed_prompts(directory: str, sets, per_set: int) -> list[tuple[str, str]]:
-    """(set name, first turn) of the first `per_set` questions of each EAGLE speed set."""
-    prompts = []
-    for name in sets:
-        path = os.path.join(directory, f'{name}.jsonl')
-        if not os.path.exists(path):
-            raise FileNotFoundError(
-                f'speed prompt set {path} not found; set --config.speed_dir to a directory '
-                f'holding {", ".join(s + ".jsonl" for s in SPEED_SETS)}'
-            )
-        with open(path) as f:
-            rows = [json.loads(line) for line in f if line.strip()][:per_set]
-        prompts += [(name, row['turns'][0]) for row in rows]
-    return prompts
-
 
 def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     """Runs the chain benchmark of config `c` (configs/bench_chain.py)."""
+    data_files.require(data_files.speed_files(c.sets), c.data_root, 'data_root')
     common.log_devices()
     target = common.load_model(c.model, c.dtype, c.seed)
     tok = target.tokenizer
-    prompts = read_speed_prompts(c.speed_dir, c.sets, c.prompts_per_set)
+    prompts = data_files.speed_prompts(c.sets, c.prompts_per_set, c.data_root, 'data_root')
     ids = [tok.encode_chat([{'role': 'user', 'content': text}]) for _, text in prompts]
     dec = ar.DecodeSettings(
         max_new_tokens=c.max_new_tokens,

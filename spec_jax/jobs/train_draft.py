@@ -6,7 +6,8 @@ Stages, each resumable in `workdir`:
   2. train: hard-label CE and/or KL distillation (draft LM) or TTT (EAGLE-3) with optax;
      orbax checkpoints in `<workdir>/checkpoints`; progress bar and logged metrics
      (`<workdir>/metrics.jsonl`).
-  3. eval: acceptance on held-out prompts (../shared/data/speed): the target's greedy
+  3. eval: acceptance on held-out speed prompts (`speed/` under the data root, see
+     `spec_jax.data_files`): the target's greedy
      responses are generated once (`<workdir>/eval_data`), then teacher-forced greedy
      acceptance per token and per-round acceptance lengths (chain of k, tree) are computed.
   4. export: the draft LM as an HF directory (config.json + bf16 model.safetensors +
@@ -27,13 +28,12 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from spec_jax import data_files
 from spec_jax.jobs import common as job_common
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
 from spec_jax.train import common, data, distill
 from spec_jax.train import eagle3 as train_e3
-
-SPEED_DIR = os.path.join(data.DATA_ROOT, 'speed')
 
 
 def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -70,7 +70,9 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
             )
         # An unfinished self-instruct stage means the deadline has passed, so no answer
         # shard is written from the (shorter) prompt list; shard k always holds batch k.
-        prompts = data.training_prompts(tuple(c.data.sources), c.data.seed, generated=generated)
+        prompts = data.training_prompts(
+            tuple(c.data.sources), c.data.seed, c.data.root, generated=generated
+        )
         if c.data.num_prompts:
             prompts = prompts[: c.data.num_prompts]
         summary['data'] = data.generate_dataset(
@@ -99,7 +101,11 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     examples = [e for d in dirs for e in data.read_examples(d, sidecars)]
     if c.data.reference:
         examples += data.reference_examples(
-            target.tokenizer, tuple(c.data.reference), c.data.seed, c.data.reference_limit
+            target.tokenizer,
+            tuple(c.data.reference),
+            c.data.seed,
+            c.data.reference_limit,
+            c.data.root,
         )
     if not examples:
         raise ValueError(
@@ -137,6 +143,19 @@ def check_config(c: ml_collections.ConfigDict) -> None:
             f'train.steps={c.train.steps} is a hard-label step (train.ce_steps='
             f'{c.train.ce_steps}); set train.ce_steps below train.steps'
         )
+    data_files.require(data_paths(c), c.data.root)
+
+
+def data_paths(c: ml_collections.ConfigDict) -> list[str]:
+    """The files below the data root that config `c` reads (training sources, reference
+    answers, held-out speed sets)."""
+    paths = []
+    if c.data.generate:
+        paths += [p for name in c.data.sources for p in data.SOURCE_FILES.get(name, ())]
+    paths += [p for name in c.data.reference for p in data.SOURCE_FILES.get(name, ())]
+    if c.eval.enabled:
+        paths += data_files.speed_files(c.eval.sets)
+    return list(dict.fromkeys(paths))
 
 
 def check_training_data(workdir: str, examples: list[data.Example]) -> None:
@@ -351,12 +370,10 @@ def export_draft_lm(directory: str, dcfg: ModelConfig, params, tokenizer, dtype=
 def heldout_examples(c, target, workdir: str) -> tuple[list[data.Example], list[str]]:
     """Target-greedy responses to held-out speed prompts (generated once, cached), and the
     speed set of each."""
-    prompts = []
-    for name in c.eval.sets:
-        with open(os.path.join(c.eval.speed_dir or SPEED_DIR, f'{name}.jsonl')) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        for r in rows[: c.eval.per_set]:
-            prompts.append(data.Prompt(name, ({'role': 'user', 'content': r['turns'][0]},)))
+    prompts = [
+        data.Prompt(name, ({'role': 'user', 'content': text},))
+        for name, text in data_files.speed_prompts(c.eval.sets, c.eval.per_set, c.data.root)
+    ]
     directory = c.eval.data_dir or os.path.join(workdir, 'eval_data')
     data.generate_dataset(
         target,

@@ -21,19 +21,30 @@ import glob
 import json
 import os
 import random
+import re
 import time
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 from absl import logging
 
-DATA_ROOT = os.environ.get(
-    'SPEC_JAX_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data')
-)
+from spec_jax import data_files
+
 # MBPP's test split (task ids 11-510) is evaluated, and so is MBPP+, whose tasks come from
 # every MBPP split (160 of the 170 sanitized train/validation/prompt tasks are in it):
 # drafts train on neither (`mbpp_training_rows`).
 MBPP_TEST_IDS = range(11, 511)
+
+# The files of each built-in source, below the data root (`spec_jax.data_files`).
+GSM8K_TRAIN = 'gsm8k/train.jsonl'
+MBPP_SANITIZED = 'mbpp/sanitized-mbpp.json'
+MBPPPLUS = 'mbppplus'
+BFCL_LIVE_MULTIPLE = 'bfcl/BFCL_v4_live_multiple.json'
+SOURCE_FILES = {
+    'gsm8k': (GSM8K_TRAIN,),
+    'mbpp': (MBPP_SANITIZED, MBPPPLUS),
+    'bfcl': (BFCL_LIVE_MULTIPLE,),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,36 +55,46 @@ class Prompt:
     messages: tuple[dict, ...]
 
 
-def gsm8k_train(root: str = DATA_ROOT) -> list[Prompt]:
-    path = os.path.join(root, 'gsm8k', 'train.jsonl')
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+def gsm8k_train(root: str = '') -> list[Prompt]:
+    rows = data_files.read_jsonl(GSM8K_TRAIN, root)
     return [Prompt('gsm8k', ({'role': 'user', 'content': r['question']},)) for r in rows]
 
 
-def mbpp_training_rows(root: str = DATA_ROOT) -> list[dict]:
-    """Sanitized-MBPP rows that no benchmark evaluates: outside MBPP's test split and not an
-    MBPP+ task (ids read from `<root>/mbppplus/*.jsonl`; 10 tasks on the public data).
+def mbppplus_task_ids(root: str = '') -> set[int]:
+    """The MBPP task ids that MBPP+ evaluates: from `mbppplus/task_ids.json` (the bundled
+    list, every release) and from the `task_id` of every `mbppplus/*.jsonl` row.
 
     Raises:
-      ValueError: the MBPP+ files are missing, so the exclusion cannot be checked.
+      DataFileError: neither is there, so the exclusion cannot be checked.
     """
-    plus = sorted(glob.glob(os.path.join(root, 'mbppplus', '*.jsonl')))
-    if not plus:
-        raise ValueError(
-            f'no MBPP+ files in {os.path.join(root, "mbppplus")}: MBPP+ evaluates tasks from '
-            "every MBPP split, so the 'mbpp' source needs their ids to leave them out; add "
-            "MbppPlus-*.jsonl there or drop 'mbpp' from the sources"
-        )
-    evaluated = set(MBPP_TEST_IDS)
-    for path in plus:
+    folder = data_files.locate(MBPPPLUS, root)
+    ids: set[str] = set()
+    listed = os.path.join(folder, 'task_ids.json')
+    if os.path.exists(listed):
+        with open(listed) as f:
+            ids |= {t for release in json.load(f).values() for t in release}
+    for path in sorted(glob.glob(os.path.join(folder, '*.jsonl'))):
         with open(path) as f:
-            evaluated |= {int(json.loads(x)['task_id'].split('/')[1]) for x in f if x.strip()}
-    with open(os.path.join(root, 'mbpp', 'sanitized-mbpp.json')) as f:
+            ids |= {json.loads(x)['task_id'] for x in f if x.strip()}
+    if not ids:
+        raise data_files.DataFileError(
+            f'no MBPP+ task ids in {folder} (task_ids.json or MbppPlus-*.jsonl): MBPP+ '
+            "evaluates tasks from every MBPP split, so the 'mbpp' source needs their ids to "
+            "leave them out; add the MBPP+ release there or drop 'mbpp' from the sources"
+        )
+    return {int(t.split('/')[1]) for t in ids}
+
+
+def mbpp_training_rows(root: str = '') -> list[dict]:
+    """Sanitized-MBPP rows that no benchmark evaluates: outside MBPP's test split and not an
+    MBPP+ task (`mbppplus_task_ids`; 10 tasks on the public data)."""
+    path = data_files.locate(MBPP_SANITIZED, root)
+    evaluated = set(MBPP_TEST_IDS) | mbppplus_task_ids(root)
+    with open(path) as f:
         return [r for r in json.load(f) if r['task_id'] not in evaluated]
 
 
-def mbpp_train(root: str = DATA_ROOT) -> list[Prompt]:
+def mbpp_train(root: str = '') -> list[Prompt]:
     out = []
     for r in mbpp_training_rows(root):
         text = f'{r["prompt"]}\nYour code should pass this test:\n{r["test_list"][0]}'
@@ -81,9 +102,8 @@ def mbpp_train(root: str = DATA_ROOT) -> list[Prompt]:
     return out
 
 
-def bfcl_live_multiple(root: str = DATA_ROOT) -> list[Prompt]:
-    with open(os.path.join(root, 'bfcl', 'BFCL_v4_live_multiple.json')) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+def bfcl_live_multiple(root: str = '') -> list[Prompt]:
+    rows = data_files.read_jsonl(BFCL_LIVE_MULTIPLE, root)
     out = []
     for r in rows:
         tools = json.dumps(r['function'])
@@ -165,7 +185,7 @@ def summarize_prompts(
 def training_prompts(
     sources: Sequence[str],
     seed: int,
-    root: str = DATA_ROOT,
+    root: str = '',
     generated: dict[str, list[Prompt]] | None = None,
 ) -> list[Prompt]:
     """The prompts of `sources`, interleaved round-robin after a seeded shuffle of each.
@@ -197,7 +217,7 @@ def training_prompts(
 
 
 def reference_examples(
-    tok, sources: Sequence[str], seed: int, limit: int = 0, root: str = DATA_ROOT
+    tok, sources: Sequence[str], seed: int, limit: int = 0, root: str = ''
 ) -> list[Example]:
     """Prompts with the dataset's OWN answers as the assistant turn (no generation).
 
@@ -205,13 +225,10 @@ def reference_examples(
     response position, only the context is not target-generated. GSM8K calculator
     annotations (<<48/2=24>>) are removed.
     """
-    import re
-
-    with open(os.path.join(root, 'gsm8k', 'train.jsonl')) as f:
-        gsm = [json.loads(line) for line in f if line.strip()]
     mbpp = mbpp_training_rows(root) if 'mbpp' in sources else []
     pairs = []
     if 'gsm8k' in sources:
+        gsm = data_files.read_jsonl(GSM8K_TRAIN, root)
         pairs += [(r['question'], re.sub(r'<<[^>]*>>', '', r['answer'])) for r in gsm]
     if 'mbpp' in sources:
         pairs += [

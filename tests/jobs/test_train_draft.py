@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from spec_jax import checkpoints
+from spec_jax import checkpoints, data_files
 from spec_jax.jobs import train_draft
 from spec_jax.jobs.common import load_config
 
@@ -112,3 +112,16 @@ def test_summarize_source_needs_data_dirs():
     c.data.sources = ('summarize', 'gsm8k')
     with pytest.raises(ValueError, match='set data.summarize_dirs'):
         train_draft.check_config(c)
+
+
+@pytest.mark.parametrize('name', ['smollm2_135m_draft', 'smollm2_135m_eagle3'])
+def test_missing_data_fails_before_any_model_loads(name, tmp_path):
+    """An empty data root: the job names the first missing file and the field to set before
+    it loads the target (a target path that does not exist would fail otherwise)."""
+    c = load_config(os.path.join(CONFIGS, f'{name}.py'), 'tiny')
+    c.data.root, c.target = str(tmp_path), str(tmp_path / 'no_such_model')
+    with pytest.raises(data_files.DataFileError, match=r"'gsm8k/train.jsonl' .*--config.data.root"):
+        train_draft.run(c, str(tmp_path / 'work'))
+    c.data.generate = False  # Held-out speed prompts are data too.
+    with pytest.raises(data_files.DataFileError, match=r"'speed/mt_bench.jsonl'.*EAGLE"):
+        train_draft.run(c, str(tmp_path / 'work'))

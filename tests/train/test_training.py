@@ -2,6 +2,9 @@
 resumable self-distillation data; the tiny job end to end."""
 
 import functools
+import json
+import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +12,7 @@ import numpy as np
 import optax
 import pytest
 
+from spec_jax import data_files
 from spec_jax.models import eagle3 as e3
 from spec_jax.models import llama
 from spec_jax.models.config import ModelConfig, RopeScaling
@@ -161,21 +165,46 @@ def test_cached_step_equals_online_step(world):
 def test_mbpp_source_leaves_out_every_evaluated_task(tmp_path):
     """MBPP+ evaluates tasks from every MBPP split: the 'mbpp' training source keeps none of
     them, and none of MBPP's test split; without the MBPP+ ids it refuses to guess."""
-    import json
-    import os
-    import shutil
-
-    evaluated = set(range(11, 511))
-    for name in os.listdir(os.path.join(data.DATA_ROOT, 'mbppplus')):
-        with open(os.path.join(data.DATA_ROOT, 'mbppplus', name)) as f:
-            evaluated |= {int(json.loads(x)['task_id'].split('/')[1]) for x in f if x.strip()}
+    with open(os.path.join(data_files.BUNDLED, 'mbppplus', 'task_ids.json')) as f:
+        releases = json.load(f)
+    assert [len(ids) for ids in releases.values()] == [399, 378]
+    evaluated = set(range(11, 511)) | {int(t.split('/')[1]) for r in releases.values() for t in r}
     rows = data.mbpp_training_rows()
     assert rows and not {r['task_id'] for r in rows} & evaluated
+    with open(os.path.join(data_files.BUNDLED, 'mbpp', 'sanitized-mbpp.json')) as f:
+        kept = {r['task_id'] for r in json.load(f)} - evaluated
+    assert {r['task_id'] for r in rows} == kept  # Nothing else is dropped.
     assert len(data.mbpp_train()) == len(rows)
+    # A user's directory with the full MBPP+ release and no id list: ids from its rows.
     os.makedirs(tmp_path / 'mbpp')
-    shutil.copy(os.path.join(data.DATA_ROOT, 'mbpp', 'sanitized-mbpp.json'), tmp_path / 'mbpp')
-    with pytest.raises(ValueError, match=r"no MBPP\+ files .* drop 'mbpp' from the sources"):
+    shutil.copy(os.path.join(data_files.BUNDLED, 'mbpp', 'sanitized-mbpp.json'), tmp_path / 'mbpp')
+    os.makedirs(tmp_path / 'mbppplus')
+    plus = {t for r in releases.values() for t in r} | {f'Mbpp/{i}' for i in sorted(kept)[:3]}
+    with open(tmp_path / 'mbppplus' / 'MbppPlus-v0.2.0.jsonl', 'w') as f:
+        f.writelines(json.dumps({'task_id': t}) + '\n' for t in sorted(plus))
+    assert len(data.mbpp_training_rows(str(tmp_path))) == len(rows) - 3
+    os.remove(tmp_path / 'mbppplus' / 'MbppPlus-v0.2.0.jsonl')
+    with pytest.raises(data_files.DataFileError, match=r"no MBPP\+ task ids .* drop 'mbpp'"):
         data.mbpp_train(str(tmp_path))
+
+
+def test_missing_training_data_names_the_file_the_field_and_the_hub(tmp_path, monkeypatch):
+    """An empty data root: every built-in source fails with the file it wanted, the config
+    field and environment variable that choose the root, and where the full data lives."""
+    monkeypatch.delenv(data_files.ENV_VAR, raising=False)
+    hub = {'gsm8k': 'openai/gsm8k', 'mbpp': 'google-research-datasets/mbpp',
+           'bfcl': 'bfcl-eval'}
+    for name, wanted in data.SOURCE_FILES.items():
+        with pytest.raises(data_files.DataFileError) as e:
+            data.training_prompts((name,), seed=0, root=str(tmp_path))
+        message = str(e.value)
+        assert wanted[0] in message and hub[name] in message, message
+        assert f'data.root={str(tmp_path)!r}' in message and data_files.ENV_VAR in message
+    monkeypatch.setenv(data_files.ENV_VAR, str(tmp_path))  # The variable as the fallback.
+    with pytest.raises(data_files.DataFileError, match=r'\$SPEC_JAX_DATA=.*data.root unset'):
+        data.gsm8k_train()
+    monkeypatch.delenv(data_files.ENV_VAR)
+    assert data_files.data_root() == data_files.BUNDLED and data.gsm8k_train()
 
 
 def test_ttt_loss_by_hand():
@@ -367,8 +396,6 @@ def test_draft_lm_export_loads_with_checkpoints_load(tmp_path):
 def test_data_generation_resumes_without_redoing_work(tmp_path):
     """Shards are written atomically and skipped on rerun; a lost shard is regenerated
     identically (greedy, fixed order)."""
-    import os
-
     from spec_jax.jobs.common import load_model
 
     model = load_model('random:tiny')
@@ -412,8 +439,6 @@ def test_unknown_data_source_names_the_builtin_ones():
 def _check_teacher_topk(model, directory):
     """Soft labels line up with their tokens: on target-greedy text the teacher's top-1 at
     every response prediction position IS the next token; a rerun skips finished shards."""
-    import os
-
     top3 = data.topk_name(3)
     with pytest.raises(ValueError, match='run teacher_topk'):
         data.read_examples(directory, [top3])
@@ -460,8 +485,6 @@ def test_self_instruct_prompts_are_user_turns_and_resume(embedded, tmp_path):
     """The target writes user messages after its own user header (Magpie); only finished
     messages are kept; batch files are reused on rerun and a lost one is regenerated
     identically (seeded)."""
-    import os
-
     kw = dict(batch_size=4, max_tokens=40, seed=3, progress=False)
     first = data.self_instruct_prompts(embedded, 8, str(tmp_path), **kw)
     paths = [os.path.join(tmp_path, f'prompts_{k:05d}.json') for k in (0, 1)]
