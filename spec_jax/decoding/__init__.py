@@ -1,0 +1,52 @@
+"""On-device decoding: one engine for AR and speculative (chain) rounds.
+
+    from spec_jax import decoding
+    built = decoding.build(config)               # target, drafter, rule, sampler
+    result = decoding.generate(built.engine, built.params, prompt_ids)
+    result.tokens, result.stats                  # per-row ids; acceptance, block efficiency
+    decoding.chat(built.engine, built.params, built.tokenizer, ['Why is the sky blue?'])
+
+    engine = decoding.Engine(cfg, decode, drafters.LMDrafter(draft_cfg), num_draft=3,
+                             rule=rules.make('lenience', l=0.5))
+    engine.replace(rule=rules.make('lenience', l=0.7))   # same compiled loop
+
+Modules: engine (the loop and its rounds), state (settings, the carry, commit), stats
+(counters and summaries), host (generate, chat), build (config blocks -> engine),
+drafters/ (the Drafter protocol and proposers), batching, code_room. docs/engine.md
+describes the design.
+"""
+
+from spec_jax.decoding import drafters
+from spec_jax.decoding.build import (
+    Built,
+    build,
+    sampler_from_config,
+    sampling_config,
+    spec_config,
+)
+from spec_jax.decoding.engine import MODES, Engine, Verification, decode_loop
+from spec_jax.decoding.host import Params, Result, chat, encode, generate
+from spec_jax.decoding.state import DecodeSettings, DecodeState
+from spec_jax.decoding.stats import Stats, summarize
+
+__all__ = [
+    'MODES',
+    'Built',
+    'DecodeSettings',
+    'DecodeState',
+    'Engine',
+    'Params',
+    'Result',
+    'Stats',
+    'Verification',
+    'build',
+    'chat',
+    'decode_loop',
+    'drafters',
+    'encode',
+    'generate',
+    'sampler_from_config',
+    'sampling_config',
+    'spec_config',
+    'summarize',
+]

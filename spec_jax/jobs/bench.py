@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from spec_jax.decoding import autoregressive as ar
+from spec_jax import checkpoints, decoding
 from spec_jax.jobs import bench_chain, common
 from spec_jax.models.cache import KVCache
 from spec_jax.models.llama import forward
@@ -80,11 +80,12 @@ def forward_costs(
 
 def ar_speed(model, batch: int, new_tokens: int, prompt_len: int, rounds: int) -> float:
     """Tokens/s of the on-device AR loop (no stop tokens: every row makes `new_tokens`)."""
-    settings = ar.DecodeSettings(
+    settings = decoding.DecodeSettings(
         max_new_tokens=new_tokens, prompt_bucket=prompt_len, max_prompt_len=prompt_len
     )
+    engine = decoding.Engine(model.cfg, settings)
     prompts = [[(7 * i + 3 * b) % 1000 + 100 for i in range(prompt_len)] for b in range(batch)]
-    run = lambda: ar.generate(model.cfg, model.params, prompts, settings)  # noqa: E731
+    run = lambda: decoding.generate(engine, decoding.Params(model.params), prompts)  # noqa: E731
     run()  # Compile.
     seconds = interleaved_medians({'ar': lambda: run().tokens}, rounds)['ar']
     return batch * new_tokens / seconds
@@ -99,7 +100,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     if c.get('mode') == 'chain':
         return bench_chain.run(c, workdir)
     common.log_devices()
-    model = common.load_model(c.model, c.dtype, c.seed)
+    model = checkpoints.load(c.model, c.dtype, c.seed)
     cfg, params = model.cfg, model.params
     param_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
     report = {}

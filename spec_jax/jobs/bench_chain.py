@@ -18,10 +18,9 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from spec_jax import data_files, rules
+from spec_jax import checkpoints, data_files, decoding, rules
 from spec_jax.checkpoints import params_to_state
-from spec_jax.decoding import autoregressive as ar
-from spec_jax.decoding import speculative as sp
+from spec_jax.decoding import drafters
 from spec_jax.jobs import common
 from spec_jax.sampling import Sampler
 
@@ -30,21 +29,26 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     """Runs the chain benchmark of config `c` (configs/bench_chain.py)."""
     data_files.require(data_files.speed_files(c.sets), c.data_root, 'data_root')
     common.log_devices()
-    target = common.load_model(c.model, c.dtype, c.seed)
+    target = checkpoints.load(c.model, c.dtype, c.seed)
     tok = target.tokenizer
     prompts = data_files.speed_prompts(c.sets, c.prompts_per_set, c.data_root, 'data_root')
     ids = [tok.encode_chat([{'role': 'user', 'content': text}]) for _, text in prompts]
-    dec = ar.DecodeSettings(
+    dec = decoding.DecodeSettings(
         max_new_tokens=c.max_new_tokens,
         stop_tokens=tok.stop_ids,
         max_prompt_len=c.max_prompt_len,
         prompt_bucket=c.prompt_bucket,
     )
-    settings = sp.SpecSettings(dec, c.num_draft, rules.make(c.rule))
-    drafter, draft_params, draft = common.make_drafter(
-        c.drafter, c.draft, target, c.ngram, c.lookup, dtype=c.dtype, seed=c.seed
+    built = drafters.make(
+        c.drafter, target, c.draft, ngram=c.ngram, lookup=c.lookup, dtype=c.dtype, seed=c.seed
     )
-    sp.check_drafter(target.cfg, drafter)
+    engines = {
+        'ar': decoding.Engine(target.cfg, dec),
+        'spec': decoding.Engine(
+            target.cfg, dec, built.drafter, c.num_draft, rules.make(c.rule)
+        ),
+    }
+    params = decoding.Params(target.params, built.params)
     print(
         f'{len(prompts)} prompts ({c.prompts_per_set} from each of {", ".join(c.sets)}), '
         f'{c.max_new_tokens} new tokens max, gamma {c.num_draft}, draft {c.drafter}'
@@ -59,18 +63,8 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
         for batch in c.batches:
             groups = [ids[i : i + batch] for i in range(0, len(ids), batch)]
             runners = {
-                'ar': partial(
-                    ar.generate, target.cfg, target.params, settings=dec, sampler=sampler
-                ),
-                'spec': partial(
-                    sp.generate,
-                    target.cfg,
-                    target.params,
-                    drafter,
-                    draft_params,
-                    settings=settings,
-                    sampler=sampler,
-                ),
+                name: partial(decoding.generate, engine.replace(sampler=sampler), params)
+                for name, engine in engines.items()
             }
             for run_group in runners.values():  # Compile every shape first.
                 [run_group(g, seed=0) for g in groups]
@@ -91,8 +85,8 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
                 f'at most {row["speedup_ceiling"]:.2f}x'
             )
 
-    if c.hf_peer and draft is not None:
-        report['hf_peer'] = hf_assisted_peer(c, target, draft, ids, report['rows'])
+    if c.hf_peer and built.model is not None:
+        report['hf_peer'] = hf_assisted_peer(c, target, built.model, ids, report['rows'])
     if workdir:
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, 'bench_chain.json'), 'w') as f:

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import ml_collections
-import numpy as np
 from absl import logging
 from tqdm import tqdm
 
-from spec_jax import rules
-from spec_jax.decoding import autoregressive as ar
-from spec_jax.decoding import speculative as sp
+from spec_jax import decoding
 from spec_jax.jobs import common
 
 
@@ -44,8 +40,8 @@ def default_config(tiny: bool = False) -> ml_collections.ConfigDict:
     c.max_new_tokens = 8 if tiny else 128
     c.max_prompt_len = 512
     c.prompt_bucket = 64
-    c.sampling = common.sampling_config(temperature=0.0)
-    c.spec = common.spec_config(enabled=False)  # configs/smollm2_135m_chain.py turns it on.
+    c.sampling = decoding.sampling_config(temperature=0.0)
+    c.spec = decoding.spec_config(mode='ar')  # configs/smollm2_135m_chain.py: 'chain'.
     return c
 
 
@@ -64,22 +60,13 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
     """Generates a continuation of every prompt of config `c` (see configs/smollm2_135m.py).
 
     Returns:
-      One record per prompt: prompt, text, tokens, seconds of its batch.
+      One record per prompt: prompt, text, tokens, seconds of its batch (and the round
+      statistics of its row in speculative modes).
     """
     common.log_devices()
-    model = common.load_model(c.model, c.dtype, c.seed)
-    tok = model.tokenizer
+    built = decoding.build(c)
+    tok = built.tokenizer
     prompts = read_prompts(c)
-    settings = ar.DecodeSettings(
-        max_new_tokens=c.max_new_tokens,
-        stop_tokens=tok.stop_ids,
-        max_prompt_len=c.max_prompt_len,
-        prompt_bucket=c.prompt_bucket,
-        pad_id=tok.pad_id or 0,
-    )
-    sampler = common.sampler_from_config(c.sampling)
-    decode = make_decoder(c, model, settings, sampler)
-
     out_path = os.path.join(workdir, 'generations.jsonl') if workdir else None
     records = _read_records(out_path)
     todo = [i for i in range(len(prompts)) if i not in {r['index'] for r in records}]
@@ -93,82 +80,48 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
 
     batches = [todo[i : i + c.batch_size] for i in range(0, len(todo), c.batch_size)]
     for batch in tqdm(batches, desc='generate', unit='batch', disable=len(batches) < 2):
-        ids = [encode(tok, prompts[i], c.chat, c.system_prompt) for i in batch]
+        ids = [decoding.encode(tok, prompts[i], c.chat, c.system_prompt) for i in batch]
         # A short last batch is padded to the compiled batch size with rows that stop after
         # one token, so it reuses the compiled loop instead of compiling another.
         pad = c.batch_size - len(ids) if len(batches) > 1 else 0
         limits = [c.max_new_tokens] * len(ids) + [1] * pad
-        # Each batch draws its own noise, a function of the run's seed and its first prompt
-        # (the same seed for every batch would give row j of each batch the same numbers).
-        seed = int(np.random.SeedSequence([c.seed, batch[0]]).generate_state(1)[0])
-        start = time.perf_counter()
-        result = decode(ids + ids[-1:] * pad, limits, seed)
-        seconds = time.perf_counter() - start
+        # Each prompt's noise is a function of the run's seed and its index in the prompt
+        # list, so a resumed or re-batched run gives the same text for it.
+        result = decoding.generate(
+            built.engine,
+            built.params,
+            ids + ids[-1:] * pad,
+            seed=c.seed,
+            max_new_tokens=limits,
+            sample_ids=list(batch) + [len(prompts)] * pad,
+        )
         new = [
             dict(
                 index=i,
                 prompt=prompts[i],
                 text=tok.decode(out, skip_special=True),
                 num_tokens=len(out),
-                seconds=seconds,
+                seconds=result.seconds,
             )
             for i, out in zip(batch, result.tokens)
         ]
-        if result.stats:
+        if built.engine.mode != 'ar':
             for row, r in enumerate(new):
                 r.update({k: v[row] for k, v in result.stats['per_row'].items()})
         _append_records(out_path, new)
         records += new
         n = sum(r['num_tokens'] for r in new)
+        summary = spec_summary(result.stats) if built.engine.mode != 'ar' else ''
         print(
-            f'[batch of {len(batch)}] {n} tokens in {seconds:.2f} s = {n / seconds:.1f} '
-            f'tokens/s (first batch includes compilation){spec_summary(result.stats)}'
+            f'[batch of {len(batch)}] {n} tokens in {result.seconds:.2f} s = '
+            f'{n / result.seconds:.1f} tokens/s (first batch includes compilation){summary}'
         )
         for r in new:
             print(f'--- prompt {r["index"]}: {r["prompt"]!r}\n{r["text"]}')
     return sorted(records, key=lambda r: r['index'])
 
 
-def make_decoder(c, model, settings: ar.DecodeSettings, sampler):
-    """(prompt ids, per-row token limits, seed) -> GenerationResult: plain AR, or chain
-    speculative decoding if enabled."""
-    if not c.spec.enabled:
-        return lambda ids, limits, seed: ar.generate(
-            model.cfg, model.params, ids, settings, sampler, seed=seed, max_new_tokens=limits
-        )
-    spec = sp.SpecSettings(
-        settings,
-        c.spec.num_draft,
-        rules.make(c.spec.rule),
-        c.spec.baseline,
-        c.spec.meter_distortion,
-    )
-    drafter, draft_params, _ = common.make_drafter(
-        c.spec.drafter,
-        c.spec.draft,
-        model,
-        c.spec.ngram,
-        c.spec.lookup,
-        dtype=c.dtype,
-        seed=c.seed,
-    )
-    sp.check_drafter(model.cfg, drafter)
-    return lambda ids, limits, seed: sp.generate(
-        model.cfg,
-        model.params,
-        drafter,
-        draft_params,
-        ids,
-        spec,
-        sampler,
-        seed=seed,
-        max_new_tokens=limits,
-    )
-
-
 def spec_summary(stats: dict) -> str:
-    if not stats:
-        return ''
     text = (
         f'; block efficiency {stats["block_efficiency"]:.2f}, acceptance '
         f'{stats["acceptance_rate"]:.2f}'
@@ -176,13 +129,6 @@ def spec_summary(stats: dict) -> str:
     if 'mean_tv' in stats:
         text += f', mean TV {stats["mean_tv"]:.3f}, max overshoot {stats["max_overshoot"]:.2f}'
     return text
-
-
-def encode(tok, prompt: str, chat: bool, system_prompt: str | None) -> list[int]:
-    if not chat:
-        return tok.encode(prompt)
-    messages = [{'role': 'system', 'content': system_prompt}] if system_prompt else []
-    return tok.encode_chat(messages + [{'role': 'user', 'content': prompt}])
 
 
 def _read_records(path: str | None) -> list[dict]:

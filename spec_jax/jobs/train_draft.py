@@ -28,7 +28,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from spec_jax import data_files
+from spec_jax import checkpoints, data_files
 from spec_jax.jobs import common as job_common
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
@@ -45,7 +45,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     check_config(c)
     os.makedirs(workdir, exist_ok=True)
     job_common.log_devices()
-    target = job_common.load_model(c.target, 'float32', c.seed)
+    target = checkpoints.load(c.target, 'float32', c.seed)
     data_dir = c.data.dir or os.path.join(workdir, 'data')
     summary: dict = dict(kind=c.kind)
     if c.data.generate:

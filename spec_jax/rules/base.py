@@ -1,7 +1,13 @@
 """The rule contract, the registry, and the shared 'yield' shape.
 
-A rule is a small frozen (hashable) dataclass whose parameters are Python floats validated in
-`__post_init__`, so it can be a static argument of `jax.jit`. Probabilities are always the
+A rule is a small frozen dataclass registered (by `register`) as a JAX pytree: its float
+parameters are the pytree's leaves, and the kind/mode fields named in `static_fields` (e.g.
+`Typical.mode`, `SpecCascade.deferral`) are static aux data. A rule is therefore an ordinary
+argument of a jitted function: a sweep over a parameter's value compiles once, while changing
+a static field compiles a new trace. Parameters are validated in `__post_init__` when a user
+builds a rule (`make`, the constructor); pytree unflattening skips that validation, since
+during tree operations the leaves may be tracers or placeholders. A rule whose parameters are
+Python floats is hashable and compares by value. Probabilities are always the
 *processed* distributions (PAPER.md §0): p is the target's next-token law after temperature
 (and whatever warper the run uses), q the draft's law after the same processing.
 
@@ -13,7 +19,10 @@ The contract (all methods vectorised over leading axes; V is the vocabulary):
   induced(p, q)       -> [..., V]      closed-form per-position law pi(x) (chain mode)
   induced_tree_node(p, siblings) -> [..., V]   law at a tree node with deterministic,
                                        ordered siblings (tree-capable rules only)
-  name, lossless, tree_modes           registry name; exactness flag; supported tree modes
+  name, lossless, tree_modes           registry name; exactness flag (host-side); supported
+                                       tree modes
+  static_fields                        the string/enum fields (pytree aux data); the other
+                                       fields are float parameters (pytree leaves)
 
 For speed, the chain verifier does not call `accept_prob` on full vectors: it gathers the
 scalars p(x), q(x) and calls `accept_from(px, qx, x, stats)`, where `stats(p, q)` holds the
@@ -49,11 +58,70 @@ _REGISTRY: dict[str, type] = {}
 
 
 def register(cls):
-    """Class decorator: adds a rule class to the registry under its `name`."""
+    """Class decorator: adds a rule class to the registry and registers it as a pytree.
+
+    Apply it above `@dataclasses.dataclass(frozen=True)`. Fields named in the class's
+    `static_fields` become static aux data of the pytree; every other field is a child
+    (a leaf: a float parameter). Unflattening builds the instance with `object.__new__` and
+    `object.__setattr__`, so it never runs `__post_init__`.
+
+    Raises:
+      ValueError: the name is registered twice, `static_fields` names a field the class does
+        not have, or a field whose default is not a number (or None) is not declared static.
+    """
     if cls.name in _REGISTRY:
         raise ValueError(f'rule name {cls.name!r} is registered twice')
+    register_pytree(cls)
     _REGISTRY[cls.name] = cls
     return cls
+
+
+def register_pytree(cls) -> None:
+    """Registers a frozen dataclass (a rule, or a rule-like container) as a JAX pytree.
+
+    Children: the dataclass fields not in `cls.static_fields`, in field order. Aux data: the
+    values of the static fields (they must be hashable). Checks that `static_fields` names
+    fields of the class and that no field with a non-numeric default (a string, say) is left
+    as a leaf by mistake.
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f'{cls.__name__}: register it above @dataclasses.dataclass(frozen=True)')
+    field_names = tuple(f.name for f in dataclasses.fields(cls))
+    static = tuple(getattr(cls, 'static_fields', ()))
+    unknown = [n for n in static if n not in field_names]
+    if unknown:
+        raise ValueError(f'{cls.__name__}: static_fields {unknown} are not fields ({field_names})')
+    for f in dataclasses.fields(cls):
+        default = f.default
+        numeric = (
+            default is None
+            or default is dataclasses.MISSING
+            or (isinstance(default, (int, float)) and not isinstance(default, bool))
+        )
+        if f.name not in static and not numeric:
+            raise ValueError(
+                f'{cls.__name__}: field {f.name!r} has default {default!r}, which is not a '
+                'float parameter; list it in static_fields'
+            )
+    children = tuple(n for n in field_names if n not in static)
+    keys = tuple(jax.tree_util.GetAttrKey(n) for n in children)
+
+    def flatten_with_keys(obj):
+        aux = tuple(getattr(obj, n) for n in static)
+        return tuple(zip(keys, (getattr(obj, n) for n in children), strict=True)), aux
+
+    def flatten(obj):
+        return tuple(getattr(obj, n) for n in children), tuple(getattr(obj, n) for n in static)
+
+    def unflatten(aux, values):
+        obj = object.__new__(cls)  # No __init__ / __post_init__: values may be tracers.
+        for n, v in zip(static, aux, strict=True):
+            object.__setattr__(obj, n, v)
+        for n, v in zip(children, values, strict=True):
+            object.__setattr__(obj, n, v)
+        return obj
+
+    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
 
 
 def names() -> tuple[str, ...]:
@@ -106,7 +174,13 @@ def _parse_value(value: str) -> Any:
 def check_range(
     rule: str, name: str, value: Any, lo: float, hi: float, *, lo_open: bool, hi_open: bool
 ) -> float:
-    """Validates a rule parameter; returns it as a float or raises a clear ValueError."""
+    """Validates a rule parameter; returns it as a float or raises a clear ValueError.
+
+    A traced value (a rule built inside a jitted function from traced numbers) cannot be
+    checked and is returned unchanged.
+    """
+    if isinstance(value, jax.core.Tracer):
+        return value
     interval = f'{"(" if lo_open else "["}{lo:g}, {hi:g}{")" if hi_open else "]"}'
     try:
         v = float(value)
@@ -121,6 +195,24 @@ def check_range(
 def set_field(obj, name: str, value: Any) -> None:
     """Sets a field on a frozen dataclass (used in __post_init__ to store validated floats)."""
     object.__setattr__(obj, name, value)
+
+
+def host_equal(rule: str, prop: str, name: str, value: Any, target: float) -> bool:
+    """`value == target` as a Python bool, for host-side properties such as `lossless`.
+
+    Raises:
+      TypeError: `value` is traced (the property was read inside a jitted function); such
+        properties describe concrete rules and are read on the host only.
+    """
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(
+            f'{rule}.{prop} is a host-side property: parameter {name} is traced here; read it '
+            'outside jit on a rule with concrete parameters'
+        )
+    try:
+        return bool(value == target)
+    except (TypeError, ValueError):  # Placeholders or arrays of several values.
+        return False
 
 
 # ----------------------------------------------------------------------------------------
@@ -199,12 +291,21 @@ def residual_entropy(state: NodeState) -> Array:
 
 
 class Rule:
-    """Base class of all verification rules (subclasses are frozen dataclasses).
+    """Base class of all verification rules.
+
+    Subclasses are frozen dataclasses registered with `register`, which makes them pytrees:
+    float parameters are leaves, the fields in `static_fields` are static aux data. Rule
+    methods must treat parameters as (possibly traced) arrays: jnp ops only, no Python
+    branching on a parameter's value, no `float(self.x)` or `math.*` on it.
 
     Class attributes:
       name: registry name.
+      static_fields: names of the string/enum-like fields (pytree aux data, hashable); every
+        other dataclass field is a float parameter (a pytree leaf).
       lossless: True when the emitted law equals the rule's reference law exactly for every
-        (p, q): p itself, or onehot(argmax p) for `greedy`.
+        (p, q): p itself, or onehot(argmax p) for `greedy`. A host-side property: rules whose
+        exactness depends on a parameter (lenience l = 1, cos lam = 0) compute it from the
+        concrete value (a Python bool) and raise TypeError if read on a traced rule.
       tree_modes: the tree verification modes supported: 'deterministic' (EAGLE-style
         ordered siblings, rejection zeroes the sibling) and/or 'sampled' (SpecInfer).
       section: the PAPER.md section that defines the rule.
@@ -214,6 +315,7 @@ class Rule:
     """
 
     name: ClassVar[str] = ''
+    static_fields: ClassVar[tuple[str, ...]] = ()
     lossless: ClassVar[bool] = False
     stats_need_q: ClassVar[bool] = False
     tree_modes: ClassVar[tuple[str, ...]] = ()

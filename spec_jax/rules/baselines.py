@@ -10,6 +10,7 @@ builds that comparison for any rule: rules without a truncation set get the plai
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -33,17 +34,24 @@ class MatchedBaseline:
     (lossless) then emits exactly `transform(p)` = p_A. In EAGLE tree mode only the target
     is transformed; tokens outside A have p = 0 and are never accepted or sampled.
 
+    A pytree: `rule`, `param` and `source` are children (so `param` and the source rule's
+    parameters may be traced, e.g. when `matched_baseline(rule)` is called inside jit on a
+    traced rule), `truncation` is static aux data. Unflattening skips `__post_init__`.
+
     Attributes:
       rule: the lossless rule.
-      truncation: one of TRUNCATIONS.
-      param: the truncation parameter (rho, eta, alpha gap) or None.
+      truncation: one of TRUNCATIONS (static).
+      param: the truncation parameter (rho, eta, alpha gap) or None; a float or a traced
+        scalar.
       source: the lossy rule this baseline matches.
     """
 
     rule: base.Rule
     truncation: str = 'none'
-    param: float | None = None
+    param: Any = None
     source: base.Rule | None = None
+
+    static_fields: ClassVar[tuple[str, ...]] = ('truncation',)
 
     def __post_init__(self):
         if self.truncation not in TRUNCATIONS:
@@ -73,6 +81,9 @@ class MatchedBaseline:
     def law(self, p: jax.Array) -> jax.Array:
         """The exact output law p_A of the baseline, [..., V]."""
         return self.transform(p)
+
+
+base.register_pytree(MatchedBaseline)
 
 
 def matched_baseline(rule: base.Rule) -> MatchedBaseline:

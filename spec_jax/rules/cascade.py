@@ -41,6 +41,7 @@ class SpecCascade(base.YieldRule):
     alpha: float = 0.0
 
     name = 'speccascade'
+    static_fields = ('deferral',)
     stats_need_q = True
     section = '§3.4'
 

@@ -41,7 +41,7 @@ def uniform_open_closed(key: jax.Array, shape) -> jax.Array:
     return 1.0 - jax.random.uniform(key, shape, jnp.float32)
 
 
-@functools.partial(jax.jit, static_argnames=('rule', 'pad_id'))
+@functools.partial(jax.jit, static_argnames=('pad_id',))
 def verify_chain(
     rule: base.Rule,
     key: jax.Array,
@@ -57,17 +57,33 @@ def verify_chain(
     accepts. One token is then drawn from rule.replacement(p_n, q_n) if n < A, else from
     rule.bonus(p_A). Only the row n is materialised as a [B, V] residual.
 
+    The rule is a pytree argument: its float parameters are traced, so calls that differ only
+    in a parameter's value share one compilation; its static fields (a deferral, a mode) and
+    its class select the trace.
+
+    Randomness. With one key, the uniforms [B, A] and the final samples [B] are drawn from
+    it for the whole batch at once (so row b's draws depend on B). With B keys (one per row:
+    a raw uint32 array [B, 2] as `jax.random.split(k, B)` returns, or a typed key array
+    [B]), row b splits its own key into a uniform key and a sampling key and draws its A
+    uniforms and its final token from them only (`sampling.map_rows`, `sampling.sample_rows`:
+    a vmap for threefry keys, a loop over rows for rbg keys, which vmap does not keep per
+    row): row b's result is then the same whichever other rows share the batch, and equals
+    verify_chain on row b alone with the single key keys[b].
+
     Args:
-      rule: a rules.Rule (static).
-      key: PRNG key.
+      rule: a rules.Rule (a pytree; its float parameters may be traced).
+      key: one PRNG key, or B keys (one per row), see above.
       target_probs_bav1: [B, A+1, V] processed target probabilities; row i is the law of
         the token after the prefix and x_1..x_i.
       draft_probs_bav: [B, A, V] processed draft probabilities the drafts were sampled from.
       draft_tokens_ba: [B, A] int drafted tokens.
-      pad_id: token written after the emitted ones.
+      pad_id: token written after the emitted ones (static).
 
     Returns:
       ChainResult.
+
+    Raises:
+      ValueError: the shapes do not match, or the number of keys is not B.
     """
     b, a1, _ = target_probs_bav1.shape
     a = a1 - 1
@@ -77,7 +93,13 @@ def verify_chain(
             f'{draft_probs_bav.shape}, tokens {draft_tokens_ba.shape} do not match [B, A+1, V], '
             '[B, A, V], [B, A]'
         )
-    key_u, key_s = jax.random.split(key)
+    per_row = sampling.is_key_batch(key)
+    if per_row:
+        if key.shape[0] != b:
+            raise ValueError(f'verify_chain: {key.shape[0]} keys for a batch of {b} rows')
+        key_u, key_s = sampling.map_rows(lambda k: tuple(jax.random.split(k)), key)
+    else:
+        key_u, key_s = jax.random.split(key)
     rows = jnp.arange(b)
     x = draft_tokens_ba.astype(jnp.int32)
     if a > 0:
@@ -90,7 +112,11 @@ def verify_chain(
             stats = jax.tree_util.tree_map(lambda s: s[:, :a], rule.stats(target_probs_bav1, None))
         accept_probs = rule.accept_from(px, qx, x, stats)
         accept_probs = accept_probs.astype(jnp.float32)
-        accept = uniform_open_closed(key_u, (b, a)) <= accept_probs
+        if per_row:
+            u = sampling.map_rows(lambda k: uniform_open_closed(k, (a,)), key_u)
+        else:
+            u = uniform_open_closed(key_u, (b, a))
+        accept = u <= accept_probs
         accepted = jnp.cumprod(accept.astype(jnp.int32), axis=1).astype(bool)
         n = accepted.sum(1).astype(jnp.int32)
         p_n = target_probs_bav1[rows, n]  # [B, V]
@@ -101,7 +127,7 @@ def verify_chain(
         accepted = jnp.zeros((b, 0), bool)
         n = jnp.zeros((b,), jnp.int32)
         dist = rule.bonus(target_probs_bav1[:, 0])
-    final = sampling.sample(key_s, dist)
+    final = sampling.sample_rows(key_s, dist) if per_row else sampling.sample(key_s, dist)
     pos = jnp.arange(a + 1)[None, :]
     x_pad = jnp.concatenate([x, jnp.full((b, 1), pad_id, jnp.int32)], axis=1)
     tokens = jnp.where(

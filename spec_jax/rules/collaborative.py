@@ -48,8 +48,9 @@ class Lenience(base.Rule):
         )
 
     @property
-    def lossless(self):  # noqa: D102 - l = 1 is exactly speculative sampling.
-        return self.l == 1.0
+    def lossless(self) -> bool:
+        """l = 1 is exactly speculative sampling. Host-side: raises TypeError on a traced l."""
+        return base.host_equal('lenience', 'lossless', 'l', self.l, 1.0)
 
     def accept_from(self, px, qx, x, stats):
         ratio = px / (self.l * jnp.where(qx > 0, qx, 1.0))
@@ -98,8 +99,9 @@ class CoS(base.YieldRule):
         )
 
     @property
-    def lossless(self):  # noqa: D102
-        return self.lam == 0.0
+    def lossless(self) -> bool:
+        """lam = 0 is exactly speculative sampling. Host-side: raises TypeError on a traced lam."""
+        return base.host_equal('cos', 'lossless', 'lam', self.lam, 0.0)
 
     def yield_from(self, px, qx, x, stats):
         return jnp.minimum(qx, self.lam * qx + (1.0 - self.lam) * px)

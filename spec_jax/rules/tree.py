@@ -223,7 +223,7 @@ def _scan_node(rule, p_bv, sibs_bc, u_bc, q_bv=None):
     return choice, final
 
 
-@functools.partial(jax.jit, static_argnames=('rule',))
+@jax.jit
 def verify_node(
     rule: base.Rule,
     key: jax.Array,
@@ -234,7 +234,7 @@ def verify_node(
     """Verifies the ordered siblings of one node.
 
     Args:
-      rule: a tree-capable rule (static).
+      rule: a tree-capable rule (a pytree; its float parameters may be traced).
       key: PRNG key.
       target_probs_bv: [B, V] processed target at the node.
       siblings_bc: [B, C] int sibling tokens in draft order; -1 is padding.
@@ -270,7 +270,8 @@ def verify_tree(
     """Verifies a whole draft tree and returns the accepted path and the final token.
 
     Args:
-      rule: a tree-capable rule.
+      rule: a tree-capable rule (a pytree argument of the jitted walk: its float parameters
+        are traced, its class and static fields select the trace).
       key: PRNG key.
       tree: a static `Tree`, or traced parent pointers [M] or [B, M] (then give
         `max_depth` and `max_children`, defaults M - 1).
@@ -301,7 +302,7 @@ def verify_tree(
     )
 
 
-@functools.partial(jax.jit, static_argnames=('rule', 'max_depth', 'pad_id'))
+@functools.partial(jax.jit, static_argnames=('max_depth', 'pad_id'))
 def _verify_tree(
     rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv, max_depth, pad_id
 ):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import jax
 import jax.numpy as jnp
 
 from spec_jax import sampling
@@ -124,7 +125,7 @@ class EtaVerify(_HardSetChain):
     def tree_gate(self, pc, c, state):
         big_p = pc / jnp.maximum(state.mass, base.ZERO_MASS)
         h = base.residual_entropy(state)
-        tau = jnp.minimum(self.eta, math.sqrt(self.eta) * jnp.exp(-h))
+        tau = jnp.minimum(self.eta, jnp.sqrt(jnp.asarray(self.eta, h.dtype)) * jnp.exp(-h))
         return jnp.where(tau <= 1e-9, 1.0, jnp.clip(big_p / jnp.maximum(tau, 1e-30), 0.0, 1.0))
 
 
@@ -151,12 +152,18 @@ class Typical(base.Rule):
     mode: str = 'argmax'
 
     name = 'typical'
+    static_fields = ('mode',)
     section = '§3.5, §3.6'
 
     def __post_init__(self):
         eps = base.check_range('typical', 'eps', self.eps, 0.0, 1.0, lo_open=True, hi_open=True)
         base.set_field(self, 'eps', eps)
-        delta = math.sqrt(eps) if self.delta is None else self.delta
+        if self.delta is not None:
+            delta = self.delta
+        elif isinstance(eps, jax.core.Tracer):  # Built inside jit from a traced eps.
+            delta = jnp.sqrt(eps)
+        else:
+            delta = math.sqrt(eps)
         base.set_field(
             self,
             'delta',

@@ -27,8 +27,10 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 from absl import logging
+from tqdm import tqdm
 
-from spec_jax import data_files
+from spec_jax import data_files, decoding
+from spec_jax.sampling import Sampler
 
 # MBPP's test split (task ids 11-510) is evaluated, and so is MBPP+, whose tasks come from
 # every MBPP split (160 of the 170 sanitized train/validation/prompt tasks are in it):
@@ -375,8 +377,6 @@ def write_sidecar(
     Returns:
       Counts: shards written now, shards total, tokens, seconds.
     """
-    from tqdm import tqdm
-
     shards = sorted(finished_shards(directory))
     todo = [k for k in shards if not os.path.exists(sidecar_path(directory, name, k))]
     written, tokens, start = 0, 0, time.time()
@@ -483,19 +483,15 @@ def generate_dataset(
     Returns:
       Counts: shards written now, shards total, response tokens written now, seconds.
     """
-    from tqdm import tqdm
-
-    from spec_jax.decoding import autoregressive as ar
-    from spec_jax.sampling import Sampler
-
     tok = model.tokenizer
-    settings = ar.DecodeSettings(
+    settings = decoding.DecodeSettings(
         max_new_tokens=max_new_tokens,
         stop_tokens=tok.stop_ids,
         max_prompt_len=max_prompt_len,
         prompt_bucket=prompt_bucket,
         pad_id=tok.pad_id or 0,
     )
+    engine = decoding.Engine(model.cfg, settings)  # Greedy AR.
     encoded = []
     for p in prompts:
         ids = tok.encode_chat(list(p.messages))
@@ -525,13 +521,8 @@ def generate_dataset(
         if deadline is not None and time.time() > deadline:
             break
         batch = batches[k]
-        result = ar.generate(
-            model.cfg,
-            model.params,
-            [ids for _, ids in batch],
-            settings,
-            Sampler(temperature=0.0),
-            seed=seed + k,
+        result = decoding.generate(
+            engine, decoding.Params(model.params), [ids for _, ids in batch], seed=seed + k
         )
         examples = []
         for (_, ids), out in zip(batch, result.tokens, strict=True):
@@ -601,25 +592,22 @@ def self_instruct_prompts(
     Returns:
       The prompts of every finished batch (at most ceil(num_prompts / batch_size) batches).
     """
-    from tqdm import tqdm
-
-    from spec_jax.decoding import autoregressive as ar
-    from spec_jax.sampling import Sampler
-
     tok = model.tokenizer
     marker = '\x00'
     rendered = tok.apply_chat_template(
         [{'role': 'user', 'content': marker}], add_generation_prompt=False
     )
     prefix = tok.encode(rendered.split(marker)[0])
-    settings = ar.DecodeSettings(
+    settings = decoding.DecodeSettings(
         max_new_tokens=max_tokens,
         stop_tokens=tok.stop_ids,
         max_prompt_len=len(prefix),
         prompt_bucket=len(prefix),
         pad_id=tok.pad_id or 0,
     )
-    sampler = Sampler(temperature=temperature, min_p=min_p)
+    engine = decoding.Engine(
+        model.cfg, settings, sampler=Sampler(temperature=temperature, min_p=min_p)
+    )
     os.makedirs(directory, exist_ok=True)
     out = []
     num_batches = -(-num_prompts // batch_size)
@@ -628,8 +616,8 @@ def self_instruct_prompts(
         if not os.path.exists(path):
             if deadline is not None and time.time() > deadline:
                 break
-            result = ar.generate(
-                model.cfg, model.params, [prefix] * batch_size, settings, sampler, seed=seed + k
+            result = decoding.generate(
+                engine, decoding.Params(model.params), [prefix] * batch_size, seed=seed + k
             )
             texts = [
                 tok.decode(ids[:-1]).strip()

@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spec_jax.decoding import autoregressive as ar
-from spec_jax.decoding import speculative as sp
+from spec_jax import decoding
 from spec_jax.decoding.drafters import Eagle3Drafter, PromptLookup
+from spec_jax.decoding.state import DecodeSettings, prefill
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.cache import KVCache
 from spec_jax.models.config import ModelConfig
@@ -23,7 +23,8 @@ HEAD = e3.Eagle3Config.for_target(
     CFG, draft_vocab_size=23, num_heads=2, num_kv_heads=1, head_dim=8, mlp_width=24
 )
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11, 12], [7]]
-DEC = ar.DecodeSettings(max_new_tokens=20, prompt_bucket=8, new_tokens_bucket=8)
+KEYS0, KEYS1 = (jax.random.split(jax.random.PRNGKey(i), 2) for i in (0, 1))  # A key a row.
+DEC = DecodeSettings(max_new_tokens=20, prompt_bucket=8, new_tokens_bucket=8)
 A = 3
 
 
@@ -64,7 +65,7 @@ def test_drafts_follow_the_training_time_test(models):
     lengths = jnp.array([len(p) for p in prompts], jnp.int32)
     prompt_bp = jnp.array([p + [0] * (bucket - len(p)) for p in prompts], jnp.int32)
     cache = KVCache.init(CFG, 2, slots)
-    logits_bv, taps_bped, cache = ar.prefill(
+    logits_bv, taps_bped, cache = prefill(
         CFG, target, cache, prompt_bp, lengths, drafter.tap_layers
     )
     first = jnp.argmax(logits_bv, -1)
@@ -73,7 +74,7 @@ def test_drafts_follow_the_training_time_test(models):
     state = drafter.init(params, history, lengths, bucket, taps_bped)
     probs = jax.nn.softmax  # Sampled drafts at temperature 1: q is the head's whole law.
     state, x_ba, q_bav = drafter.propose(
-        params, state, history, lengths, jax.random.PRNGKey(0), A, probs
+        params, state, history, lengths, KEYS0, A, probs
     )
     rows = [list(p) + [int(first[b])] + list(map(int, x_ba[b])) for b, p in enumerate(prompts)]
     for b, row in enumerate(rows):  # Unbatched: each row's own length, no padding.
@@ -84,7 +85,7 @@ def test_drafts_follow_the_training_time_test(models):
     use_ba = jnp.array([[True, False, False], [False, True, True]])
     forced = (jnp.full((2, A), 9, jnp.int32), use_ba)
     _, y_ba, qf_bav = drafter.propose(
-        params, state, history, lengths, jax.random.PRNGKey(0), A, probs, forced
+        params, state, history, lengths, KEYS0, A, probs, forced
     )
     np.testing.assert_array_equal(jnp.where(use_ba, y_ba, 9), 9)
     for b, p in enumerate(prompts):
@@ -112,7 +113,7 @@ def test_drafts_follow_the_training_time_test(models):
         history2 = history2.at[b, : len(r)].set(jnp.array(r, jnp.int32))
     state = drafter.observe(params, state, history2, lengths, committed, taps_bted)
     _, y_ba, q2_bav = drafter.propose(
-        params, state, history2, committed, jax.random.PRNGKey(1), A, probs
+        params, state, history2, committed, KEYS1, A, probs
     )
     for b, r in enumerate(new_rows):
         row = r + list(map(int, y_ba[b]))
@@ -125,17 +126,12 @@ def test_drafts_follow_the_training_time_test(models):
 def test_greedy_eagle3_chain_equals_greedy_ar(models, num_draft, lookup):
     """Also behind prompt lookup, whose forced tokens the head must consume as its own."""
     target, head = models
-    greedy = ar.generate(CFG, target, PROMPTS, DEC).tokens
+    greedy = decoding.generate(decoding.Engine(CFG, DEC), decoding.Params(target), PROMPTS)
     drafter = PromptLookup(Eagle3Drafter(HEAD), 2, lookup) if lookup else Eagle3Drafter(HEAD)
-    result = sp.generate(
-        CFG,
-        target,
-        drafter,
-        Eagle3Drafter.params_for(head, target),
-        PROMPTS,
-        sp.SpecSettings(DEC, num_draft),
-    )
-    assert result.tokens == greedy
+    chain = decoding.Engine(CFG, DEC, drafter, num_draft)
+    params = decoding.Params(target, Eagle3Drafter.params_for(head, target))
+    result = decoding.generate(chain, params, PROMPTS)
+    assert result.tokens == greedy.tokens
     assert result.stats['blocks'] > 0
 
 
@@ -143,11 +139,8 @@ def test_head_for_another_target_fails_before_compiling(models):
     target, head = models
     other = e3.Eagle3Config.for_target(ModelConfig.tiny(vocab_size=V, width=40), 23)
     with pytest.raises(ValueError, match='expects target width 40'):
-        sp.generate(
-            CFG,
-            target,
-            Eagle3Drafter(other),
-            Eagle3Drafter.params_for(head, target),
+        decoding.generate(
+            decoding.Engine(CFG, DEC, Eagle3Drafter(other), 2),
+            decoding.Params(target, Eagle3Drafter.params_for(head, target)),
             PROMPTS,
-            sp.SpecSettings(DEC, 2),
         )

@@ -6,10 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from spec_jax import checkpoints
+from spec_jax import checkpoints, decoding
 from spec_jax.checkpoints import eagle_formats
-from spec_jax.decoding import autoregressive as ar
-from spec_jax.decoding import speculative as sp
 from spec_jax.decoding.drafters import Eagle3Drafter, LMDrafter, NgramDrafter
 from spec_jax.models.config import ModelConfig
 from spec_jax.testing import random_params
@@ -28,6 +26,7 @@ NEW_TOKENS = 64
 DRAFTS = os.path.join(os.path.dirname(checkpoints.__file__), '..', 'assets', 'drafts')
 DRAFT_DIR = os.path.join(DRAFTS, 'smollm2_135m_draft')
 HEAD_DIR = os.path.join(DRAFTS, 'smollm2_135m_eagle3')
+DEC = decoding.DecodeSettings(max_new_tokens=NEW_TOKENS, stop_tokens=())
 
 
 @pytest.fixture(scope='module')
@@ -38,8 +37,8 @@ def prompt_ids(embedded):
 @pytest.fixture(scope='module')
 def greedy_ar(embedded, prompt_ids):
     """Greedy AR on all five prompts in one batch (rows of different lengths)."""
-    settings = ar.DecodeSettings(max_new_tokens=NEW_TOKENS, stop_tokens=())
-    return ar.generate(embedded.cfg, embedded.params, prompt_ids, settings).tokens
+    ar = decoding.Engine(embedded.cfg, DEC)
+    return decoding.generate(ar, decoding.Params(embedded.params), prompt_ids).tokens
 
 
 @pytest.mark.parity
@@ -74,17 +73,14 @@ def drafters(embedded):
 
 @pytest.mark.parametrize('num_draft', [1, 3, 5])
 def test_greedy_speculative_equals_greedy_ar(embedded, prompt_ids, greedy_ar, num_draft):
-    settings = sp.SpecSettings(
-        ar.DecodeSettings(max_new_tokens=NEW_TOKENS, stop_tokens=()), num_draft
-    )
     for name, drafter, params in drafters(embedded):
         if num_draft != 3 and name != 'random':
             continue  # Every gamma with one draft; every draft at gamma 3 (compile budget).
-        result = sp.generate(embedded.cfg, embedded.params, drafter, params, prompt_ids, settings)
+        chain = decoding.Engine(embedded.cfg, DEC, drafter, num_draft)
+        both = decoding.Params(embedded.params, params)
+        result = decoding.generate(chain, both, prompt_ids)
         assert result.tokens == greedy_ar, name
-        single = sp.generate(
-            embedded.cfg, embedded.params, drafter, params, prompt_ids[:1], settings
-        )
+        single = decoding.generate(chain, both, prompt_ids[:1])
         assert single.tokens == greedy_ar[:1], name
         assert np.isfinite(result.stats['block_efficiency'])
 

@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spec_jax import rules
-from spec_jax.decoding import autoregressive as ar
-from spec_jax.decoding import batching
-from spec_jax.decoding import speculative as sp
+from spec_jax import decoding, rules
+from spec_jax.decoding import batching, engine
 from spec_jax.decoding.drafters import LMDrafter, NgramDrafter, PromptLookup, lookup
+from spec_jax.decoding.state import DecodeSettings, row_limits
+from spec_jax.decoding.stats import Stats, summarize
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import causal_forward
 from spec_jax.sampling import Sampler
@@ -24,7 +24,21 @@ DRAFT_CFG = ModelConfig.tiny(
     vocab_size=V, num_layers=1, width=16, num_heads=2, num_kv_heads=1, head_dim=8, mlp_width=24
 )
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11, 12], [7]]
-DEC = ar.DecodeSettings(max_new_tokens=20, prompt_bucket=8, new_tokens_bucket=8)
+DEC = DecodeSettings(max_new_tokens=20, prompt_bucket=8, new_tokens_bucket=8)
+
+
+def gen(target, drafter, draft, prompts, num_draft, dec=DEC, seed=0, max_new_tokens=None,
+        sample_ids=None, **engine_fields):  # fmt: skip
+    """The engine's host entry point with a chain engine of these parts."""
+    chain = decoding.Engine(CFG, dec, drafter, num_draft, **engine_fields)
+    return decoding.generate(
+        chain, decoding.Params(target, draft), prompts, seed=seed,
+        max_new_tokens=max_new_tokens, sample_ids=sample_ids,
+    )  # fmt: skip
+
+
+def ar_gen(target, prompts, dec=DEC, **kw):
+    return decoding.generate(decoding.Engine(CFG, dec), decoding.Params(target), prompts, **kw)
 
 
 @pytest.fixture(scope='module')
@@ -39,55 +53,70 @@ def draft():
 
 @pytest.fixture(scope='module')
 def greedy_ar(target):
-    return ar.generate(CFG, target, PROMPTS, DEC).tokens
+    return ar_gen(target, PROMPTS).tokens
 
 
 @pytest.mark.parametrize('num_draft', [1, 3, 5])
 def test_greedy_speculative_equals_greedy_ar(target, draft, greedy_ar, num_draft):
-    settings = sp.SpecSettings(DEC, num_draft)
-    result = sp.generate(CFG, target, LMDrafter(DRAFT_CFG), draft, PROMPTS, settings)
+    result = gen(target, LMDrafter(DRAFT_CFG), draft, PROMPTS, num_draft)
     assert result.tokens == greedy_ar
     assert 0 < result.stats['acceptance_rate'] < 1  # A real mix of accepts and rejects.
     # The target as its own draft accepts every draft: A + 1 tokens per block.
-    perfect = sp.generate(CFG, target, LMDrafter(CFG), target, PROMPTS, settings)
+    perfect = gen(target, LMDrafter(CFG), target, PROMPTS, num_draft)
     assert perfect.tokens == greedy_ar
     assert perfect.stats['acceptance_rate'] == 1.0
     assert perfect.stats['block_efficiency'] == num_draft + 1
 
 
 def test_greedy_with_other_drafters_and_batch_one(target, draft, greedy_ar):
-    settings = sp.SpecSettings(DEC, 3)
-    ngram = sp.generate(CFG, target, NgramDrafter(2, V), None, PROMPTS, settings)
+    ngram = gen(target, NgramDrafter(2, V), None, PROMPTS, 3)
     assert ngram.tokens == greedy_ar
     looked_up = PromptLookup(LMDrafter(DRAFT_CFG), 2, 1)
-    assert sp.generate(CFG, target, looked_up, draft, PROMPTS, settings).tokens == greedy_ar
-    single = sp.generate(CFG, target, LMDrafter(DRAFT_CFG), draft, PROMPTS[1:2], settings)
+    assert gen(target, looked_up, draft, PROMPTS, 3).tokens == greedy_ar
+    single = gen(target, LMDrafter(DRAFT_CFG), draft, PROMPTS[1:2], 3)
     assert single.tokens == greedy_ar[1:2]
 
 
+def test_draft_vocabulary_that_differs_only_by_padding():
+    """A draft whose embedding table is the target's tokenizer with other padding rows:
+    target V = 67 with a 61-row draft (q = 0 on ids 61-66), and V = 61 with a 67-row
+    draft (its extra rows cut), both give greedy AR's tokens; undeclared, it is refused."""
+    for v_target, v_draft in ((67, 61), (61, 67)):
+        cfg = ModelConfig.tiny(vocab_size=v_target)
+        draft_cfg = dataclasses.replace(DRAFT_CFG, vocab_size=v_draft)
+        target = random_params(cfg, seed=3, std=0.16)
+        draft = random_params(draft_cfg, seed=4, std=0.16)
+        plain = decoding.generate(decoding.Engine(cfg, DEC), decoding.Params(target), PROMPTS)
+        chain = decoding.Engine(cfg, DEC, LMDrafter(draft_cfg, vocab_size=v_target), 3)
+        result = decoding.generate(chain, decoding.Params(target, draft), PROMPTS)
+        assert result.tokens == plain.tokens
+        assert 0 < result.stats['acceptance_rate'] < 1
+        with pytest.raises(ValueError, match=f'drafts over {v_draft} ids .* has {v_target}'):
+            decoding.Engine(cfg, DEC, LMDrafter(draft_cfg), 3).check()
+
+
 def test_greedy_rule_equals_greedy_ar(target, draft, greedy_ar):
-    settings = sp.SpecSettings(DEC, 3, rules.make('greedy'))
-    result = sp.generate(CFG, target, LMDrafter(DRAFT_CFG), draft, PROMPTS, settings)
-    assert result.tokens == greedy_ar
+    """The greedy rule emits the target's argmax whatever the temperature: at T 1 (where
+    the draft samples) its first token and every later one equal greedy AR's."""
+    for temperature in (0.0, 1.0):
+        sampler = Sampler(temperature=temperature)
+        for num_draft in (0, 3):
+            drafter = LMDrafter(DRAFT_CFG) if num_draft else None
+            result = gen(target, drafter, draft, PROMPTS, num_draft, rule=rules.make('greedy'),
+                         sampler=sampler, seed=5)  # fmt: skip
+            assert result.tokens == greedy_ar, (temperature, num_draft)
 
 
 def test_stops_and_limits(target, draft, greedy_ar):
     free = greedy_ar
     stop = free[1][6]
-    dec = ar.DecodeSettings(
+    dec = DecodeSettings(
         max_new_tokens=20, prompt_bucket=8, new_tokens_bucket=8, stop_tokens=(stop,), pad_id=0
     )
     limits = [20, 20, 5]
     for num_draft in (2, 5):
-        result = sp.generate(
-            CFG,
-            target,
-            LMDrafter(DRAFT_CFG),
-            draft,
-            PROMPTS,
-            sp.SpecSettings(dec, num_draft),
-            max_new_tokens=limits,
-        )
+        result = gen(target, LMDrafter(DRAFT_CFG), draft, PROMPTS, num_draft, dec,
+                     max_new_tokens=limits)  # fmt: skip
         for got, want, limit in zip(result.tokens, free, limits):
             cut = want.index(stop) + 1 if stop in want[:limit] else limit
             assert got == want[:cut]
@@ -100,13 +129,10 @@ def test_sampled_rows_end_at_their_first_stop_token(soft_models):
     sampler = Sampler(temperature=1.0)
     p1 = np.asarray(next_probs(target, [PROMPT], sampler))[0]
     stop = int(p1.argmax())
-    dec = ar.DecodeSettings(
-        max_new_tokens=12, prompt_bucket=8, new_tokens_bucket=8, stop_tokens=(stop,)
-    )
-    rows = sp.generate(
-        CFG, target, LMDrafter(DRAFT_CFG), draft, [PROMPT] * 300, sp.SpecSettings(dec, 3),
-        sampler,
-    ).tokens  # fmt: skip
+    dec = DecodeSettings(max_new_tokens=12, prompt_bucket=8, new_tokens_bucket=8,
+                         stop_tokens=(stop,))  # fmt: skip
+    rows = gen(target, LMDrafter(DRAFT_CFG), draft, [PROMPT] * 300, 3, dec,
+               sampler=sampler).tokens  # fmt: skip
     for row in rows:  # Cut just after the first stop token within the limit, else at it.
         assert len(row) == (row.index(stop) + 1 if stop in row[:12] else 12)
     # The run covered the cases: a stop as the first token, and stops at 5+ later lengths.
@@ -120,13 +146,10 @@ def test_statistics_match_a_host_replay(target, draft):
     from each block's context against the target's greedy text (a draft is accepted iff
     it is the target's token there), with per-row limits that end rows mid-block."""
     a, limits = 3, [20, 11, 6]
-    settings = sp.SpecSettings(DEC, a)
-    got = sp.generate(
-        CFG, target, LMDrafter(DRAFT_CFG), draft, PROMPTS, settings, max_new_tokens=limits
-    ).stats
+    got = gen(target, LMDrafter(DRAFT_CFG), draft, PROMPTS, a, max_new_tokens=limits).stats
     # The target's text past each limit, for the last block's drafts.
-    longer = ar.DecodeSettings(max_new_tokens=20 + a + 1, prompt_bucket=8, new_tokens_bucket=8)
-    text = ar.generate(CFG, target, PROMPTS, longer).tokens
+    longer = DecodeSettings(max_new_tokens=20 + a + 1, prompt_bucket=8, new_tokens_bucket=8)
+    text = ar_gen(target, PROMPTS, longer).tokens
 
     width = 48  # Right padding leaves a causal model's logits at real positions unchanged.
     draft_argmax = jax.jit(lambda toks: causal_forward(DRAFT_CFG, draft, toks)[0].argmax(-1))
@@ -167,8 +190,7 @@ def test_ngram_rounds_verify_only_the_matched_drafts(target, greedy_ar):
     """The n-gram drafter's rounds are as wide as its matched continuation (0: an AR step):
     the row's counters equal a host replay of lookup on its greedy text."""
     a = 3
-    settings = sp.SpecSettings(DEC, a)
-    got = sp.generate(CFG, target, NgramDrafter(2, V), None, PROMPTS[:1], settings)
+    got = gen(target, NgramDrafter(2, V), None, PROMPTS[:1], a)
     assert got.tokens == greedy_ar[:1]
     text, emitted, widths, block_accepted = list(PROMPTS[0]) + greedy_ar[0], 1, [], []
     while emitted < DEC.max_new_tokens:
@@ -195,6 +217,7 @@ def test_ngram_rounds_verify_only_the_matched_drafts(target, greedy_ar):
 N = 4000
 TV_BOUND = 0.06
 PROMPT = [3, 1, 4, 1, 5]
+LOSSLESS = rules.Lossless()
 
 
 def next_probs(params, contexts, sampler, transform=lambda p: p, cfg=CFG):
@@ -203,11 +226,12 @@ def next_probs(params, contexts, sampler, transform=lambda p: p, cfg=CFG):
     return transform(sampler.probs(logits[:, -1]))
 
 
-def sample_rows(target, draft, settings, sampler, seed=0, drafter=None):
-    dec = ar.DecodeSettings(max_new_tokens=3, prompt_bucket=8, new_tokens_bucket=8)
-    settings = sp.SpecSettings(dec, settings.num_draft, settings.rule, settings.baseline)
+def sample_rows(target, draft, sampler, seed=0, drafter=None, rule=LOSSLESS,
+                baseline=False, num_draft=2):  # fmt: skip
+    dec = DecodeSettings(max_new_tokens=3, prompt_bucket=8, new_tokens_bucket=8)
     drafter = drafter or LMDrafter(DRAFT_CFG)
-    result = sp.generate(CFG, target, drafter, draft, [PROMPT] * N, settings, sampler, seed=seed)
+    result = gen(target, drafter, draft, [PROMPT] * N, num_draft, dec, seed=seed, rule=rule,
+                 baseline=baseline, sampler=sampler)  # fmt: skip
     return np.array(result.tokens)
 
 
@@ -271,7 +295,7 @@ def test_first_tokens_follow_the_rule_law(soft_models, name, distinct):
     target, draft = soft_models
     sampler = Sampler(temperature=1.0)
     rule = rules.make(name)
-    tokens = sample_rows(target, draft, sp.SpecSettings(DEC, 2, rule), sampler)
+    tokens = sample_rows(target, draft, sampler, rule=rule)
     laws = token_laws(target, draft, sampler, rule.induced)
     assert_follows(tokens, laws)
     if distinct:  # The check can tell the rule's law from the target's.
@@ -286,7 +310,7 @@ def test_prompt_lookup_keeps_the_target_law(soft_models):
     target, draft = soft_models
     sampler = Sampler(temperature=1.0)
     drafter = PromptLookup(LMDrafter(DRAFT_CFG), 2, 1)
-    tokens = sample_rows(target, draft, sp.SpecSettings(DEC, 2), sampler, 2, drafter)
+    tokens = sample_rows(target, draft, sampler, 2, drafter)
     laws = token_laws(target, draft, sampler, lambda p, q: p)
     assert laws[0][list(set(PROMPT))].sum() > 0.2  # Lookup fires on a fair share of rows.
     assert_follows(tokens, laws)
@@ -297,7 +321,7 @@ def test_ngram_rounds_keep_the_target_law(soft_models):
     live row's match (shorter rows verify their filler), gives the target's law."""
     target, draft = soft_models
     sampler = Sampler(temperature=1.0)
-    tokens = sample_rows(target, None, sp.SpecSettings(DEC, 2), sampler, 3, NgramDrafter(2, V))
+    tokens = sample_rows(target, None, sampler, 3, NgramDrafter(2, V))
     assert_follows(tokens, token_laws(target, draft, sampler, lambda p, q: p))
 
 
@@ -334,8 +358,7 @@ def test_matched_baseline_equals_truncation_sampling(soft_models, name):
     target, draft = soft_models
     sampler = Sampler(temperature=1.0)
     base = rules.matched_baseline(rules.make(name))
-    settings = sp.SpecSettings(DEC, 2, rules.make(name), baseline=True)
-    tokens = sample_rows(target, draft, settings, sampler, seed=1)
+    tokens = sample_rows(target, draft, sampler, seed=1, rule=rules.make(name), baseline=True)
     laws = token_laws(target, draft, sampler, lambda p, q: p, base.transform)
     assert_follows(tokens, laws)
     plain = token_laws(target, draft, sampler, lambda p, q: p)
@@ -344,12 +367,10 @@ def test_matched_baseline_equals_truncation_sampling(soft_models, name):
 
 def test_distortion_metering(soft_models):
     target, draft = soft_models
-    dec = ar.DecodeSettings(max_new_tokens=8, prompt_bucket=8, new_tokens_bucket=8)
+    dec = DecodeSettings(max_new_tokens=8, prompt_bucket=8, new_tokens_bucket=8)
     for name, lossless in [('lossless', True), ('cos:lam=0.8', False)]:
-        settings = sp.SpecSettings(dec, 3, rules.make(name), meter_distortion=True)
-        stats = sp.generate(
-            CFG, target, LMDrafter(DRAFT_CFG), draft, PROMPTS, settings, Sampler(temperature=1.0)
-        ).stats
+        stats = gen(target, LMDrafter(DRAFT_CFG), draft, PROMPTS, 3, dec, rule=rules.make(name),
+                    meter_distortion=True, sampler=Sampler(temperature=1.0)).stats  # fmt: skip
         assert stats['blocks'] > 0
         if lossless:
             assert stats['mean_tv'] < 1e-5 and abs(stats['max_overshoot'] - 1.0) < 1e-4
@@ -363,11 +384,11 @@ def test_distortion_per_position_by_hand():
     """The metered counters against numpy: at every reached draft position of a live row,
     TV and overshoot of rule.induced(p, q) from the matched baseline's law of p."""
     rule = rules.make('cos:lam=0.8')  # Matched baseline: the plain target.
-    settings = sp.SpecSettings(DEC, 3, rule, meter_distortion=True)
+    verification = engine.Verification(rule, False)
     rng = np.random.default_rng(0)
     b, a = 3, 3
     live = np.array([True, True, False])
-    stats = sp.SpecStats.zeros(b, a, 8)
+    stats = Stats.zeros(b, a, 8)
     tv_ba, overshoot_ba, reached_ba = np.zeros((b, a)), np.zeros((b, a)), np.zeros((b, a))
     for block in range(4):
         p = rng.dirichlet(np.full(V, 0.3), size=(b, a + 1)).astype(np.float32)
@@ -376,7 +397,7 @@ def test_distortion_per_position_by_hand():
             [[rng.choice(V, p=q[i, j] / q[i, j].sum()) for j in range(a)] for i in range(b)]
         )
         out = rules.verify_chain(rule, jax.random.PRNGKey(block), p, q, jnp.asarray(x))
-        stats = sp.update_stats(stats, settings, out, jnp.asarray(live), p, q)
+        stats = stats.update(out, jnp.asarray(live), verification.measure(p[:, :-1], q))
         pi, base = np.asarray(rule.induced(p[:, :-1], q)), p[:, :-1].astype(np.float64)
         mask = np.asarray(out.reached) & live[:, None]
         tv_ba += np.where(mask, 0.5 * np.abs(pi - base).sum(-1), 0.0)
@@ -385,78 +406,78 @@ def test_distortion_per_position_by_hand():
     assert reached_ba[:2].min() > 0 and reached_ba[:2].sum() < 8 * a  # Some rejections.
     np.testing.assert_allclose(stats.tv_at_ba, tv_ba, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(stats.overshoot_at_ba, overshoot_ba, rtol=1e-4)
-    summary = sp.summarize(stats)
+    summary = summarize(stats)
     np.testing.assert_allclose(
         summary['tv_at_position'], tv_ba.sum(0) / reached_ba.sum(0), rtol=1e-4
     )
     assert summary['per_row']['mean_tv'][2] is None  # A row never metered has no figure.
 
 
+def _loop_args(prompts, limit, seed=0):
+    batch = batching.pack_prompts(prompts, prompt_bucket=8, max_prompt_len=64)
+    return (jnp.asarray(batch.tokens), jnp.asarray(batch.lengths),
+            jnp.asarray(row_limits(limit, len(prompts), 20)),
+            jnp.arange(len(prompts), dtype=jnp.int32), jax.random.PRNGKey(seed))  # fmt: skip
+
+
 def test_no_retrace_across_values(target, draft):
-    settings = sp.SpecSettings(DEC, 3)
-    traced = jax.jit(
-        chex.assert_max_traces(sp.spec_generate.__wrapped__, n=1),
-        static_argnames=('cfg', 'drafter', 'settings'),
-    )
-    for prompts, limit, temperature, seed in [
-        ([[1, 2, 3], [4]], 20, 0.0, 0),
-        ([[5, 5, 5, 5, 5, 5], [6, 7]], 7, 0.8, 1),
-    ]:
-        batch = batching.pack_prompts(prompts, prompt_bucket=8, max_prompt_len=64)
-        traced(
-            CFG,
-            LMDrafter(DRAFT_CFG),
-            settings,
-            target,
-            draft,
-            Sampler(temperature=temperature),
-            jnp.asarray(batch.tokens),
-            jnp.asarray(batch.lengths),
-            jnp.asarray(ar.row_limits(limit, 2, 20)),
-            jax.random.PRNGKey(seed),
-        )
+    """New prompts, limits, temperatures, seeds, rule parameters and the baseline flag all
+    run through one compiled loop: 6 values of lenience's l and its matched baseline, then
+    min-p verification at 6 values of rho and its baseline (a second compile: another
+    rule class)."""
+    traced = jax.jit(chex.assert_max_traces(engine.decode_loop.__wrapped__, n=2))
+    chain = decoding.Engine(CFG, DEC, LMDrafter(DRAFT_CFG), 3)
+    runs = [
+        ([[1, 2, 3], [4]], 20, 0.0, 0, 'lenience', 'l', 1.0, False),
+        ([[5, 5, 5, 5, 5, 5], [6, 7]], 7, 0.8, 1, 'lenience', 'l', 0.9, False),
+    ]
+    runs += [([[1, 2], [3]], 20, 0.8, 2, 'lenience', 'l', v, False) for v in (0.05, 0.5, 1.0)]
+    runs += [([[1, 2], [3]], 20, 0.8, 2, 'lenience', 'l', 0.5, True)]
+    runs += [([[3], [1, 2]], 5, 0.7, 2, 'minp_verify', 'rho', r, r == 0.3)
+             for r in (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.3)]  # fmt: skip
+    accepted = {}
+    for prompts, limit, temperature, seed, name, field, value, baseline in runs:
+        run = chain.replace(rule=rules.make(name, **{field: value}), baseline=baseline,
+                            sampler=Sampler(temperature=temperature))  # fmt: skip
+        stats = traced(run, target, draft, *_loop_args(prompts, limit, seed))[2]
+        accepted[(name, value, baseline)] = int(stats.accepted.sum())
+    # The traced values took effect: at l = 0.05 nearly every draft passes, at 1 few.
+    assert accepted[('lenience', 0.05, False)] > accepted[('lenience', 1.0, False)] + 5
 
 
 def test_loop_copies_neither_cache_nor_weights(target):
-    """A chain round updates the target's cache in place (the AR test's counterpart)."""
-    settings = sp.SpecSettings(DEC, 3)
-    batch = batching.pack_prompts([[1, 2, 3]], prompt_bucket=8, max_prompt_len=64)
-    hlo = (
-        sp.spec_generate.lower(
-            CFG,
-            NgramDrafter(2, V),
-            settings,
-            target,
-            None,
-            Sampler(temperature=0.0),
-            jnp.asarray(batch.tokens),
-            jnp.asarray(batch.lengths),
-            jnp.asarray(ar.row_limits(20, 1, 20)),
-            jax.random.PRNGKey(0),
-        )
-        .compile()
-        .as_text()
-    )
-    slots = batch.bucket + DEC.buffer_len + settings.num_draft + 1
-    assert loop_copies(hlo, CFG.num_kv_heads * slots * CFG.head_dim // 2) == []
+    """A chain round, and an AR step (a round with nothing drafted), update the target's
+    cache in place and read the weights in place. With a [B, K, S, H] cache and B = 1,
+    XLA:CPU copied every layer's keys and values four times per step, and re-laid out the
+    [N, H, D] output weights (spec_jax.models.attention)."""
+    for run in (decoding.Engine(CFG, DEC), decoding.Engine(CFG, DEC, NgramDrafter(2, V), 3)):
+        args = _loop_args([[1, 2, 3]], 20)
+        hlo = engine.decode_loop.lower(run, target, None, *args).compile().as_text()
+        slots = run.slots(8)
+        assert loop_copies(hlo, CFG.num_kv_heads * slots * CFG.head_dim // 2) == [], run.mode
 
 
 def test_bad_input_fails_before_compiling(target, draft):
     other = ModelConfig.tiny(vocab_size=V + 2, num_layers=1)
-    with pytest.raises(ValueError, match='draft vocabulary size 33 differs.*31'):
-        sp.generate(CFG, target, LMDrafter(other), None, PROMPTS, sp.SpecSettings(DEC, 3))
-    with pytest.raises(ValueError, match='num_draft .* must be >= 1, got 0'):
-        sp.SpecSettings(DEC, 0)
+    with pytest.raises(ValueError, match="drafts over 33 ids but the target's vocabulary has 31"):
+        gen(target, LMDrafter(other), None, PROMPTS, 3)
+    with pytest.raises(ValueError, match='num_draft=0 with drafter LMDrafter'):
+        decoding.Engine(CFG, DEC, LMDrafter(DRAFT_CFG), 0)
+    with pytest.raises(ValueError, match='num_draft .* must be >= 0'):
+        decoding.Engine(CFG, DEC, LMDrafter(DRAFT_CFG), -1)
     with pytest.raises(ValueError, match='unknown rule'):
         rules.make('speculative_magic')
     with pytest.raises(ValueError, match="NgramDrafter needs the target's vocabulary size"):
         NgramDrafter(3)
-    long_draft = sp.SpecSettings(ar.DecodeSettings(max_new_tokens=400, max_prompt_len=100), 200)
-    with pytest.raises(ValueError, match=r'\+ num_draft \+ 1 needs .* the target supports 512'):
-        sp.generate(CFG, target, LMDrafter(DRAFT_CFG), draft, PROMPTS, long_draft)
+    long_dec = DecodeSettings(max_new_tokens=400, max_prompt_len=100)
+    too_long = r'\+ num_draft \+ 1 needs 713 positions but the draft supports 512'
+    with pytest.raises(ValueError, match=too_long):
+        gen(target, LMDrafter(DRAFT_CFG), draft, PROMPTS, 200, long_dec)
     # Slots: prompt bucket 8 + output buffer 24 + num_draft + 1: 36 fit at num_draft 3...
     short = dataclasses.replace(DRAFT_CFG, max_position=36)
-    sp.generate(CFG, target, LMDrafter(short), draft, PROMPTS[:1], sp.SpecSettings(DEC, 3))
+    gen(target, LMDrafter(short), draft, PROMPTS[:1], 3)
     knobs = 'lower max_prompt_len, max_new_tokens or num_draft'
     with pytest.raises(ValueError, match=f'the draft supports 36; {knobs}'):  # ...38 do not.
-        sp.generate(CFG, target, LMDrafter(short), draft, PROMPTS[:1], sp.SpecSettings(DEC, 5))
+        gen(target, LMDrafter(short), draft, PROMPTS[:1], 5)
+    with pytest.raises(ValueError, match=r'sample_ids must be 3 ids'):
+        gen(target, LMDrafter(DRAFT_CFG), draft, PROMPTS, 3, sample_ids=[0, 1])

@@ -1,6 +1,15 @@
-"""Whole-tree verification: static shapes, losslessness, agreement with the node rule."""
+"""Tree verification: the node law against an independent enumeration, the whole-tree walk.
+
+The node-law tests compare `rules.verify_node` (Monte Carlo) and `rule.induced_tree_node`
+(closed form) with `test_laws.node_law_enumerated`, a numpy walk over the ordered siblings
+written from PAPER.md (§2.2, §3.3, §4.2) that shares no code with the library's
+`tree_gate`. The Monte Carlo bound is the Bretagnolle-Huber-Carol radius of
+`test_laws.tv_radius` (delta = 1e-8 per comparison).
+"""
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +19,7 @@ import pytest
 import spec_jax.rules as rules
 
 from . import _cases
+from .test_laws import node_law_enumerated, parse_spec, tv, tv_radius
 
 V = 5
 N = 60_000
@@ -55,14 +65,14 @@ def test_lossless_tree_reproduces_p_on_two_positions(sampled):
     toks = np.asarray(out.tokens)
     # First emitted token ~ p at the root.
     emp = _cases.empirical(toks[:, 0], V)
-    assert 0.5 * np.abs(emp - p_mv[0]).sum() <= _cases.tv_bound(p_mv[0], N)
+    assert tv(emp, p_mv[0]) <= tv_radius(N, V)  # r(60k) = 0.0135 (V = 5, delta = 1e-8).
     # Given the first accepted node c, the second emitted token ~ p at node c.
     path = np.asarray(out.path)
     for node in (1, 2):
         rows = (np.asarray(out.num_accepted) >= 1) & (path[:, 1] == node)
         assert rows.sum() > 2000
         emp = _cases.empirical(toks[rows, 1], V)
-        assert 0.5 * np.abs(emp - p_mv[node]).sum() <= _cases.tv_bound(p_mv[node], rows.sum())
+        assert tv(emp, p_mv[node]) <= tv_radius(int(rows.sum()), V)
 
 
 def test_tree_outputs_are_static_and_consistent():
@@ -141,3 +151,102 @@ def test_tree_rejects_unsupported_modes():
         )
     with pytest.raises(ValueError, match='parents'):
         rules.Tree(parents=(0, 2, 1))
+
+
+# ----------------------------------------------------------------------------------------
+# One node with deterministic ordered siblings, against the independent enumeration.
+
+NODE_V = 7
+# Four nodes (target p, siblings in draft order; -1 is padding, a repeated token is
+# skipped). 0: a spread-out p, siblings of middling probability; 1, 2: a dominant argmax
+# that is not drafted, siblings in the tail (outside the min-p set, below eta's threshold),
+# so the gates are fractional and the final residual carries the law; 3: a sibling with
+# p = 0 first, then the argmax.
+NODE_P = np.array(
+    [
+        [0.086, 0.183, 0.077, 0.060, 0.230, 0.126, 0.238],
+        [0.713, 0.004, 0.085, 0.024, 0.006, 0.078, 0.090],
+        [0.010, 0.826, 0.018, 0.062, 0.021, 0.000, 0.063],
+        [0.050, 0.500, 0.150, 0.000, 0.100, 0.120, 0.080],
+    ],
+    np.float32,
+)
+NODE_SIBS = np.array(
+    [[2, 4, 2, 5, -1], [4, -1, 5, 2, 4], [6, 3, 6, -1, 2], [3, 2, 1, -1, 2]], np.int32
+)
+N_NODE = 50_000  # Rows per node: r(50k) = 0.0153 for V = 7, delta = 1e-8; 2 r = 0.031.
+
+
+@functools.cache
+def node_counts(spec: str) -> np.ndarray:
+    """Token counts [K, V] of `verify_node` over N_NODE rows per node (rows interleaved)."""
+    k = len(NODE_P)
+    out = rules.verify_node(
+        rules.make(spec),
+        _cases.key(11),
+        jnp.asarray(np.tile(NODE_P, (N_NODE, 1))),
+        jnp.asarray(np.tile(NODE_SIBS, (N_NODE, 1))),
+    )
+    tok = np.asarray(out.token).reshape(N_NODE, k)
+    return np.stack([np.bincount(tok[:, i], minlength=NODE_V) for i in range(k)])
+
+
+def _enumerated(spec, mistake=None):
+    name, params = parse_spec(spec)
+    return np.stack(
+        [node_law_enumerated(name, params, p, s, mistake) for p, s in zip(NODE_P, NODE_SIBS)]
+    )
+
+
+@pytest.mark.parametrize('spec', _cases.TREE_SPECS)
+def test_node_law_matches_independent_enumeration(spec):
+    """induced_tree_node equals the enumeration to 2e-6; verify_node's Monte Carlo law is
+    within r(50k) = 0.0153 of it at each node (4 comparisons: false failure <= 4e-8)."""
+    rule = rules.make(spec)
+    enum = _enumerated(spec)
+    np.testing.assert_allclose(enum.sum(-1), 1.0, atol=1e-9)
+    pi = np.asarray(jax.jit(rule.induced_tree_node)(NODE_P, NODE_SIBS))
+    np.testing.assert_allclose(pi, enum, atol=2e-6, err_msg=spec)
+    counts = node_counts(spec)
+    for i in range(len(NODE_P)):
+        emp = counts[i] / counts[i].sum()
+        d = tv(emp, enum[i])
+        assert d <= tv_radius(N_NODE, NODE_V), (spec, i, d, emp, enum[i])
+
+
+# Each guarded mistake, with the node where it shows and its TV from the correct law
+# (all > 2 r(50k) = 0.031, so a verifier with the mistake fails the test above with
+# probability >= 1 - 1e-8):
+#   lossless     final from p, siblings kept           node 0: TV = 0.246
+#   lenience     gate p(c) / l, not P_{j-1}(c) / l     node 0: TV = 0.072
+#                final from p, siblings kept           node 0: TV = 0.117
+#   minp_verify  soft gate min(1, P(c) / (rho max P))  node 1: TV = 0.628
+#                final residual without the tail       node 1: TV = 0.142
+#                final from p, siblings kept           node 1: TV = 0.169
+#   eta_verify   tau from H(p), not H(P_{j-1})         node 1: TV = 0.060
+#                hard gate 1[P(c) >= tau(P)]           node 1: TV = 0.725
+#                final from p, siblings kept           node 2: TV = 0.059
+NODE_MISTAKES = (
+    ('lossless', 'final_full_p', 0),
+    ('lenience:l=0.5', 'raw_p', 0),
+    ('lenience:l=0.5', 'final_full_p', 0),
+    ('minp_verify:rho=0.3', 'soft', 1),
+    ('minp_verify:rho=0.3', 'final_truncated', 1),
+    ('minp_verify:rho=0.3', 'final_full_p', 1),
+    ('eta_verify:eta=0.2', 'entropy_of_p', 1),
+    ('eta_verify:eta=0.2', 'hard', 1),
+    ('eta_verify:eta=0.2', 'final_full_p', 2),
+)
+
+
+@pytest.mark.parametrize('spec,mistake,node', NODE_MISTAKES)
+def test_node_power_against_mistakes(spec, mistake, node):
+    """The mistaken law is > 2 r from the correct one, and verify_node's empirical law is
+    within r of the correct law and further than r from the mistaken one."""
+    correct, wrong = _enumerated(spec)[node], _enumerated(spec, mistake)[node]
+    r = tv_radius(N_NODE, NODE_V)
+    assert tv(correct, wrong) > 2 * r, (spec, mistake, tv(correct, wrong), r)
+    counts = node_counts(spec)[node]
+    emp = counts / counts.sum()
+    assert tv(emp, correct) <= r, (spec, mistake, tv(emp, correct))
+    assert tv(emp, wrong) > r, (spec, mistake, tv(emp, wrong))

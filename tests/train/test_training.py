@@ -12,7 +12,7 @@ import numpy as np
 import optax
 import pytest
 
-from spec_jax import data_files
+from spec_jax import checkpoints, data_files
 from spec_jax.models import eagle3 as e3
 from spec_jax.models import llama
 from spec_jax.models.config import ModelConfig, RopeScaling
@@ -396,9 +396,8 @@ def test_draft_lm_export_loads_with_checkpoints_load(tmp_path):
 def test_data_generation_resumes_without_redoing_work(tmp_path):
     """Shards are written atomically and skipped on rerun; a lost shard is regenerated
     identically (greedy, fixed order)."""
-    from spec_jax.jobs.common import load_model
 
-    model = load_model('random:tiny')
+    model = checkpoints.load('random:tiny')
     prompts = data.training_prompts(('gsm8k', 'mbpp'), seed=0)[:6]
     kw = dict(batch_size=3, max_new_tokens=4, max_prompt_len=512, progress=False)
     first = data.generate_dataset(model, prompts, str(tmp_path), **kw)

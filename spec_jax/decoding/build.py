@@ -1,0 +1,117 @@
+"""One entry point from a config block to a ready engine: `build(c) -> Built`.
+
+The block (configs built on `spec_jax.jobs.generate.default_config` carry it):
+
+  model, dtype, seed                 the target (`checkpoints.load` spec) and its dtype
+  max_new_tokens, max_prompt_len, prompt_bucket
+  sampling                           `sampling_config()`: temperature and truncations
+  spec                               `spec_config()`: mode ('ar' or 'chain'), drafter,
+                                     draft, num_draft, ngram, lookup, rule, baseline,
+                                     meter_distortion
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import ml_collections
+
+from spec_jax import checkpoints, rules
+from spec_jax.decoding import drafters
+from spec_jax.decoding.engine import MODES, Engine
+from spec_jax.decoding.host import Params
+from spec_jax.decoding.state import DecodeSettings
+from spec_jax.sampling import Sampler
+
+
+def sampling_config(temperature: float = 0.0) -> ml_collections.ConfigDict:
+    """The sampling block: every transform switched off but temperature (0 = greedy)."""
+    return ml_collections.ConfigDict(
+        dict(temperature=temperature, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0,
+             epsilon=0.0, eta=0.0)
+    )  # fmt: skip
+
+
+def sampler_from_config(c: ml_collections.ConfigDict) -> Sampler:
+    """A Sampler from a sampling block; 0 / 1.0 values switch a truncation off."""
+    return Sampler(
+        temperature=c.temperature,
+        top_k=c.top_k or None,
+        top_p=None if c.top_p >= 1.0 else c.top_p,
+        min_p=c.min_p or None,
+        typical_p=None if c.typical_p >= 1.0 else c.typical_p,
+        epsilon=c.epsilon or None,
+        eta=c.eta or None,
+    )
+
+
+def spec_config(mode: str = 'ar', draft: str = '') -> ml_collections.ConfigDict:
+    """The decoding-mode block (see configs/smollm2_135m_chain.py)."""
+    return ml_collections.ConfigDict(
+        dict(
+            mode=mode,  # 'ar' (plain decoding) or 'chain' (speculative, drafter below).
+            # 'lm' (a draft LM at `draft`), 'eagle3' (an EAGLE-3 head directory at `draft`,
+            # official or speculators layout) or 'ngram' (prompt lookup).
+            drafter='lm',
+            draft=draft,  # The draft LM's checkpoint spec (same tokenizer) or the head's dir.
+            num_draft=5,  # gamma: drafted tokens per block.
+            ngram=3,  # Longest n-gram prompt lookup matches ('ngram' drafter, `lookup`).
+            # k > 0: prompt lookup first: where the last n tokens (ngram >= n >= k) occurred
+            # earlier, the tokens that followed are drafted; the 'lm' / 'eagle3' drafter
+            # drafts the rest (drafters.PromptLookup). 0: off.
+            lookup=0,
+            # A spec_jax.rules name, with parameters: 'lenience:l=0.5'. In AR mode the rule's
+            # bonus law is sampled (lossless: the target; greedy: its argmax).
+            rule='lossless',
+            baseline=False,  # Run the rule's matched baseline (truncation + lossless) instead.
+            meter_distortion=False,  # Per-position TV / overshoot against the matched baseline.
+        )
+    )
+
+
+class Built(NamedTuple):
+    """What `build` returns."""
+
+    engine: Engine
+    params: Params
+    tokenizer: object
+    target: checkpoints.LoadedModel
+
+
+def build(c: ml_collections.ConfigDict) -> Built:
+    """Loads the target (and the draft) and builds the engine of config block `c`.
+
+    Raises:
+      ValueError: an unknown mode, drafter or rule, a drafter that does not fit the target,
+        bad sampling values (all before anything compiles).
+    """
+    s = c.spec
+    if s.mode not in MODES:
+        raise ValueError(f'spec.mode={s.mode!r} is not one of {MODES}')
+    rule = rules.make(s.rule)
+    sampler = sampler_from_config(c.sampling)
+    target = checkpoints.load(c.model, c.dtype, c.seed)
+    tok = target.tokenizer
+    decode = DecodeSettings(
+        max_new_tokens=c.max_new_tokens,
+        stop_tokens=tok.stop_ids if tok else (),
+        max_prompt_len=c.max_prompt_len,
+        prompt_bucket=c.prompt_bucket,
+        pad_id=(tok.pad_id or 0) if tok else 0,
+    )
+    kind = 'none' if s.mode == 'ar' else s.drafter
+    draft = drafters.make(
+        kind, target, s.draft, ngram=s.ngram, lookup=s.lookup, dtype=c.dtype, seed=c.seed
+    )
+    engine = Engine(
+        target.cfg,
+        decode,
+        draft.drafter,
+        0 if s.mode == 'ar' else s.num_draft,
+        rule,
+        bool(s.baseline),
+        sampler,
+        bool(s.meter_distortion),
+    )
+    engine.check()
+    return Built(engine, Params(target.params, draft.params), tok, target)

@@ -1,0 +1,135 @@
+"""Proposers for the engine, and `make` (built like `rules.make`).
+
+  base.py     the `Drafter` protocol, shared helpers, `NoDrafter` (AR: nothing drafted)
+  lm.py       `LMDrafter`: a draft LM sharing the target's tokenizer
+  eagle3.py   `Eagle3Drafter`: an EAGLE-3 head on the target's feature taps
+  lookup.py   `NgramDrafter` (prompt lookup) and `PromptLookup` (lookup, then a model)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from absl import logging
+
+from spec_jax import checkpoints
+from spec_jax.checkpoints import eagle_formats
+from spec_jax.decoding.drafters.base import OUTSIDE_DRAFT_VOCAB, Drafter, NoDrafter, fit_vocab
+from spec_jax.decoding.drafters.eagle3 import Eagle3Drafter, Eagle3State
+from spec_jax.decoding.drafters.lm import LMDrafter
+from spec_jax.decoding.drafters.lookup import NgramDrafter, PromptLookup, lookup
+
+__all__ = [
+    'KINDS',
+    'OUTSIDE_DRAFT_VOCAB',
+    'Built',
+    'Drafter',
+    'Eagle3Drafter',
+    'Eagle3State',
+    'LMDrafter',
+    'NgramDrafter',
+    'NoDrafter',
+    'PromptLookup',
+    'check_same_tokenizer',
+    'fit_vocab',
+    'lookup',
+    'make',
+]
+
+
+KINDS = ('none', 'lm', 'eagle3', 'ngram')
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """What `make` returns: the drafter, its params, and the loaded draft LM (or None)."""
+
+    drafter: Drafter
+    params: Any
+    model: checkpoints.LoadedModel | None = None
+
+
+def make(
+    kind: str,
+    target: checkpoints.LoadedModel,
+    draft: str = '',
+    *,
+    ngram: int = 3,
+    lookup: int = 0,
+    dtype: str = 'float32',
+    seed: int = 0,
+) -> Built:
+    """Builds a drafter for `target` by name, as `rules.make` builds a rule.
+
+    Args:
+      kind: 'none' (AR), 'lm' (a draft LM checkpoint `draft` sharing the target's
+        tokenizer; a checkpoint spec as `checkpoints.load` reads), 'eagle3' (an EAGLE-3 head
+        directory `draft`, official or speculators layout) or 'ngram' (prompt lookup of up
+        to `ngram` tokens).
+      target: the loaded target.
+      draft: the checkpoint spec or directory ('' for 'none' and 'ngram').
+      ngram: the longest n-gram prompt lookup matches.
+      lookup: > 0 wraps an 'lm' or 'eagle3' drafter in `PromptLookup` with n-grams of
+        `ngram` down to `lookup` tokens.
+      dtype, seed: for the draft LM's load ('random:' weights use the seed).
+
+    Raises:
+      ValueError: an unknown kind, a missing `draft`, a draft LM with another tokenizer, a
+        head whose widths, vocabulary or taps do not fit the target, `lookup` with 'none'
+        or 'ngram' or outside [0, ngram].
+    """
+    if kind not in KINDS:
+        raise ValueError(f'drafter {kind!r} is not one of {KINDS}')
+    v = target.cfg.vocab_size
+    if lookup and kind in ('none', 'ngram'):
+        raise ValueError(
+            f'lookup={lookup} puts prompt lookup in front of a model drafter; drafter '
+            f"{kind!r} has none: use drafter 'lm' or 'eagle3', or lookup=0"
+        )
+    if kind == 'none':
+        return Built(NoDrafter(v), None)
+    if kind == 'ngram':
+        return Built(NgramDrafter(ngram, v), None)
+    if not 0 <= lookup <= ngram:
+        raise ValueError(f'lookup={lookup} must be in [0, ngram={ngram}] (0 = off)')
+    if not draft:
+        what = 'a draft LM checkpoint' if kind == 'lm' else 'an EAGLE-3 head directory'
+        raise ValueError(f'drafter {kind!r} needs a draft: {what}')
+    if kind == 'eagle3':
+        head = eagle_formats.load_head(draft, target.cfg, dtype)
+        drafter = Eagle3Drafter(head.cfg)
+        built = Built(drafter, drafter.params_for(head, target.params))
+    else:
+        model = checkpoints.load(draft, dtype, seed)
+        check_same_tokenizer(target.tokenizer, model.tokenizer)
+        built = Built(LMDrafter(model.cfg, v), model.params, model)
+    if lookup:
+        built = dataclasses.replace(built, drafter=PromptLookup(built.drafter, ngram, lookup))
+    built.drafter.check(target.cfg)
+    return built
+
+
+def check_same_tokenizer(target_tok, draft_tok) -> None:
+    """Draft and target must tokenize alike; compare vocabularies when both are known.
+
+    The vocabulary maps must be equal (the embedding tables may still differ by padding
+    rows). A checkpoint without a tokenizer (HF weights alone, orbax) cannot be compared:
+    a warning says so, and only the drafter's own `check` runs.
+    """
+    if draft_tok is None or target_tok is None:
+        missing = 'draft' if draft_tok is None else 'target'
+        logging.warning(
+            'the %s checkpoint has no tokenizer: only the vocabulary sizes of draft and target '
+            'are checked, so make sure they share one tokenizer',
+            missing,
+        )
+        return
+    draft_vocab, target_vocab = draft_tok.backend.get_vocab(), target_tok.backend.get_vocab()
+    if draft_vocab != target_vocab:
+        differ = sorted(set(draft_vocab.items()) ^ set(target_vocab.items()))[:3]
+        raise ValueError(
+            "the draft's tokenizer differs from the target's (e.g. "
+            f'{differ}; {len(draft_vocab)} vs {len(target_vocab)} tokens): speculative '
+            'decoding needs one shared vocabulary'
+        )

@@ -1,0 +1,162 @@
+"""An EAGLE-3 head drafting a chain from the target's feature taps (docs/engine.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from spec_jax.decoding.drafters.base import (
+    OUTSIDE_DRAFT_VOCAB,
+    ProbsFn,
+    draw,
+    forced_steps,
+    gather_tokens,
+    step_keys,
+)
+from spec_jax.models import eagle3 as e3
+from spec_jax.models.cache import attention_mask, empty_layer
+
+
+@struct.dataclass
+class Eagle3State:
+    """An EAGLE-3 drafter's carry.
+
+    Attributes:
+      cache_k, cache_v: the head's keys/values [R, S, H] (R = B * K, as the target's cache);
+        slot t holds the entry of position t (taps f_t with token x_{t+1}); slots below C
+        (committed) are final.
+      hidden_bd: the head's output at position C - 1 (the input of its next step) [B, D].
+      logits_bu: its logits there over the draft vocabulary [B, U]: the law of x_1.
+    """
+
+    cache_k: jax.Array
+    cache_v: jax.Array
+    hidden_bd: jax.Array
+    logits_bu: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Eagle3Drafter:
+    """An EAGLE-3 head drafting a chain from the target's feature taps (EAGLE3.md §1.6).
+
+    The head's entry at position t pairs the target's taps f_t with token x_{t+1} and
+    predicts x_{t+2}. With C committed tokens and s_C pending, f_t exists for t <= C - 1
+    (the target has processed those tokens), so the entry at C - 1 drafts x_1, the token
+    after s_C. After prefill and after every verification (`observe`) the head runs one
+    window over the positions the target just processed, [start, start + T), writing their
+    entries into its cache: those below the new C are committed; those at or past it pair
+    rejected drafts and are overwritten later. Its output at C - 1 is kept in the state.
+    `propose` draws x_1 from it, then runs A - 1 steps that feed the head its own output
+    with the drafted token (x_j at position C - 1 + j), exactly the training-time test's
+    steps (tests/models/test_eagle3.py). The head's logits over its draft vocabulary U are
+    scattered into V (`OUTSIDE_DRAFT_VOCAB` elsewhere), so q is a law over V.
+
+    Params: {'head': head params, 'embed_vd': the target's input embeddings, 'draft_ids_u':
+    the target id of each draft id} (`params_for`).
+    """
+
+    cfg: e3.Eagle3Config
+    narrows: ClassVar[bool] = False
+
+    @property
+    def tap_layers(self) -> tuple[int, ...]:
+        return tuple(self.cfg.taps)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.cfg.vocab_size
+
+    def check(self, cfg, slots=None):
+        """The head must fit the target's widths, vocabulary and layers (its cache has the
+        target's slots; its positions are the target's)."""
+        del slots
+        self.cfg.check_target(cfg)
+
+    def draft_len(self, history_bs, committed_b, num_draft):
+        return jnp.full(history_bs.shape[:1], num_draft, jnp.int32)
+
+    @staticmethod
+    def params_for(head: e3.Eagle3Head, target_params: dict) -> dict:
+        return dict(
+            head=head.params, embed_vd=target_params['embed_vd'], draft_ids_u=head.draft_ids_u
+        )
+
+    def _window(self, params, cache_k, cache_v, tokens_bt, taps_bted, start_b, committed_b):
+        """Head entries of positions start_b + t with tokens x_{start+t+1}; keeps the output
+        at committed_b - 1."""
+        t, slots = tokens_bt.shape[1], cache_k.shape[1]
+        # A finished row can have committed nothing this round: any in-range index will do.
+        last_b1 = jnp.clip(committed_b - 1 - start_b, 0, t - 1)[:, None]
+        logits_b1u, hidden_btd, (cache_k, cache_v, _) = e3.eagle3_forward(
+            self.cfg,
+            params['head'],
+            e3.embed(self.cfg, params['head'], params['embed_vd'], tokens_bt),
+            taps_bted,
+            start_b[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :],
+            attention_mask(start_b, t, slots),
+            kv=(cache_k, cache_v, start_b),
+            logits_index_bu=last_b1,
+        )
+        hidden_bd = jnp.take_along_axis(hidden_btd, last_b1[:, :, None], 1)[:, 0]
+        return Eagle3State(cache_k, cache_v, hidden_bd, logits_b1u[:, 0])
+
+    def init(self, params, history_bs, prompt_len_b, bucket: int, taps_bped=None):
+        batch, slots = history_bs.shape
+        cfg = self.cfg
+        zeros = empty_layer(batch, cfg.num_kv_heads, slots, cfg.head_dim, jnp.dtype(cfg.dtype))
+        tokens_bp = gather_tokens(history_bs, jnp.arange(1, bucket + 1)[None, :])
+        start_b = jnp.zeros((batch,), jnp.int32)
+        return self._window(params, zeros, zeros, tokens_bp, taps_bped, start_b, prompt_len_b)
+
+    def observe(self, params, state, history_bs, start_b, committed_b, taps_bted):
+        t = taps_bted.shape[1]
+        tokens_bt = gather_tokens(history_bs, start_b[:, None] + 1 + jnp.arange(t)[None, :])
+        return self._window(
+            params, state.cache_k, state.cache_v, tokens_bt, taps_bted, start_b, committed_b
+        )
+
+    def _probs(self, params, logits_bu, probs_fn):
+        batch = logits_bu.shape[0]
+        logits_bv = jnp.full((batch, self.vocab_size), OUTSIDE_DRAFT_VOCAB, jnp.float32)
+        return probs_fn(logits_bv.at[:, params['draft_ids_u']].set(logits_bu))
+
+    def propose(
+        self, params, state: Eagle3State, history_bs, committed_b, key_b, num_draft: int,
+        probs_fn: ProbsFn, forced=None,
+    ):  # fmt: skip
+        del history_bs
+        slots = state.cache_k.shape[1]
+        keys_ab = step_keys(key_b, num_draft)
+        forced_scan, forced_last = forced_steps(forced)
+
+        def step(carry, inputs):
+            kv, hidden_bd, logits_bu = carry
+            key_b, forced_step, j = inputs
+            x_b, q_bv = draw(key_b, self._probs(params, logits_bu, probs_fn), forced_step)
+            pos_b = committed_b - 1 + j  # x_j's step, at position C - 1 + j.
+            logits_b1u, hidden_b1d, kv = e3.eagle3_forward(
+                self.cfg,
+                params['head'],
+                e3.embed(self.cfg, params['head'], params['embed_vd'], x_b[:, None]),
+                hidden_bd[:, None],
+                pos_b[:, None],
+                attention_mask(pos_b, 1, slots),
+                kv=(*kv[:2], pos_b),
+                apply_fc=False,
+            )
+            return (kv, hidden_b1d[:, 0], logits_b1u[:, 0]), (x_b, q_bv)
+
+        carry = ((state.cache_k, state.cache_v, committed_b), state.hidden_bd, state.logits_bu)
+        steps = (keys_ab[:-1], forced_scan, jnp.arange(1, num_draft, dtype=jnp.int32))
+        (_, _, logits_bu), (x_ab, q_abv) = jax.lax.scan(step, carry, steps)
+        # No forward for the last one.
+        q_last_bv = self._probs(params, logits_bu, probs_fn)
+        x_last_b, q_last_bv = draw(keys_ab[-1], q_last_bv, forced_last)
+        x_ba = jnp.concatenate([x_ab.T, x_last_b[:, None]], 1)
+        q_bav = jnp.concatenate([q_abv.transpose(1, 0, 2), q_last_bv[:, None]], 1)
+        # The steps' cache writes sit at or past C: the next window overwrites them.
+        return state, x_ba, q_bav

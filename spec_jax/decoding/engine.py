@@ -1,0 +1,279 @@
+"""The decoding engine: one on-device loop whose rounds are AR steps or chain blocks.
+
+A round, for every row at once (docs/engine.md):
+  1. propose: the drafter proposes x_1..x_A with the processed q it sampled them from
+     (A = 0 in AR mode: nothing is drafted);
+  2. target forward: [s_C, x_1..x_A] in one call (T = A + 1) at positions C..C+A;
+  3. verify: `rules.verify_chain` accepts n drafts and draws the replacement or bonus token
+     (with A = 0 that is one draw from the rule's bonus law: an AR step);
+  4. commit: the n + 1 tokens are appended, cut at a stop token or the row's limit, and C
+     advances (`DecodeState.commit`); the target cache already holds their keys/values;
+  5. observe: the drafter reads the round (an EAGLE-3 head the taps of the verified
+     positions).
+A tree round (the EAGLE-3 tree issue) plugs in as another round function of this loop.
+
+`Engine` is a pytree: the rule's float parameters, the baseline flag and the sampler are
+leaves (traced), everything else is static. A sweep over one rule's parameter, and its
+matched baseline, runs through one compiled loop.
+
+Probabilities: p = transform(sampler.probs(target logits)), q likewise for the draft, where
+`transform` is the matched baseline's truncation when `baseline` holds (applied to target
+and draft in chain mode, docs/engine.md) and the identity otherwise, so a lossy rule's gate
+reads the temperature-processed target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+
+from spec_jax import rules, sampling
+from spec_jax.decoding.drafters import Drafter, NoDrafter
+from spec_jax.decoding.state import DecodeSettings, DecodeState, check_context, is_stop, prefill
+from spec_jax.decoding.stats import Stats
+from spec_jax.models.cache import KVCache
+from spec_jax.models.config import ModelConfig
+from spec_jax.models.llama import forward
+from spec_jax.sampling import Sampler
+
+MODES = ('ar', 'chain')
+_LOSSLESS = rules.Lossless()
+
+
+@jax.tree_util.register_pytree_node_class
+class Verification:
+    """The rule a run verifies with, or its matched baseline, chosen by a traced flag.
+
+    With `baseline` false: `rule` on the processed p and q. With it true: the matched
+    baseline, `rules.matched_baseline(rule)`: its truncation applied to p and q
+    (`transform`) and lossless verification, whose output law is exactly the truncated
+    target. Both branches are computed and one is selected, so flipping the flag does not
+    compile a new loop (the verifier's cost is O(B A V), small beside a forward).
+    """
+
+    def __init__(self, rule: rules.Rule, baseline):
+        self.rule = rule
+        self.baseline = baseline
+
+    def tree_flatten(self):
+        return (self.rule, self.baseline), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        del aux
+        return cls(*children)
+
+    @property
+    def stats_need_q(self) -> bool:
+        return self.rule.stats_need_q
+
+    def transform(self, probs: jax.Array) -> jax.Array:
+        truncated = rules.matched_baseline(self.rule).transform(probs)
+        return jnp.where(self.baseline, truncated, probs)
+
+    def stats(self, p, q):
+        return self.rule.stats(p, q)
+
+    def accept_from(self, px, qx, x, stats):
+        lossless = _LOSSLESS.accept_from(px, qx, x, ())
+        return jnp.where(self.baseline, lossless, self.rule.accept_from(px, qx, x, stats))
+
+    def replacement(self, p, q):
+        lossless = _LOSSLESS.replacement(p, q)
+        return jnp.where(self.baseline, lossless, self.rule.replacement(p, q))
+
+    def bonus(self, p):
+        return jnp.where(self.baseline, p, self.rule.bonus(p))
+
+    def measure(self, p, q) -> rules.Distortion:
+        """Distortion of the verified law from the matched baseline's (0 for a baseline)."""
+        d = rules.measure(self.rule, p, q)
+        return jax.tree.map(lambda x: jnp.where(self.baseline, 0.0, x), d)
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """What to decode with: the target's config, the drafter, the rule and the sampler.
+
+    A pytree: `rule` (its float parameters), `baseline` and `sampler` are leaves, so new
+    values reuse the compiled loop; the rest is static (a new value compiles anew).
+
+    Attributes:
+      cfg: the target's model config.
+      decode: buffers, buckets and stop tokens.
+      drafter: the proposer (`NoDrafter` for AR, the default).
+      num_draft: A (gamma), drafted tokens per chain round; 0 = AR.
+      rule: the verification rule (`rules.make`); AR mode samples its bonus law.
+      baseline: run the rule's matched baseline instead (truncation + lossless).
+      sampler: applied to target and draft logits alike (default greedy).
+      meter_distortion: also measure, at every verified draft position, the TV distance
+        and the overshoot ratio of the rule's induced law from the matched baseline's law.
+    """
+
+    cfg: ModelConfig
+    decode: DecodeSettings = DecodeSettings()
+    drafter: Drafter | None = None
+    num_draft: int = 0
+    rule: rules.Rule = _LOSSLESS
+    baseline: bool = False
+    sampler: Sampler = Sampler(temperature=0.0)
+    meter_distortion: bool = False
+
+    def __post_init__(self):
+        if self.drafter is None:
+            object.__setattr__(self, 'drafter', NoDrafter(self.cfg.vocab_size))
+        if self.num_draft < 0:
+            raise ValueError(f'num_draft (gamma) must be >= 0 (0 = AR), got {self.num_draft}')
+        if (self.num_draft == 0) != isinstance(self.drafter, NoDrafter):
+            raise ValueError(
+                f'num_draft={self.num_draft} with drafter {type(self.drafter).__name__}: AR '
+                'decoding (num_draft=0) has no drafter, and a drafter needs num_draft >= 1'
+            )
+
+    @property
+    def mode(self) -> str:
+        return 'ar' if self.num_draft == 0 else 'chain'
+
+    def replace(self, **changes) -> Engine:
+        return dataclasses.replace(self, **changes)
+
+    def slots(self, prompt_bucket: int) -> int:
+        """Cache positions a run needs: prompt bucket + output buffer + a verification's
+        room past the last kept token."""
+        extra = self.num_draft + 1 if self.num_draft else 0
+        return prompt_bucket + self.decode.buffer_len + extra
+
+    def check(self, prompt_bucket: int | None = None) -> None:
+        """Clear errors, before anything compiles, for a drafter that does not fit the
+        target or a run longer than the models' contexts."""
+        slots = None if prompt_bucket is None else self.slots(prompt_bucket)
+        self.drafter.check(self.cfg, slots)
+        if slots is not None:
+            parts = 'prompt bucket + new tokens' + (' + num_draft + 1' if self.num_draft else '')
+            check_context(self.cfg, slots, parts, 'the target', 'max_prompt_len, '
+                          'max_new_tokens' + (' or num_draft' if self.num_draft else ''))
+
+    def tree_flatten(self):
+        static = (self.cfg, self.decode, self.drafter, self.num_draft, self.meter_distortion)
+        return (self.rule, self.baseline, self.sampler), static
+
+    @classmethod
+    def tree_unflatten(cls, static, children):
+        engine = object.__new__(cls)  # No validation: leaves may be tracers.
+        names = ('cfg', 'decode', 'drafter', 'num_draft', 'meter_distortion')
+        for name, value in zip(names, static):
+            object.__setattr__(engine, name, value)
+        for name, value in zip(('rule', 'baseline', 'sampler'), children):
+            object.__setattr__(engine, name, value)
+        return engine
+
+
+jax.tree_util.register_pytree_node(Engine, Engine.tree_flatten, Engine.tree_unflatten)
+
+
+@jax.jit
+def decode_loop(
+    engine: Engine,
+    params: dict,
+    draft_params,
+    prompt_bp: jax.Array,
+    prompt_len_b: jax.Array,
+    limit_b: jax.Array,
+    sample_id_b: jax.Array,
+    seed_key: jax.Array,
+) -> tuple[jax.Array, jax.Array, Stats]:
+    """The on-device loop: prompts [B, P] -> (tokens [B, N], lengths [B], stats).
+
+    Row b's noise comes from `fold_in(seed_key, sample_id_b[b])` only, so a prompt gets the
+    same tokens whatever batch, row or process it runs in.
+    """
+    cfg, dec, drafter, a = engine.cfg, engine.decode, engine.drafter, engine.num_draft
+    verification = Verification(engine.rule, engine.baseline)
+    batch, bucket = prompt_bp.shape
+    n_out = dec.buffer_len
+    slots = engine.slots(bucket)
+
+    def probs_fn(logits):
+        return verification.transform(engine.sampler.probs(logits))
+
+    cache = KVCache.init(cfg, batch, slots)
+    taps = drafter.tap_layers
+    logits_bv, taps_bped, cache = prefill(cfg, params, cache, prompt_bp, prompt_len_b, taps)
+    key_b = jax.vmap(jax.random.fold_in, (None, 0))(seed_key, sample_id_b)
+    keys_b2 = jax.vmap(jax.random.split)(key_b)
+    first_b = sampling.sample_rows(keys_b2[:, 1], verification.bonus(probs_fn(logits_bv)))
+    history_bs = jnp.zeros((batch, slots), jnp.int32).at[:, :bucket].set(prompt_bp)
+    history_bs = history_bs.at[jnp.arange(batch), prompt_len_b].set(first_b)
+    state = DecodeState(
+        cache=cache,
+        draft=drafter.init(draft_params, history_bs, prompt_len_b, bucket, taps_bped),
+        history_bs=history_bs,
+        committed_b=prompt_len_b,
+        prompt_len_b=prompt_len_b,
+        limit_b=limit_b,
+        done_b=is_stop(first_b, dec.stop_tokens) | (limit_b <= 1),
+        key_b=keys_b2[:, 0],
+        stats=Stats.zeros(batch, a, n_out),
+    )
+    chain = partial(chain_round, engine, verification, probs_fn, params, draft_params)
+
+    def sized_round(s: DecodeState) -> DecodeState:
+        # A drafter that knows how many of its drafts are real (prompt lookup: the matched
+        # continuation) gets a verification as wide as the longest of the live rows': a
+        # narrower forward costs less (on 2 CPU cores T = 2 costs 1.45x a one-token step,
+        # T = 8 2.31x), and a round with nothing to verify is a plain AR step.
+        n_b = jnp.where(s.done_b, 0, drafter.draft_len(s.history_bs, s.committed_b, a))
+        return jax.lax.switch(jnp.max(n_b), [partial(chain, a_round=k) for k in range(a + 1)], s)
+
+    body = sized_round if drafter.narrows else partial(chain, a_round=a)
+    state = jax.lax.while_loop(lambda s: ~jnp.all(s.done_b), body, state)
+    tokens_bn, num_b = state.outputs(n_out)
+    return tokens_bn, num_b, state.stats
+
+
+def chain_round(
+    engine: Engine,
+    verification: Verification,
+    probs_fn,
+    params: dict,
+    draft_params,
+    s: DecodeState,
+    a_round: int,
+) -> DecodeState:
+    """One round with `a_round` drafts (0: a plain one-token AR step)."""
+    cfg, drafter = engine.cfg, engine.drafter
+    batch = s.history_bs.shape[0]
+    key_b, k_draft_b, k_verify_b = s.split_keys(3)
+    live_b = ~s.done_b
+    draft = s.draft
+    if a_round:
+        draft, x_ba, q_bav = drafter.propose(
+            draft_params, draft, s.history_bs, s.committed_b, k_draft_b, a_round, probs_fn
+        )
+    else:
+        x_ba = jnp.zeros((batch, 0), jnp.int32)
+        q_bav = jnp.zeros((batch, 0, cfg.vocab_size), jnp.float32)
+    verify_bt = jnp.concatenate([s.pending_b()[:, None], x_ba], axis=1)
+    logits_btv, taps_bted, cache = forward(
+        cfg,
+        params,
+        verify_bt,
+        s.cache.positions(a_round + 1),
+        s.cache,
+        s.cache.causal_mask(a_round + 1),
+        tap_layers=drafter.tap_layers,
+    )
+    p_btv = probs_fn(logits_btv)
+    out = rules.verify_chain(verification, k_verify_b, p_btv, q_bav, x_ba)
+    metered = None
+    if engine.meter_distortion and a_round:
+        # The rule that verified against the matched baseline's law of the same p.
+        metered = verification.measure(p_btv[:, :-1], q_bav)
+    start_b = s.committed_b
+    s = s.replace(cache=cache, key_b=key_b, stats=s.stats.update(out, live_b, metered))
+    s = s.commit(out.tokens, out.num_emitted, engine.decode.stop_tokens)
+    draft = drafter.observe(draft_params, draft, s.history_bs, start_b, s.committed_b, taps_bted)
+    return s.replace(draft=draft)
