@@ -12,8 +12,11 @@ import ml_collections
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    if arg not in (None, '', 'tiny'):
+        raise ValueError(f"unknown config arg {arg!r}; valid: '', 'tiny'")
     tiny = arg == 'tiny'
     c = ml_collections.ConfigDict()
+    c.kinds = ('forward', 'ar')  # spec_jax.jobs.bench.BENCHES
     c.model = 'random:tiny' if tiny else 'embedded'
     c.dtype = 'float32'
     c.seed = 0

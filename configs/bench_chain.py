@@ -8,10 +8,12 @@
 
 Prints, per temperature (0, 0.7) and batch (1, 4): AR and chain tokens/s, the speedup,
 block efficiency and acceptance, the cost of a round in AR tokens and the speedup it would
-allow if every draft were accepted; then transformers' assisted generation (batch 1) on the
-same weights and prompts, and our tokens/s over theirs. transformers cannot put prompt
-lookup in front of an assistant model: for a same-drafter comparison add
---config.lookup=0.
+allow if every draft were accepted; the engine's overhead (the share of a round outside the
+target's and the drafter's forwards); the seconds and compiles of a 6-value sweep of one
+rule's parameter and its matched baseline, against compiling each value anew; then
+transformers' assisted generation (batch 1) on the same weights and prompts, and our
+tokens/s over theirs. transformers cannot put prompt lookup in front of an assistant
+model: for a same-drafter comparison add --config.lookup=0.
 """
 
 import os
@@ -24,9 +26,11 @@ ASSETS = os.path.join(os.path.dirname(spec_jax.__file__), 'assets')
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    if arg not in (None, '', 'tiny', 'ngram', 'eagle3'):
+        raise ValueError(f"unknown config arg {arg!r}; valid: '', 'tiny', 'ngram', 'eagle3'")
     tiny = arg == 'tiny'
     c = ml_collections.ConfigDict()
-    c.mode = 'chain'
+    c.kinds = ('chain',)  # spec_jax.jobs.bench.BENCHES
     c.model = 'random:tiny' if tiny else 'embedded'
     c.dtype = 'float32'
     c.seed = 0
@@ -59,4 +63,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.batches = (1, 4)
     c.rounds = 1 if tiny else 2
     c.hf_peer = not tiny
+    # The engine's overhead: the share of a round outside the target's and the drafter's
+    # forwards (each timed alone on the round's state), at batch 1 and T 0.
+    c.overhead = True
+    # One rule swept over 6 values of a parameter, then its matched baseline: seconds and
+    # compiles through one engine (the rule's parameters are traced), against the same
+    # sweep compiled per value (what a static rule cost before).
+    c.sweep_rule = 'lenience'
+    c.sweep_param = 'l'
+    c.sweep_values = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
     return c

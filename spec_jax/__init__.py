@@ -8,7 +8,7 @@ Subpackages (import what you need; `spec_jax.rules` and `spec_jax.sampling` need
                         min-p, eta, epsilon, typical)
   spec_jax.models       Llama-family decoder (Flax), configs, RoPE, the KV cache pytree
   spec_jax.checkpoints  GGUF, Hugging Face safetensors and orbax loading; tokenizers
-  spec_jax.decoding     autoregressive and speculative generation loops on device
+  spec_jax.decoding     one on-device engine for AR and speculative (chain) decoding
 
 The axis alphabet used in every shape comment is documented in `spec_jax.axes`.
 """

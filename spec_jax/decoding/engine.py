@@ -174,6 +174,49 @@ class Engine:
 jax.tree_util.register_pytree_node(Engine, Engine.tree_flatten, Engine.tree_unflatten)
 
 
+def probs_fn(engine: Engine, verification: Verification):
+    """logits [..., V] -> processed probabilities: the sampler, then the baseline's
+    truncation when `baseline` holds."""
+    return lambda logits: verification.transform(engine.sampler.probs(logits))
+
+
+def init_state(
+    engine: Engine,
+    params: dict,
+    draft_params,
+    prompt_bp: jax.Array,
+    prompt_len_b: jax.Array,
+    limit_b: jax.Array,
+    sample_id_b: jax.Array,
+    seed_key: jax.Array,
+) -> DecodeState:
+    """Prefill, the first token (a draw from the rule's bonus law) and the drafter's init."""
+    cfg, dec, drafter = engine.cfg, engine.decode, engine.drafter
+    verification = Verification(engine.rule, engine.baseline)
+    batch, bucket = prompt_bp.shape
+    slots = engine.slots(bucket)
+    cache = KVCache.init(cfg, batch, slots)
+    taps = drafter.tap_layers
+    logits_bv, taps_bped, cache = prefill(cfg, params, cache, prompt_bp, prompt_len_b, taps)
+    key_b = jax.vmap(jax.random.fold_in, (None, 0))(seed_key, sample_id_b)
+    keys_b2 = jax.vmap(jax.random.split)(key_b)
+    first_p = probs_fn(engine, verification)(logits_bv)
+    first_b = sampling.sample_rows(keys_b2[:, 1], verification.bonus(first_p))
+    history_bs = jnp.zeros((batch, slots), jnp.int32).at[:, :bucket].set(prompt_bp)
+    history_bs = history_bs.at[jnp.arange(batch), prompt_len_b].set(first_b)
+    return DecodeState(
+        cache=cache,
+        draft=drafter.init(draft_params, history_bs, prompt_len_b, bucket, taps_bped),
+        history_bs=history_bs,
+        committed_b=prompt_len_b,
+        prompt_len_b=prompt_len_b,
+        limit_b=limit_b,
+        done_b=is_stop(first_b, dec.stop_tokens) | (limit_b <= 1),
+        key_b=keys_b2[:, 0],
+        stats=Stats.zeros(batch, engine.num_draft, dec.buffer_len),
+    )
+
+
 @jax.jit
 def decode_loop(
     engine: Engine,
@@ -190,35 +233,11 @@ def decode_loop(
     Row b's noise comes from `fold_in(seed_key, sample_id_b[b])` only, so a prompt gets the
     same tokens whatever batch, row or process it runs in.
     """
-    cfg, dec, drafter, a = engine.cfg, engine.decode, engine.drafter, engine.num_draft
-    verification = Verification(engine.rule, engine.baseline)
-    batch, bucket = prompt_bp.shape
-    n_out = dec.buffer_len
-    slots = engine.slots(bucket)
-
-    def probs_fn(logits):
-        return verification.transform(engine.sampler.probs(logits))
-
-    cache = KVCache.init(cfg, batch, slots)
-    taps = drafter.tap_layers
-    logits_bv, taps_bped, cache = prefill(cfg, params, cache, prompt_bp, prompt_len_b, taps)
-    key_b = jax.vmap(jax.random.fold_in, (None, 0))(seed_key, sample_id_b)
-    keys_b2 = jax.vmap(jax.random.split)(key_b)
-    first_b = sampling.sample_rows(keys_b2[:, 1], verification.bonus(probs_fn(logits_bv)))
-    history_bs = jnp.zeros((batch, slots), jnp.int32).at[:, :bucket].set(prompt_bp)
-    history_bs = history_bs.at[jnp.arange(batch), prompt_len_b].set(first_b)
-    state = DecodeState(
-        cache=cache,
-        draft=drafter.init(draft_params, history_bs, prompt_len_b, bucket, taps_bped),
-        history_bs=history_bs,
-        committed_b=prompt_len_b,
-        prompt_len_b=prompt_len_b,
-        limit_b=limit_b,
-        done_b=is_stop(first_b, dec.stop_tokens) | (limit_b <= 1),
-        key_b=keys_b2[:, 0],
-        stats=Stats.zeros(batch, a, n_out),
+    drafter, a = engine.drafter, engine.num_draft
+    state = init_state(
+        engine, params, draft_params, prompt_bp, prompt_len_b, limit_b, sample_id_b, seed_key
     )
-    chain = partial(chain_round, engine, verification, probs_fn, params, draft_params)
+    chain = partial(chain_round, engine, params, draft_params)
 
     def sized_round(s: DecodeState) -> DecodeState:
         # A drafter that knows how many of its drafts are real (prompt lookup: the matched
@@ -230,28 +249,24 @@ def decode_loop(
 
     body = sized_round if drafter.narrows else partial(chain, a_round=a)
     state = jax.lax.while_loop(lambda s: ~jnp.all(s.done_b), body, state)
-    tokens_bn, num_b = state.outputs(n_out)
+    tokens_bn, num_b = state.outputs(engine.decode.buffer_len)
     return tokens_bn, num_b, state.stats
 
 
 def chain_round(
-    engine: Engine,
-    verification: Verification,
-    probs_fn,
-    params: dict,
-    draft_params,
-    s: DecodeState,
-    a_round: int,
+    engine: Engine, params: dict, draft_params, s: DecodeState, a_round: int
 ) -> DecodeState:
     """One round with `a_round` drafts (0: a plain one-token AR step)."""
     cfg, drafter = engine.cfg, engine.drafter
+    verification = Verification(engine.rule, engine.baseline)
+    processed = probs_fn(engine, verification)
     batch = s.history_bs.shape[0]
     key_b, k_draft_b, k_verify_b = s.split_keys(3)
     live_b = ~s.done_b
     draft = s.draft
     if a_round:
         draft, x_ba, q_bav = drafter.propose(
-            draft_params, draft, s.history_bs, s.committed_b, k_draft_b, a_round, probs_fn
+            draft_params, draft, s.history_bs, s.committed_b, k_draft_b, a_round, processed
         )
     else:
         x_ba = jnp.zeros((batch, 0), jnp.int32)
@@ -266,7 +281,7 @@ def chain_round(
         s.cache.causal_mask(a_round + 1),
         tap_layers=drafter.tap_layers,
     )
-    p_btv = probs_fn(logits_btv)
+    p_btv = processed(logits_btv)
     out = rules.verify_chain(verification, k_verify_b, p_btv, q_bav, x_ba)
     metered = None
     if engine.meter_distortion and a_round:

@@ -1,37 +1,29 @@
-"""The bench job: AR speed, the cost of verifying T tokens, and the bandwidth bound.
+"""The bench job: a registry of benches picked by config (`BENCHES`, `c.kinds`).
+
+  forward  the bandwidth bound of a decode step, the cost of a forward over T new tokens
+  ar       AR tokens/s against the bound
+  chain    chain speculative decoding against AR (spec_jax.jobs.bench_chain)
+  rules    verify_chain against the target forward (spec_jax.jobs.bench_rules)
 
 Every comparison runs interleaved in one process (rounds of A, B, C, A, B, C, ...) and
 reports medians: this machine's timings move by +-30 % between runs, ratios within one
-run by a few percent (CPU_NOTES.md §5).
+run by a few percent (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 
 from spec_jax import checkpoints, decoding
-from spec_jax.jobs import bench_chain, common
+from spec_jax.jobs import bench_chain, bench_rules, common
+from spec_jax.jobs.timing import interleaved_medians
 from spec_jax.models.cache import KVCache
 from spec_jax.models.llama import forward
-
-
-def interleaved_medians(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    """Median seconds of each thunk (each already compiled), timed in interleaved rounds."""
-    times = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            jax.block_until_ready(fn())
-            times[name].append(time.perf_counter() - start)
-    return {name: float(np.median(t)) for name, t in times.items()}
 
 
 def memory_bandwidth(num_bytes: int = 512 << 20, rounds: int = 7) -> float:
@@ -91,20 +83,10 @@ def ar_speed(model, batch: int, new_tokens: int, prompt_len: int, rounds: int) -
     return batch * new_tokens / seconds
 
 
-def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
-    """Runs the benchmark of config `c` (configs/bench.py) and prints a report.
-
-    A config with `mode = 'chain'` (configs/bench_chain.py) runs the chain speculative
-    benchmark instead (spec_jax.jobs.bench_chain).
-    """
-    if c.get('mode') == 'chain':
-        return bench_chain.run(c, workdir)
-    common.log_devices()
-    model = checkpoints.load(c.model, c.dtype, c.seed)
+def bandwidth_and_forward(c: ml_collections.ConfigDict, model) -> dict:
+    """The bandwidth bound of a decode step and the cost of a forward over T new tokens."""
     cfg, params = model.cfg, model.params
     param_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
-    report = {}
-
     bandwidth = memory_bandwidth(c.bandwidth_bytes)
     bound_s = param_bytes / bandwidth
     print(
@@ -112,20 +94,27 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
         f'XLA matvec bandwidth {bandwidth / 1e9:.1f} GB/s -> a decode step needs at least '
         f'{bound_s * 1e3:.1f} ms ({1 / bound_s:.0f} tokens/s at batch 1)'
     )
-    report['bandwidth_gbs'] = bandwidth / 1e9
-    report['bound_ms'] = bound_s * 1e3
-
     costs = forward_costs(cfg, params, tuple(c.verify_tokens), 1, c.slots, c.rounds)
     base = costs[1]
     print(
         f'cost of one forward over T new tokens (batch 1, {c.slots} cache slots), '
         f'relative to T=1 ({base * 1e3:.1f} ms):'
     )
-    for t, s in costs.items():
-        print(f'  T={t:<3d} {s * 1e3:7.1f} ms  ratio {s / base:.2f}')
-    report['verify_cost_ratio'] = {t: s / base for t, s in costs.items()}
+    for t, seconds in costs.items():
+        print(f'  T={t:<3d} {seconds * 1e3:7.1f} ms  ratio {seconds / base:.2f}')
     print(f'forward at T=1 vs the bandwidth bound: {bound_s / base:.2f} of the bound')
+    return dict(
+        bandwidth_gbs=bandwidth / 1e9,
+        bound_ms=bound_s * 1e3,
+        verify_cost_ratio={t: seconds / base for t, seconds in costs.items()},
+    )
 
+
+def ar(c: ml_collections.ConfigDict, model) -> dict:
+    """AR tokens/s at each batch of `c.ar_batches`, against the bandwidth bound."""
+    param_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(model.params))
+    bound_s = param_bytes / memory_bandwidth(c.bandwidth_bytes)
+    report = {}
     for batch in c.ar_batches:
         tps = ar_speed(model, batch, c.ar_new_tokens, c.ar_prompt_len, c.ar_rounds)
         per_step = batch / tps
@@ -134,8 +123,39 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
             f'step, prefill included); {bound_s / per_step:.2f} of the bandwidth bound'
         )
         report[f'ar_tokens_per_s_b{batch}'] = tps
+    return report
+
+
+def _on_model(bench):
+    """A bench of (config, loaded model) as a job of (config, workdir)."""
+
+    def job(c, workdir=None):
+        del workdir
+        return bench(c, checkpoints.load(c.model, c.dtype, c.seed))
+
+    return job
+
+
+# Bench kind -> job(config, workdir) -> report. A config names the kinds it runs in order
+# (`c.kinds`); configs/bench.py runs ('forward', 'ar').
+BENCHES = {
+    'forward': _on_model(bandwidth_and_forward),
+    'ar': _on_model(ar),
+    'chain': bench_chain.run,
+    'rules': bench_rules.run,
+}
+
+
+def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
+    """Runs the benches `c.kinds` of config `c` (configs/bench*.py) and prints reports;
+    with a workdir, writes `<workdir>/bench.json` (every kind's report by kind)."""
+    unknown = [k for k in c.kinds if k not in BENCHES]
+    if unknown:
+        raise ValueError(f'unknown bench kinds {unknown}; valid: {sorted(BENCHES)}')
+    common.log_devices()
+    report = {kind: BENCHES[kind](c, workdir) for kind in c.kinds}
     if workdir:
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, 'bench.json'), 'w') as f:
-            json.dump(report, f, indent=2)
+            json.dump(report, f, indent=2, default=str)
     return report

@@ -14,21 +14,23 @@ import time
 from functools import partial
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
 
 from spec_jax import checkpoints, data_files, decoding, rules
 from spec_jax.checkpoints import params_to_state
-from spec_jax.decoding import drafters
-from spec_jax.jobs import common
+from spec_jax.decoding import batching, drafters
+from spec_jax.decoding import engine as eng
+from spec_jax.jobs.timing import interleaved_medians
+from spec_jax.models.llama import forward
 from spec_jax.sampling import Sampler
 
 
 def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     """Runs the chain benchmark of config `c` (configs/bench_chain.py)."""
     data_files.require(data_files.speed_files(c.sets), c.data_root, 'data_root')
-    common.log_devices()
     target = checkpoints.load(c.model, c.dtype, c.seed)
     tok = target.tokenizer
     prompts = data_files.speed_prompts(c.sets, c.prompts_per_set, c.data_root, 'data_root')
@@ -85,6 +87,10 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
                 f'at most {row["speedup_ceiling"]:.2f}x'
             )
 
+    if c.overhead:
+        report['overhead'] = round_overhead(engines['spec'], params, ids[:1], c.rounds)
+    if c.sweep_values:
+        report['sweep'] = sweep_compiles(c, engines['spec'], params, ids[: max(c.batches)])
     if c.hf_peer and built.model is not None:
         report['hf_peer'] = hf_assisted_peer(c, target, built.model, ids, report['rows'])
     if workdir:
@@ -127,6 +133,108 @@ def summarize_runs(temperature, batch, times, num_draft: int) -> dict:
         round_cost=round_cost,
         speedup_ceiling=(num_draft + 1) / round_cost,
     )
+
+
+def round_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
+    """The share of a chain round spent outside the target forward and the drafter.
+
+    On the state after prefill, jitted alone and timed interleaved (medians of `rounds` x 5
+    calls, each state donated and carried to the next call as inside the loop): a whole
+    round (`chain_round`), the target forward over its A + 1 positions, and the drafter's
+    propose + observe. overhead = 1 - (forward + drafter) / round: verification, the
+    commit, statistics and the loop's bookkeeping.
+    """
+    a = engine.num_draft
+    batch = batching.pack_prompts(
+        ids, prompt_bucket=engine.decode.prompt_bucket, max_prompt_len=engine.decode.max_prompt_len
+    )
+    args = (
+        jnp.asarray(batch.tokens),
+        jnp.asarray(batch.lengths),
+        jnp.full((len(ids),), engine.decode.max_new_tokens, jnp.int32),
+        jnp.arange(len(ids), dtype=jnp.int32),
+        jax.random.PRNGKey(0),
+    )
+    init = jax.jit(eng.init_state)
+    whole = jax.jit(partial(eng.chain_round, a_round=a), donate_argnums=3)
+
+    @partial(jax.jit, donate_argnums=2)
+    def target_forward(engine, params, s):
+        x_bt = jnp.broadcast_to(s.pending_b()[:, None], (len(ids), a + 1))
+        c = s.cache
+        cache = forward(engine.cfg, params, x_bt, c.positions(a + 1), c, c.causal_mask(a + 1),
+                        tap_layers=engine.drafter.tap_layers)[2]  # fmt: skip
+        return s.replace(cache=cache)
+
+    @partial(jax.jit, donate_argnums=2)
+    def drafter_only(engine, draft_params, s):
+        verification = eng.Verification(engine.rule, engine.baseline)
+        d = engine.drafter
+        state, _, _ = d.propose(draft_params, s.draft, s.history_bs, s.committed_b, s.key_b, a,
+                                eng.probs_fn(engine, verification))  # fmt: skip
+        taps = None
+        if d.tap_layers:
+            taps = jnp.zeros((len(ids), a + 1, len(d.tap_layers), engine.cfg.width))
+        state = d.observe(draft_params, state, s.history_bs, s.committed_b, s.committed_b, taps)
+        return s.replace(draft=state)
+
+    states = {}
+    calls = {
+        'round': lambda s: whole(engine, params.target, params.draft, s),
+        'forward': lambda s: target_forward(engine, params.target, s),
+        'drafter': lambda s: drafter_only(engine, params.draft, s),
+    }
+
+    def timed(name):
+        def go():
+            for _ in range(5):
+                states[name] = calls[name](states[name])
+            return states[name].committed_b
+
+        return go
+
+    for name in calls:
+        states[name] = init(engine, params.target, params.draft, *args)
+        timed(name)()  # Compile.
+    med = {k: v / 5 for k, v in interleaved_medians({k: timed(k) for k in calls}, rounds).items()}
+    share = 1.0 - (med['forward'] + med['drafter']) / med['round']
+    print(
+        f'a chain round at batch 1: {med["round"] * 1e3:.2f} ms = target forward '
+        f'{med["forward"] * 1e3:.2f} ms + drafter {med["drafter"] * 1e3:.2f} ms + engine '
+        f'{(med["round"] - med["forward"] - med["drafter"]) * 1e3:.2f} ms: overhead '
+        f'{100 * share:.1f}% of the round (goal < 10%)'
+    )
+    return dict(round_ms=med['round'] * 1e3, forward_ms=med['forward'] * 1e3,
+                drafter_ms=med['drafter'] * 1e3, overhead=share)  # fmt: skip
+
+
+def sweep_compiles(c, engine: decoding.Engine, params, ids) -> dict:
+    """Seconds and compiled loops of a sweep: `c.sweep_rule` at each of `c.sweep_values`,
+    then its matched baseline, through one engine (traced parameters), against the same
+    runs with JAX's caches cleared before each (a compile per value, as a static rule cost
+    before)."""
+    runs = [(v, False) for v in c.sweep_values] + [(c.sweep_values[0], True)]
+    engine = engine.replace(sampler=Sampler(temperature=0.7))
+
+    def sweep(clear_each: bool) -> float:
+        jax.clear_caches()
+        start = time.perf_counter()
+        for value, baseline in runs:
+            if clear_each:
+                jax.clear_caches()
+            rule = rules.make(c.sweep_rule, **{c.sweep_param: value})
+            decoding.generate(engine.replace(rule=rule, baseline=baseline), params, ids)
+        return time.perf_counter() - start
+
+    per_value = sweep(clear_each=True)
+    traced = sweep(clear_each=False)
+    compiles = eng.decode_loop._cache_size()
+    print(
+        f'sweep of {c.sweep_rule} {c.sweep_param} over {list(c.sweep_values)} + its matched '
+        f'baseline ({len(runs)} runs of {len(ids)} prompts): {traced:.1f} s with {compiles} '
+        f'compiled loop(s); {per_value:.1f} s compiling each value ({per_value / traced:.1f}x)'
+    )
+    return dict(runs=len(runs), traced_s=traced, compiles=compiles, per_value_s=per_value)
 
 
 def hf_assisted_peer(c, target, draft, ids, rows) -> dict:

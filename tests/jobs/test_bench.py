@@ -1,4 +1,4 @@
-"""The bench job's :tiny variants run end to end and report every figure."""
+"""The bench registry's :tiny configs run end to end and report every figure."""
 
 import os
 
@@ -10,26 +10,48 @@ from spec_jax.jobs.common import load_config
 CONFIGS = os.path.join(os.path.dirname(__file__), '..', '..', 'configs')
 
 
-def test_ar_bench_reports_bound_and_ratios(tmp_path):
+def test_forward_and_ar_benches_report_bound_and_ratios(tmp_path):
     c = load_config(os.path.join(CONFIGS, 'bench.py'), 'tiny')
     c.ar_batches = (1,)
     report = bench.run(c, str(tmp_path))
-    assert report['bandwidth_gbs'] > 0 and report['bound_ms'] > 0
-    assert set(report['verify_cost_ratio']) == set(c.verify_tokens)
-    assert report['verify_cost_ratio'][1] == 1.0
-    assert report['ar_tokens_per_s_b1'] > 0
+    fwd, ar = report['forward'], report['ar']
+    assert fwd['bandwidth_gbs'] > 0 and fwd['bound_ms'] > 0
+    assert set(fwd['verify_cost_ratio']) == set(c.verify_tokens)
+    assert fwd['verify_cost_ratio'][1] == 1.0
+    assert ar['ar_tokens_per_s_b1'] > 0
     assert os.path.exists(os.path.join(tmp_path, 'bench.json'))
+    c.kinds = ('forward', 'tree')
+    with pytest.raises(ValueError, match=r"unknown bench kinds \['tree'\]; valid: \['ar', "):
+        bench.run(c)
 
 
-def test_chain_bench_reports_speedup(tmp_path):
+def test_chain_bench_reports_speedup_overhead_and_one_compile_sweeps(tmp_path):
     c = load_config(os.path.join(CONFIGS, 'bench_chain.py'), 'tiny')
     c.temperatures = (0.0,)
     c.batches = (2,)
-    report = bench.run(c, str(tmp_path))
+    report = bench.run(c, str(tmp_path))['chain']
     (row,) = report['rows']
     assert row['speedup'] > 0
     assert row['block_efficiency'] == pytest.approx(c.num_draft + 1)  # Identical draft.
     # speedup = block efficiency / round cost; with every draft accepted it is the ceiling.
     assert row['speedup'] * row['round_cost'] == pytest.approx(row['block_efficiency'])
     assert row['speedup_ceiling'] == pytest.approx(row['speedup'])
+    overhead = report['overhead']
+    assert overhead['round_ms'] > 0 and overhead['forward_ms'] > 0 and overhead['drafter_ms'] > 0
+    assert overhead['overhead'] == pytest.approx(
+        1 - (overhead['forward_ms'] + overhead['drafter_ms']) / overhead['round_ms']
+    )
+    sweep = report['sweep']
+    assert sweep['runs'] == len(c.sweep_values) + 1 and sweep['compiles'] == 1
     assert os.path.exists(os.path.join(tmp_path, 'bench_chain.json'))
+
+
+def test_rules_bench_sets_each_rule_against_the_forward():
+    c = load_config(os.path.join(CONFIGS, 'bench_rules.py'), 'tiny')
+    c.rules = ('lossless', 'lenience:l=0.5')
+    report = bench.run(c)['rules']
+    names = [f'verify_chain V=1031 {r}' for r in c.rules]
+    assert set(names) < set(report)
+    assert all(report[n]['ms'] > 0 and report[n]['of_forward'] > 0 for n in names)
+    with pytest.raises(ValueError, match="unknown config arg 'huge'; valid: '', 'tiny'"):
+        load_config(os.path.join(CONFIGS, 'bench_rules.py'), 'huge')
