@@ -1,6 +1,7 @@
 """Chain speculative decoding: greedy exactness, lossless laws, lossy laws, stopping."""
 
 import dataclasses
+import math
 
 import chex
 import jax
@@ -301,6 +302,62 @@ def test_first_tokens_follow_the_rule_law(soft_models, name, distinct):
     if distinct:  # The check can tell the rule's law from the target's.
         target_laws = token_laws(target, draft, sampler, lambda p, q: p)
         assert tv(laws[1], target_laws[1]) > 2 * TV_BOUND
+
+
+def bhc_radius(n: int, v: int = V, delta: float = 1e-6) -> float:
+    """r with P(TV(empirical law of n i.i.d. draws, law) >= r) <= delta, from the
+    Bretagnolle-Huber-Carol inequality P(sum |p_hat - p| >= eps) <= 2^V exp(-n eps^2 / 2)."""
+    return math.sqrt((v * math.log(2.0) + math.log(1.0 / delta)) / (2.0 * n))
+
+
+@pytest.mark.parametrize('name', ['lossless', 'lenience:l=0.5'])
+def test_replacement_and_bonus_tokens_through_the_engine(soft_models, name):
+    """With A = 1, round 1 drafts x after the prefill token t1. Rows whose round rejected it
+    (their block_accepted[0] is 0) emit t2 from the rule's replacement law at context
+    PROMPT + t1; rows that accepted it emit t3 as the bonus, from the target's law one
+    position later, at PROMPT + t1 + x. Both conditional laws are computed exactly from the
+    models, and each is checked on its own rows.
+
+    Power (N = 20,000 rows, 6-14k on each side; V = 31; BHC radius r <= 0.058 at
+    delta = 1e-6 per check): drawing the replacement from p instead of norm((p - q)_+) moves
+    the conditional law by TV 0.14 (lossless) / 0.20 (lenience), drawing the bonus from the
+    target row of the draft position (p at PROMPT + t1) instead of the next one by TV 0.15;
+    the test asserts that each mistake lies more than 2r away, so either makes it fail with
+    probability >= 1 - 1e-6. Parameter mistakes (l or lambda off by 0.1) are smaller than
+    this radius; tests/rules/test_laws.py catches them on verify_chain itself."""
+    target, draft = soft_models
+    sampler, rule, n = Sampler(temperature=1.0), rules.make(name), 20_000
+    dec = DecodeSettings(max_new_tokens=3, prompt_bucket=8, new_tokens_bucket=8)
+    result = gen(target, LMDrafter(DRAFT_CFG), draft, [PROMPT] * n, 1, dec, seed=4, rule=rule,
+                 sampler=sampler)  # fmt: skip
+    tokens = np.array(result.tokens)
+    first_round = np.array([row[0] for row in result.stats['per_row']['block_accepted']])
+
+    p1 = np.asarray(next_probs(target, [PROMPT], sampler))[0]  # Law of t1.
+    ctx1 = [PROMPT + [t] for t in range(V)]
+    p_c1 = np.asarray(next_probs(target, ctx1, sampler), np.float64)  # [t1, V]
+    q_c1 = np.asarray(next_probs(draft, ctx1, sampler, cfg=DRAFT_CFG), np.float64)
+    accept = np.asarray(rule.accept_all(jnp.asarray(p_c1), jnp.asarray(q_c1)), np.float64)
+    reject_t1 = p1 * (1.0 - (q_c1 * accept).sum(-1))  # P(t1, rejected)
+    replacement = np.asarray(rule.replacement(jnp.asarray(p_c1), jnp.asarray(q_c1)))
+    want_repl = (reject_t1[:, None] * replacement).sum(0) / reject_t1.sum()
+    wrong_repl = (reject_t1[:, None] * p_c1).sum(0) / reject_t1.sum()
+    ctx2 = [PROMPT + [t, x] for t in range(V) for x in range(V)]
+    p_c2 = np.asarray(next_probs(target, ctx2, sampler), np.float64).reshape(V, V, V)
+    joint = p1[:, None] * q_c1 * accept  # P(t1, x, accepted)
+    want_bonus = (joint[:, :, None] * p_c2).sum((0, 1)) / joint.sum()
+    wrong_bonus = (joint.sum(1)[:, None] * p_c1).sum(0) / joint.sum()
+
+    rejected, accepted = first_round == 0, first_round == 1
+    for got, want, wrong, rows in [
+        (tokens[rejected, 1], want_repl, wrong_repl, rejected.sum()),
+        (tokens[accepted, 2], want_bonus, wrong_bonus, accepted.sum()),
+    ]:
+        r = bhc_radius(int(rows))
+        assert rows > 5000 and r < 0.058
+        assert tv(want, wrong) > 2 * r  # The guarded mistake is detectable...
+        assert tv(empirical(got), want) < r  # ...the engine's draws follow the true law...
+        assert tv(empirical(got), wrong) > r  # ...and not the mistaken one.
 
 
 def test_prompt_lookup_keeps_the_target_law(soft_models):
