@@ -140,9 +140,11 @@ def round_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
 
     On the state after prefill, jitted alone and timed interleaved (medians of `rounds` x 5
     calls, each state donated and carried to the next call as inside the loop): a whole
-    round (`chain_round`), the target forward over its A + 1 positions, and the drafter's
-    propose + observe. overhead = 1 - (forward + drafter) / round: verification, the
-    commit, statistics and the loop's bookkeeping.
+    round (`chain_round`), the target forward over its A + 1 positions (logits included),
+    and the drafter's propose + observe (its drafts and q returned). overhead = 1 -
+    (forward + drafter) / round: verification, the commit, statistics and the loop's
+    bookkeeping. Each part returns its outputs: a part whose logits went unused would be
+    timed without its LM head (XLA drops dead code), which once read as 25 % overhead.
     """
     a = engine.num_draft
     batch = batching.pack_prompts(
@@ -162,25 +164,26 @@ def round_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
     def target_forward(engine, params, s):
         x_bt = jnp.broadcast_to(s.pending_b()[:, None], (len(ids), a + 1))
         c = s.cache
-        cache = forward(engine.cfg, params, x_bt, c.positions(a + 1), c, c.causal_mask(a + 1),
-                        tap_layers=engine.drafter.tap_layers)[2]  # fmt: skip
-        return s.replace(cache=cache)
+        mask = c.causal_mask(a + 1)
+        logits, _, cache = forward(engine.cfg, params, x_bt, c.positions(a + 1), c, mask,
+                                   tap_layers=engine.drafter.tap_layers)  # fmt: skip
+        return s.replace(cache=cache), logits  # Returned: else XLA drops the LM head.
 
     @partial(jax.jit, donate_argnums=2)
     def drafter_only(engine, draft_params, s):
         verification = eng.Verification(engine.rule, engine.baseline)
         d = engine.drafter
-        state, _, _ = d.propose(draft_params, s.draft, s.history_bs, s.committed_b, s.key_b, a,
-                                eng.probs_fn(engine, verification))  # fmt: skip
+        state, x_ba, q_bav = d.propose(draft_params, s.draft, s.history_bs, s.committed_b,
+                                       s.key_b, a, eng.probs_fn(engine, verification))  # fmt: skip
         taps = None
         if d.tap_layers:
             taps = jnp.zeros((len(ids), a + 1, len(d.tap_layers), engine.cfg.width))
         state = d.observe(draft_params, state, s.history_bs, s.committed_b, s.committed_b, taps)
-        return s.replace(draft=state)
+        return s.replace(draft=state), (x_ba, q_bav)  # Returned, so nothing is dropped.
 
     states = {}
     calls = {
-        'round': lambda s: whole(engine, params.target, params.draft, s),
+        'round': lambda s: (whole(engine, params.target, params.draft, s), None),
         'forward': lambda s: target_forward(engine, params.target, s),
         'drafter': lambda s: drafter_only(engine, params.draft, s),
     }
@@ -188,8 +191,8 @@ def round_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
     def timed(name):
         def go():
             for _ in range(5):
-                states[name] = calls[name](states[name])
-            return states[name].committed_b
+                states[name], out = calls[name](states[name])
+            return states[name].committed_b, out
 
         return go
 
