@@ -1,0 +1,464 @@
+"""Math benchmarks: GSM8K, MATH-500, MATH, AIME 2024 and AIME 2025.
+
+Each task is a frozen dataclass (`GSM8K`, `MATH500`, `MATH`, `AIME24`, `AIME25`; `TASKS` maps
+their names to the classes) with two fields: `root`, the data root a config names with
+`data_root` ('' = $SPEC_JAX_DATA, else the samples bundled in the package), and `timeout_s`,
+the wall-clock limit on scoring one text.
+
+Data. `load('')` reads the release's file under the data root (`gsm8k/test.jsonl`,
+`math500/test.jsonl`, `math/test.jsonl`, `aime24/test.jsonl`, `aime25/test.jsonl`; a missing
+one is a `DataFileError` naming the file, the `data_root` field and the hub id);
+`load(path)` reads a local .jsonl, .json or .parquet file laid out like the release (or a
+directory holding `<task>/test.jsonl` or `test.jsonl`); `load('hub')` reads the hub copy
+through `datasets`. The gold answers: GSM8K, the text after '####' with thousands commas
+removed; MATH-500, `answer`; MATH, the last brace-balanced \\boxed{} of `solution`; AIME, the
+answer as an integer (aime24's answers are zero-padded strings). The aime25 release has three
+problems (rows 18, 19, 27) whose `\\f` and `\\t` JSON escapes were decoded into a form feed
+and a tab (`\\frac` -> form feed + 'rac'); `load` puts the backslashes back.
+
+Prompts: a system message asking for a step-by-step solution with the final answer in
+\\boxed{} (`MATH_SYSTEM_PROMPT`, or `GSM8K_SYSTEM_PROMPT`), then the problem as the user turn.
+
+Scoring (math-verify). The model's answer is the last brace-balanced \\boxed{} (or \\fbox{})
+of its text; without one, math-verify's own extraction of the whole text (MATH, AIME) or, for
+GSM8K, '#### X', then 'the answer is X', then the last number. math-verify parses it and the
+gold to sympy and decides equivalence (\\frac{1}{2} = 0.5 = 1/2, sets in any order, x=5 vs
+5, ...). math-verify's own timeouts use `signal.alarm`, which works on the main thread only,
+so they are turned off and each judgement runs instead in a worker subprocess of a shared
+`timeouts.DeadlinePool` that is killed at the deadline: `score` works on any thread, and a
+sympy call stuck in a huge power or factorial scores as incorrect with detail
+{'timeout': True} after `timeout_s` seconds instead of hanging the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import re
+import threading
+from typing import Any, ClassVar
+
+from spec_jax import data_files
+from spec_jax.data_files import DataFileError
+from spec_jax.eval.tasks import timeouts
+from spec_jax.eval.tasks.base import Item, Score
+
+MATH_SYSTEM_PROMPT = (
+    'You are a helpful math assistant. Solve the problem step by step, explaining your '
+    'reasoning, and put your final answer within \\boxed{}.'
+)
+GSM8K_SYSTEM_PROMPT = (
+    'You are a helpful math assistant. Solve the word problem step by step, showing your '
+    'calculations, and put the final numerical answer within \\boxed{}.'
+)
+
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_WORKERS = 2
+
+# --------------------------------------------------------------------------- extraction
+
+_BOXED = re.compile(r'\\(?:boxed|fbox)(?![A-Za-z])')
+# A number; its minus sign only where it cannot be a subtraction ('20-18' holds 20 and 18).
+_NUMBER = re.compile(r'(?:(?<![\w)}])-)?(?:\d+(?:\.\d+)?|\.\d+)')
+_THOUSANDS = re.compile(r'(?<=\d),(?=\d{3}(?!\d))')
+_HASHES = re.compile(r'####\s*([^\n]*)')
+_ANSWER_IS = re.compile(r'answer\s+is\s*:?\s*([^\n]*)', re.IGNORECASE)
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last complete \\boxed{...} (or \\fbox{...}) of `text`, None if none.
+
+    Braces are matched (escaped \\{ and \\} are skipped); an unclosed last box (a truncated
+    generation) gives way to the box before it. '\\boxed 5' (no braces) gives '5'.
+    """
+    for m in reversed(list(_BOXED.finditer(text))):
+        i = m.end()
+        j = i
+        while j < len(text) and text[j] == ' ':
+            j += 1
+        if j < len(text) and text[j] == '{':
+            depth = 0
+            for k in range(j, len(text)):
+                if text[k] in '{}' and k > 0 and text[k - 1] == '\\':
+                    continue
+                if text[k] == '{':
+                    depth += 1
+                elif text[k] == '}':
+                    depth -= 1
+                    if depth == 0:
+                        return text[j + 1 : k].strip()
+        elif j > i:
+            token = re.match(r'[^\s$]+', text[j:])
+            if token:
+                return token.group(0).rstrip('.,;')
+    return None
+
+
+def _no_thousands(s: str) -> str:
+    return _THOUSANDS.sub('', s)
+
+
+def extract_answer(text: str, gsm8k: bool = False) -> tuple[str | None, str]:
+    """The answer span of a model's text and how it was found.
+
+    Returns (span, method): method 'boxed' (span = the last box's content); for GSM8K then
+    '####', 'answer is' (span = the rest of that line) and 'last number'; otherwise
+    'math_verify' (span = the whole text, for math-verify's own extraction). (None, 'none')
+    when a GSM8K text has no number at all.
+    """
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed, 'boxed'
+    if not gsm8k:
+        return text, 'math_verify'
+    for method, pattern in (('####', _HASHES), ('answer is', _ANSWER_IS)):
+        found = [m.group(1) for m in pattern.finditer(text) if _NUMBER.search(m.group(1))]
+        if found:
+            return found[-1].strip(), method
+    numbers = _NUMBER.findall(_no_thousands(text))
+    if numbers:
+        return numbers[-1], 'last number'
+    return None, 'none'
+
+
+# --------------------------------------------------------------------------- judging
+# These run in the verifier's worker processes (math-verify is imported there only).
+
+
+def _parse(text: str, configs: str) -> list:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    if configs == 'boxed':
+        extraction = [LatexExtractionConfig(boxed_match_priority=0)]
+    elif configs == 'latex':
+        extraction = [LatexExtractionConfig()]
+    else:  # Everything math-verify extracts by default.
+        extraction = [LatexExtractionConfig(), ExprExtractionConfig()]
+    return parse(text, extraction, parsing_timeout=None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _gold(gold: str) -> tuple:
+    parsed = _parse(f'${gold}$', 'latex') or _parse(f'\\boxed{{{gold}}}', 'boxed')
+    return tuple(parsed) if parsed else (gold,)
+
+
+def _is_number(value: Any) -> bool:
+    return getattr(value, 'is_number', False) is True
+
+
+def _integer_valued(value: Any) -> bool:
+    try:
+        return float(value) == round(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _gsm8k_prediction(span: str, method: str) -> tuple[list, str | None]:
+    """math-verify's parse of a GSM8K answer span when it is a number, else the span's last
+    (for a box) or first (after '####' / 'answer is') number."""
+    clean = _no_thousands(span)
+    parsed = _parse(f'\\boxed{{{clean}}}', 'boxed')
+    if parsed and _is_number(parsed[0]):
+        return parsed, span
+    numbers = _NUMBER.findall(clean)
+    if not numbers:
+        return [], None
+    number = numbers[-1] if method in ('boxed', 'last number') else numbers[0]
+    return _parse(f'${number}$', 'latex'), number
+
+
+def _judge(kind: str, gold: str, span: str, method: str) -> tuple[bool, str | None, dict]:
+    """(correct, extracted, detail) for one answer span (see `extract_answer`).
+
+    kind: 'latex' (MATH, MATH-500), 'integer' (AIME) or 'number' (GSM8K).
+    """
+    from math_verify import verify
+
+    gold_parsed = _gold(gold)
+    if kind == 'number':
+        pred, extracted = _gsm8k_prediction(span, method)
+    elif method == 'boxed':
+        pred, extracted = _parse(f'\\boxed{{{span}}}', 'boxed') or _parse(span, 'all'), span
+    else:
+        pred = _parse(span, 'all')
+        extracted = pred[-1] if pred and isinstance(pred[-1], str) else None
+    detail = {
+        'method': method,
+        'gold_parsed': str(gold_parsed[0]),
+        'pred_parsed': str(pred[0]) if pred else None,
+    }
+    if not pred:
+        return False, extracted, detail
+    correct = verify(list(gold_parsed), pred, timeout_seconds=None)
+    if correct and kind == 'integer':  # AIME answers are integers: 73.0001 is not 73.
+        correct = _integer_valued(pred[0])
+    return bool(correct), extracted, detail
+
+
+def _warmup() -> None:
+    """Loads math-verify's parsers in a fresh worker (so no deadline pays for it)."""
+    _judge('latex', '\\frac{1}{2}', '0.5', 'boxed')
+
+
+_pool: timeouts.DeadlinePool | None = None
+_pool_lock = threading.Lock()
+
+
+def verifier_pool() -> timeouts.DeadlinePool:
+    """The worker processes shared by every math task's `score` (started on first use)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = timeouts.DeadlinePool(
+                workers=DEFAULT_WORKERS, preload=('math_verify',), warmup=_warmup
+            )
+        return _pool
+
+
+def judge(kind: str, gold: str, text: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Score:
+    """Scores a model's `text` against `gold` (see the module docstring); any thread."""
+    span, method = extract_answer(text, gsm8k=kind == 'number')
+    if span is None:
+        return Score(False, None, {'method': method})
+    extracted = span if method != 'math_verify' else None
+    try:
+        correct, extracted, detail = verifier_pool().call(
+            _judge, kind, gold, span, method, timeout_s=timeout_s
+        )
+    except timeouts.CallTimeout:
+        return Score(False, extracted, {'method': method, 'timeout': True, 'timeout_s': timeout_s})
+    except timeouts.WorkerStartError:
+        raise
+    except timeouts.WorkerError as e:
+        last = str(e).strip().splitlines()[-1:] or ['']
+        return Score(False, extracted, {'method': method, 'error': last[0]})
+    return Score(correct, extracted, detail)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def read_rows(path: str) -> list[dict]:
+    """The rows of a local .jsonl, .json (a list, {'data'|'rows': list} or JSON lines) or
+    .parquet file."""
+    if path.endswith('.parquet'):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    with open(path) as f:
+        text = f.read()
+    if path.endswith('.json'):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = None  # JSON lines under a .json name.
+        if isinstance(data, dict):
+            data = data.get('data', data.get('rows'))
+        if isinstance(data, list):
+            return data
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _local_file(source: str, relpath: str) -> str:
+    if os.path.isdir(source):
+        for candidate in (relpath, os.path.basename(relpath)):
+            path = os.path.join(source, candidate)
+            if os.path.isfile(path):
+                return path
+        raise DataFileError(
+            f'neither {relpath!r} nor {os.path.basename(relpath)!r} found under {source}'
+        )
+    if not os.path.isfile(source):
+        raise DataFileError(
+            f"data file {source!r} not found (a task's source is '' for the data root, "
+            "'hub', or a local .jsonl/.json/.parquet file or directory)"
+        )
+    if not source.endswith(('.jsonl', '.json', '.parquet')):
+        raise DataFileError(f'{source!r}: expected a .jsonl, .json or .parquet file')
+    return source
+
+
+def _load_hub(hub_id: str, config: str | None, split: str) -> list[dict]:
+    try:
+        import datasets
+
+        return list(datasets.load_dataset(hub_id, config, split=split))
+    except Exception as e:
+        offline = os.environ.get('HF_HUB_OFFLINE', '')
+        raise DataFileError(
+            f'could not load {hub_id!r} (config {config!r}, split {split!r}) from the hub: '
+            f'{type(e).__name__}: {e}. Offline (HF_HUB_OFFLINE={offline!r}) or without a '
+            "cached copy, use source '' (the data root, set with data_root or "
+            f'${data_files.ENV_VAR}) or a local file.'
+        ) from e
+
+
+@dataclasses.dataclass(frozen=True)
+class _MathTask:
+    """What the math tasks share; a subclass sets the ClassVars and `_gold`/`_problem`."""
+
+    root: str = ''
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    name: ClassVar[str]
+    relpath: ClassVar[str]  # The release's file under a data root.
+    hub: ClassVar[tuple[str, str | None, str]]  # (id, config, split) for `datasets`.
+    kind: ClassVar[str] = 'latex'  # How `_judge` reads gold and answer.
+    system_prompt: ClassVar[str] = MATH_SYSTEM_PROMPT
+    problem_field: ClassVar[str] = 'problem'
+
+    def load(self, source: str = '', limit: int = 0) -> list[Item]:
+        """The items (see the module docstring), the first `limit` (0 = all)."""
+        if limit < 0:
+            raise ValueError(f'limit must be >= 0, got {limit}')
+        if source == '':
+            rows = data_files.read_jsonl(self.relpath, self.root, 'data_root')
+        elif source == 'hub':
+            rows = self._hub_rows()
+        else:
+            rows = read_rows(_local_file(source, self.relpath))
+        if limit:
+            rows = rows[:limit]
+        return [self._item(i, row) for i, row in enumerate(rows)]
+
+    def score(self, item: Item, text: str) -> Score:
+        """Scores the model's text for `item` (math-verify, under `timeout_s`; any thread)."""
+        return judge(self.kind, item.gold, text, self.timeout_s)
+
+    def _hub_rows(self) -> list[dict]:
+        return _load_hub(*self.hub)
+
+    def _item(self, index: int, row: dict) -> Item:
+        problem = self._problem(row)
+        return Item(
+            task=self.name,
+            id=self._id(index, row),
+            messages=(
+                {'role': 'system', 'content': self.system_prompt},
+                {'role': 'user', 'content': problem},
+            ),
+            gold=self._gold(row),
+            meta=self._meta(row),
+        )
+
+    def _problem(self, row: dict) -> str:
+        return row[self.problem_field]
+
+    def _id(self, index: int, row: dict) -> str:
+        for key in ('unique_id', 'id', 'idx'):
+            if row.get(key) is not None:
+                return str(row[key])
+        return str(index)
+
+    def _gold(self, row: dict) -> str:
+        return str(row['answer']).strip()
+
+    def _meta(self, row: dict) -> dict:
+        return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class GSM8K(_MathTask):
+    """GSM8K test (1,319 grade-school word problems); gold = the number after '####'."""
+
+    name: ClassVar[str] = 'gsm8k'
+    relpath: ClassVar[str] = 'gsm8k/test.jsonl'
+    hub: ClassVar[tuple] = ('openai/gsm8k', 'main', 'test')
+    kind: ClassVar[str] = 'number'
+    system_prompt: ClassVar[str] = GSM8K_SYSTEM_PROMPT
+    problem_field: ClassVar[str] = 'question'
+
+    def _gold(self, row: dict) -> str:
+        return row['answer'].split('####')[-1].strip().replace(',', '')
+
+
+@dataclasses.dataclass(frozen=True)
+class MATH500(_MathTask):
+    """MATH-500 (the PRM800K test split of MATH); gold = `answer`."""
+
+    name: ClassVar[str] = 'math500'
+    relpath: ClassVar[str] = 'math500/test.jsonl'
+    hub: ClassVar[tuple] = ('HuggingFaceH4/MATH-500', None, 'test')
+
+    def _meta(self, row: dict) -> dict:
+        return {'subject': row.get('subject'), 'level': row.get('level')}
+
+
+MATH_SUBJECTS = (
+    'algebra',
+    'counting_and_probability',
+    'geometry',
+    'intermediate_algebra',
+    'number_theory',
+    'prealgebra',
+    'precalculus',
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class MATH(_MathTask):
+    """The MATH test set (5,000 problems); gold = the last \\boxed{} of `solution`.
+
+    The hub copy (one config per subject) has no row ids: its ids are '<subject>/<row>'.
+    """
+
+    name: ClassVar[str] = 'math'
+    relpath: ClassVar[str] = 'math/test.jsonl'
+    hub: ClassVar[tuple] = ('EleutherAI/hendrycks_math', None, 'test')
+
+    def _hub_rows(self) -> list[dict]:
+        rows = []
+        for subject in MATH_SUBJECTS:
+            part = _load_hub(self.hub[0], subject, self.hub[2])
+            rows += [{**row, 'id': f'{subject}/{i}'} for i, row in enumerate(part)]
+        return rows
+
+    def _gold(self, row: dict) -> str:
+        gold = last_boxed(row['solution'])
+        if gold is None:
+            raise ValueError(
+                f'MATH row {row.get("idx", row.get("id"))}: no \\boxed{{}} in solution'
+            )
+        return gold
+
+    def _meta(self, row: dict) -> dict:
+        return {'subject': row.get('type'), 'level': row.get('level')}
+
+
+@dataclasses.dataclass(frozen=True)
+class AIME24(_MathTask):
+    """AIME 2024 (I and II, 30 problems); gold = the integer answer ('025' -> '25')."""
+
+    name: ClassVar[str] = 'aime24'
+    relpath: ClassVar[str] = 'aime24/test.jsonl'
+    hub: ClassVar[tuple] = ('HuggingFaceH4/aime_2024', None, 'train')
+    kind: ClassVar[str] = 'integer'
+
+    def _gold(self, row: dict) -> str:
+        return str(int(str(row['answer']).strip()))
+
+    def _meta(self, row: dict) -> dict:
+        return {'url': row['url']} if row.get('url') else {}
+
+
+def repair_escapes(problem: str) -> str:
+    """Undoes JSON-escape damage: a form feed back to '\\f', a tab back to '\\t'."""
+    return problem.replace('\x0c', '\\f').replace('\x09', '\\t')
+
+
+@dataclasses.dataclass(frozen=True)
+class AIME25(AIME24):
+    """AIME 2025 (I and II, 30 problems); problems with escape damage are repaired."""
+
+    name: ClassVar[str] = 'aime25'
+    relpath: ClassVar[str] = 'aime25/test.jsonl'
+    hub: ClassVar[tuple] = ('math-ai/aime25', None, 'test')
+
+    def _problem(self, row: dict) -> str:
+        return repair_escapes(row['problem'])
+
+
+TASKS = {task.name: task for task in (GSM8K, MATH500, MATH, AIME24, AIME25)}
