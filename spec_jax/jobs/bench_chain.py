@@ -229,9 +229,14 @@ def sweep_compiles(c, engine: decoding.Engine, params, ids) -> dict:
             decoding.generate(engine.replace(rule=rule, baseline=baseline), params, ids)
         return time.perf_counter() - start
 
-    per_value = sweep(clear_each=True)
-    traced = sweep(clear_each=False)
-    compiles = eng.decode_loop._cache_size()
+    persistent = jax.config.jax_enable_compilation_cache
+    jax.config.update('jax_enable_compilation_cache', False)  # Measure compiles, not loads.
+    try:
+        per_value = sweep(clear_each=True)
+        traced = sweep(clear_each=False)
+        compiles = eng.decode_loop._cache_size()
+    finally:
+        jax.config.update('jax_enable_compilation_cache', persistent)
     print(
         f'sweep of {c.sweep_rule} {c.sweep_param} over {list(c.sweep_values)} + its matched '
         f'baseline ({len(runs)} runs of {len(ids)} prompts): {traced:.1f} s with {compiles} '

@@ -1,4 +1,5 @@
-"""Pieces every job shares: reading a config file, logging the devices."""
+"""Pieces every job shares: reading a config file, logging the devices, the persistent
+compilation cache the launchers turn on."""
 
 from __future__ import annotations
 
@@ -16,6 +17,29 @@ def load_config(path: str, arg: str | None = None) -> ml_collections.ConfigDict:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.get_config(arg)
+
+
+CACHE_ENV = 'SPEC_JAX_COMPILATION_CACHE'
+
+
+def enable_compilation_cache(directory: str | None = None) -> str | None:
+    """Turns on JAX's persistent compilation cache, so a rerun loads compiled loops from disk
+    instead of compiling them again (the tiny generate job: 6.3 s cold, 1.5 s warm here).
+
+    The directory is `directory`, else $SPEC_JAX_COMPILATION_CACHE ('off' disables it), else
+    `$XDG_CACHE_HOME/spec_jax/jax` (default `~/.cache/spec_jax/jax`). Only compiles of a
+    second or more are stored. Returns the directory, or None when disabled.
+    """
+    directory = directory or os.environ.get(CACHE_ENV)
+    if directory == 'off':
+        return None
+    if not directory:
+        base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
+        directory = os.path.join(base, 'spec_jax', 'jax')
+    os.makedirs(directory, exist_ok=True)
+    jax.config.update('jax_compilation_cache_dir', directory)
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 1.0)
+    return directory
 
 
 def log_devices() -> None:

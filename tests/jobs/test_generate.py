@@ -144,13 +144,16 @@ def test_chain_preset_through_the_launcher(tmp_path):
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     flags = ['--config.spec.num_draft=2', '--config.spec.lookup=2', '--config.spec.rule=lossless']
+    cache = tmp_path / 'jax_cache'  # The launcher's persistent compilation cache.
     run = subprocess.run(
         [sys.executable, os.path.join(root, 'launch', 'generate.py'),
          f'--config={os.path.join(root, "configs", "smollm2_135m_chain.py")}:tiny',
          f'--workdir={tmp_path}', *flags],
         cwd=root, capture_output=True, text=True,
+        env={**os.environ, 'SPEC_JAX_COMPILATION_CACHE': str(cache)},
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
+    assert os.listdir(cache)  # The compiled loop is on disk for the next run.
     with open(os.path.join(tmp_path, 'generations.jsonl')) as f:
         chain = [json.loads(line) for line in f]
     plain = generate.run(generate.default_config(tiny=True))
