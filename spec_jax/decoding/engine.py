@@ -151,10 +151,14 @@ class Engine:
         target or a run longer than the models' contexts."""
         slots = None if prompt_bucket is None else self.slots(prompt_bucket)
         self.drafter.check(self.cfg, slots)
-        if slots is not None:
-            parts = 'prompt bucket + new tokens' + (' + num_draft + 1' if self.num_draft else '')
-            check_context(self.cfg, slots, parts, 'the target', 'max_prompt_len, '
-                          'max_new_tokens' + (' or num_draft' if self.num_draft else ''))
+        if slots is None:
+            return
+        if self.num_draft:
+            parts = 'prompt bucket + new tokens + num_draft + 1'
+            knobs = 'max_prompt_len, max_new_tokens or num_draft'
+        else:
+            parts, knobs = 'prompt bucket + new tokens', 'max_prompt_len or max_new_tokens'
+        check_context(self.cfg, slots, parts, 'the target', knobs)
 
     def tree_flatten(self):
         static = (self.cfg, self.decode, self.drafter, self.num_draft, self.meter_distortion)

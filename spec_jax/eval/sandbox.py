@@ -44,8 +44,9 @@ and may create namespaces; `isolation_level()` says what this machine allows):
   Only after the source ran to its end does the harness write a random per-run token and its
   pid to a file descriptor the caller opened; without it the status is 'incomplete'.
 
-The interpreter is `sys.executable -I -B` (isolated mode: PYTHON* variables, the user site and
-the cwd on sys.path are ignored; the venv's site-packages stay importable). When the interpreter
+The interpreter is the base installation's (`BASE_PYTHON`, not a virtual environment's, which
+may lie under a directory the private /tmp hides) with `-I -B` (isolated mode: PYTHON*
+variables, the user site and the cwd on sys.path are ignored). When the interpreter
 lies under a directory the sample's uid cannot enter (e.g. a pyenv under /root, mode 0700), the
 mount namespace puts a read-only bind of its prefix at the same path on a tmpfs that hides the
 rest of that directory. The source runs as a module named '__sandbox__' (not '__main__', as in
@@ -99,6 +100,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+# The interpreter samples run on: the base installation, not a virtual environment. A venv
+# can lie where the sample's private /tmp hides it (a clone made with `mktemp -d`, as CI
+# does), and generated code needs the standard library only.
+BASE_PYTHON = getattr(sys, '_base_executable', None) or sys.executable
 UID_BASE = 2_000_000_000  # The sample uids (and gids) are UID_BASE + slot, slot < UID_SLOTS.
 UID_SLOTS = 64
 RUN_PREFIX = 'spec_jax_sbx_'  # The caller's private run directories (under tempfile's dir).
@@ -491,8 +496,8 @@ def _exposures(python: str) -> list[tuple[str, str]]:
     """(path, hider) for the interpreter prefixes that the sample's uid could not reach."""
     real = os.path.realpath(python)
     needs = {os.path.dirname(os.path.dirname(real))}
-    if os.path.realpath(sys.executable) == real:
-        needs |= {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}
+    if real == os.path.realpath(BASE_PYTHON):
+        needs.add(os.path.realpath(sys.base_prefix))
     needs = sorted(needs)
     needs = [p for p in needs if not any(p.startswith(q + os.sep) for q in needs)]
     out = []
@@ -625,7 +630,7 @@ def run_python(
         raise ValueError(f'isolation must be auto or one of {ISOLATIONS}, got {isolation!r}')
     if isolation != 'none' and os.geteuid() != 0:
         raise ValueError(f'isolation {isolation!r} needs root; use isolation="none"')
-    python = python or sys.executable
+    python = python or BASE_PYTHON
     start = time.monotonic()
     lease = _UidLease(uid_base, sweep=isolation == 'uid') if isolation != 'none' else None
     uid = lease.uid if lease else None
