@@ -1,0 +1,2 @@
+"""Evaluation tasks: each family module has a `TASKS` dict from task names to classes
+meeting `base.Task` (math, code, bfcl, include)."""
