@@ -38,6 +38,8 @@ SOURCES = {
     'bfcl': "the bfcl-eval wheel on PyPI (bfcl_eval/data/), or hub "
     "'gorilla-llm/Berkeley-Function-Calling-Leaderboard'",
     'speed': "SafeAILab/EAGLE on GitHub, eagle/data/<set>/question.jsonl",
+    'include': "hub 'CohereLabs/include-base-44' (one config per language; source 'hub'), or "
+    "a local .jsonl/.json/.parquet file in its schema",
 }
 
 # The EAGLE speed prompt sets (speed and acceptance only; no gold answers).

@@ -47,11 +47,9 @@ from __future__ import annotations
 import ast
 import base64
 import dataclasses
-import gzip
 import hashlib
 import json
 import math
-import os
 import pickle
 import re
 import textwrap
@@ -60,9 +58,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from spec_jax import data_files
-from spec_jax.data_files import DataFileError
 from spec_jax.eval import sandbox
 from spec_jax.eval.tasks.base import Item, Score
+from spec_jax.eval.tasks.sources import load_hub, local_file, read_rows
 
 CODE_SYSTEM_PROMPT = (
     'You are a code generation model that writes correct, self-contained Python. Answer with '
@@ -224,57 +222,6 @@ def aggregate(
 # --------------------------------------------------------------------------- data
 
 
-def read_rows(path: str) -> list[dict]:
-    """The rows of a local .jsonl, .jsonl.gz, .json (a list or JSON lines) or .parquet file."""
-    if path.endswith('.parquet'):
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    opener = gzip.open if path.endswith('.gz') else open
-    with opener(path, 'rt', encoding='utf-8') as f:
-        text = f.read()
-    if path.endswith(('.json', '.json.gz')):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
-            data = None  # JSON lines under a .json name.
-        if isinstance(data, dict):
-            data = data.get('data', data.get('rows'))
-        if isinstance(data, list):
-            return data
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def _local_file(source: str, relpath: str) -> str:
-    if os.path.isdir(source):
-        for candidate in (relpath, os.path.basename(relpath)):
-            path = os.path.join(source, candidate)
-            if os.path.isfile(path):
-                return path
-        raise DataFileError(
-            f'neither {relpath!r} nor {os.path.basename(relpath)!r} found under {source}'
-        )
-    if not os.path.isfile(source):
-        raise DataFileError(
-            f"data file {source!r} not found (a task's source is '' for the data root, "
-            "'hub', or a local .jsonl/.json/.parquet file or directory)"
-        )
-    return source
-
-
-def _load_hub(hub_id: str, config: str | None, split: str) -> list[dict]:
-    try:
-        import datasets
-
-        return [dict(row) for row in datasets.load_dataset(hub_id, config, split=split)]
-    except Exception as e:
-        raise DataFileError(
-            f'could not load {hub_id!r} (config {config!r}, split {split!r}) from the hub: '
-            f"{type(e).__name__}: {e}. Offline, use source '' (the data root, set with "
-            f'data_root or ${data_files.ENV_VAR}) or a local file.'
-        ) from e
-
-
 @dataclasses.dataclass(frozen=True)
 class _CodeTask:
     """What the code tasks share; a subclass sets the ClassVars, `_item` and `program`."""
@@ -293,9 +240,9 @@ class _CodeTask:
         if source == '':
             rows = read_rows(data_files.locate(self.relpath, self.root, 'data_root'))
         elif source == 'hub':
-            rows = _load_hub(*self.hub)
+            rows = load_hub(*self.hub)
         else:
-            rows = read_rows(_local_file(source, self.relpath))
+            rows = read_rows(local_file(source, self.relpath))
         rows = self._select(rows)
         if limit:
             rows = rows[:limit]

@@ -34,15 +34,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import random
 import re
 from typing import Any, ClassVar
 
 from spec_jax import data_files
-from spec_jax.data_files import DataFileError
 from spec_jax.eval.tasks.base import Item, Score
-from spec_jax.eval.tasks.math import read_rows
+from spec_jax.eval.tasks.sources import hub_error, local_file, read_rows
 
 HUB_ID = 'CohereLabs/include-base-44'
 LETTERS = 'ABCD'
@@ -124,7 +122,7 @@ class INCLUDE:
         elif source == 'hub':
             rows = self._hub_rows()
         else:
-            rows = read_rows(self._local_file(source))
+            rows = read_rows(local_file(source, self.relpath))
         items = self._select(rows)
         return items[:limit] if limit else items
 
@@ -174,30 +172,7 @@ class INCLUDE:
         )
 
     def _root_rows(self) -> list[dict]:
-        try:
-            return data_files.read_jsonl(self.relpath, self.root, 'data_root')
-        except DataFileError as e:
-            where = (
-                f"hub {HUB_ID!r} (one config per language; source 'hub'), or a local "
-                '.jsonl/.json/.parquet file in its schema'
-            )
-            raise DataFileError(str(e).replace('no known public source', where)) from None
-
-    def _local_file(self, source: str) -> str:
-        if os.path.isdir(source):
-            for candidate in (self.relpath, os.path.basename(self.relpath)):
-                path = os.path.join(source, candidate)
-                if os.path.isfile(path):
-                    return path
-            raise DataFileError(f"neither {self.relpath!r} nor 'test.jsonl' found under {source}")
-        if not os.path.isfile(source):
-            raise DataFileError(
-                f"data file {source!r} not found (a task's source is '' for the data root, "
-                "'hub', or a local .jsonl/.json/.parquet file or directory)"
-            )
-        if not source.endswith(('.jsonl', '.json', '.parquet')):
-            raise DataFileError(f'{source!r}: expected a .jsonl, .json or .parquet file')
-        return source
+        return data_files.read_jsonl(self.relpath, self.root, 'data_root')
 
     def _hub_rows(self) -> list[dict]:
         try:
@@ -208,14 +183,12 @@ class INCLUDE:
             for config in configs:
                 rows += list(datasets.load_dataset(HUB_ID, config, split=self.split))
             return rows
-        except Exception as e:
-            offline = os.environ.get('HF_HUB_OFFLINE', '')
-            raise DataFileError(
-                f'could not load {HUB_ID!r} (split {self.split!r}) from the hub: '
-                f'{type(e).__name__}: {e}. Offline (HF_HUB_OFFLINE={offline!r}) or without a '
-                "cached copy, use a local file in INCLUDE's schema, or source '' with "
-                f'{self.relpath} under the data root (data_root or ${data_files.ENV_VAR}).'
-            ) from e
+        except Exception as e:  # Network, hub or file errors: name what was being loaded.
+            instead = (
+                f"a local file in INCLUDE's schema, or source '' with {self.relpath} under the "
+                f'data root (data_root or ${data_files.ENV_VAR}).'
+            )
+            raise hub_error(f'{HUB_ID!r} (split {self.split!r})', e, instead) from e
 
 
 TASKS = {INCLUDE.name: INCLUDE}

@@ -34,16 +34,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import os
 import re
 import threading
 from typing import Any, ClassVar
 
 from spec_jax import data_files
-from spec_jax.data_files import DataFileError
 from spec_jax.eval.tasks import timeouts
 from spec_jax.eval.tasks.base import Item, Score
+from spec_jax.eval.tasks.sources import load_hub, local_file, read_rows
 
 MATH_SYSTEM_PROMPT = (
     'You are a helpful math assistant. Solve the problem step by step, explaining your '
@@ -241,61 +239,6 @@ def judge(kind: str, gold: str, text: str, timeout_s: float = DEFAULT_TIMEOUT_S)
 # --------------------------------------------------------------------------- data
 
 
-def read_rows(path: str) -> list[dict]:
-    """The rows of a local .jsonl, .json (a list, {'data'|'rows': list} or JSON lines) or
-    .parquet file."""
-    if path.endswith('.parquet'):
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    with open(path) as f:
-        text = f.read()
-    if path.endswith('.json'):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
-            data = None  # JSON lines under a .json name.
-        if isinstance(data, dict):
-            data = data.get('data', data.get('rows'))
-        if isinstance(data, list):
-            return data
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def _local_file(source: str, relpath: str) -> str:
-    if os.path.isdir(source):
-        for candidate in (relpath, os.path.basename(relpath)):
-            path = os.path.join(source, candidate)
-            if os.path.isfile(path):
-                return path
-        raise DataFileError(
-            f'neither {relpath!r} nor {os.path.basename(relpath)!r} found under {source}'
-        )
-    if not os.path.isfile(source):
-        raise DataFileError(
-            f"data file {source!r} not found (a task's source is '' for the data root, "
-            "'hub', or a local .jsonl/.json/.parquet file or directory)"
-        )
-    if not source.endswith(('.jsonl', '.json', '.parquet')):
-        raise DataFileError(f'{source!r}: expected a .jsonl, .json or .parquet file')
-    return source
-
-
-def _load_hub(hub_id: str, config: str | None, split: str) -> list[dict]:
-    try:
-        import datasets
-
-        return list(datasets.load_dataset(hub_id, config, split=split))
-    except Exception as e:
-        offline = os.environ.get('HF_HUB_OFFLINE', '')
-        raise DataFileError(
-            f'could not load {hub_id!r} (config {config!r}, split {split!r}) from the hub: '
-            f'{type(e).__name__}: {e}. Offline (HF_HUB_OFFLINE={offline!r}) or without a '
-            "cached copy, use source '' (the data root, set with data_root or "
-            f'${data_files.ENV_VAR}) or a local file.'
-        ) from e
-
-
 @dataclasses.dataclass(frozen=True)
 class _MathTask:
     """What the math tasks share; a subclass sets the ClassVars and `_gold`/`_problem`."""
@@ -319,7 +262,7 @@ class _MathTask:
         elif source == 'hub':
             rows = self._hub_rows()
         else:
-            rows = read_rows(_local_file(source, self.relpath))
+            rows = read_rows(local_file(source, self.relpath))
         if limit:
             rows = rows[:limit]
         return [self._item(i, row) for i, row in enumerate(rows)]
@@ -329,7 +272,7 @@ class _MathTask:
         return judge(self.kind, item.gold, text, self.timeout_s)
 
     def _hub_rows(self) -> list[dict]:
-        return _load_hub(*self.hub)
+        return load_hub(*self.hub)
 
     def _item(self, index: int, row: dict) -> Item:
         problem = self._problem(row)
@@ -412,7 +355,7 @@ class MATH(_MathTask):
     def _hub_rows(self) -> list[dict]:
         rows = []
         for subject in MATH_SUBJECTS:
-            part = _load_hub(self.hub[0], subject, self.hub[2])
+            part = load_hub(self.hub[0], subject, self.hub[2])
             rows += [{**row, 'id': f'{subject}/{i}'} for i, row in enumerate(part)]
         return rows
 

@@ -57,6 +57,7 @@ from spec_jax.eval.tasks.bfcl.convert import java_convert, js_convert
 from spec_jax.eval.tasks.bfcl.parse import CallParseError, parse_calls
 from spec_jax.eval.tasks.bfcl.prompt import SYSTEM_PROMPT, messages, prompt_functions
 from spec_jax.eval.tasks.bfcl.reference import reference_calls, reference_response, render_calls
+from spec_jax.eval.tasks.sources import read_rows
 
 __all__ = [
     'BFCL',
@@ -146,22 +147,6 @@ def judge(item: Item, text: str) -> Score:
     return Score(verdict.valid, extracted, detail)
 
 
-def _read_rows(path: str) -> list[dict]:
-    with open(path) as f:
-        text = f.read()
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        data = None  # JSON lines, as BFCL ships them.
-    if isinstance(data, list):
-        return data
-    if isinstance(data, dict) and 'id' not in data:
-        data = data.get('data', data.get('rows'))
-        if isinstance(data, list):
-            return data
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
 def _answers_beside(path: str) -> str:
     return os.path.join(os.path.dirname(path), 'possible_answer', os.path.basename(path))
 
@@ -223,8 +208,8 @@ class BFCL:
                     raise DataFileError(
                         f'the possible answers of {path} are missing: expected {answer_path}'
                     )
-                answers = _read_rows(answer_path)
-            rows = _read_rows(path)
+                answers = read_rows(answer_path)
+            rows = read_rows(path)
         if limit:
             rows = rows[:limit]
         by_id = {a['id']: a['ground_truth'] for a in answers} if answers is not None else None
@@ -268,10 +253,10 @@ class BFCL:
         try:
             from huggingface_hub import hf_hub_download
 
-            rows = _read_rows(hf_hub_download(repo, questions, repo_type='dataset'))
+            rows = read_rows(hf_hub_download(repo, questions, repo_type='dataset'))
             gold = None
             if answers:
-                gold = _read_rows(hf_hub_download(repo, answers, repo_type='dataset'))
+                gold = read_rows(hf_hub_download(repo, answers, repo_type='dataset'))
         except Exception as e:
             offline = os.environ.get('HF_HUB_OFFLINE', '')
             raise DataFileError(
