@@ -57,10 +57,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from spec_jax import data_files
 from spec_jax.eval import sandbox
 from spec_jax.eval.tasks.base import Item, Score
-from spec_jax.eval.tasks.sources import load_hub, local_file, read_rows
+from spec_jax.eval.tasks.sources import load_hub, task_rows
 
 CODE_SYSTEM_PROMPT = (
     'You are a code generation model that writes correct, self-contained Python. Answer with '
@@ -235,14 +234,7 @@ class _CodeTask:
 
     def load(self, source: str = '', limit: int = 0) -> list[Item]:
         """The items (see the module docstring), the first `limit` (0 = all)."""
-        if limit < 0:
-            raise ValueError(f'limit must be >= 0, got {limit}')
-        if source == '':
-            rows = read_rows(data_files.locate(self.relpath, self.root, 'data_root'))
-        elif source == 'hub':
-            rows = load_hub(*self.hub)
-        else:
-            rows = read_rows(local_file(source, self.relpath))
+        rows = task_rows(source, self.relpath, self.root, lambda: load_hub(*self.hub), limit)
         rows = self._select(rows)
         if limit:
             rows = rows[:limit]

@@ -38,10 +38,9 @@ import re
 import threading
 from typing import Any, ClassVar
 
-from spec_jax import data_files
 from spec_jax.eval.tasks import timeouts
 from spec_jax.eval.tasks.base import Item, Score
-from spec_jax.eval.tasks.sources import load_hub, local_file, read_rows
+from spec_jax.eval.tasks.sources import load_hub, task_rows
 
 MATH_SYSTEM_PROMPT = (
     'You are a helpful math assistant. Solve the problem step by step, explaining your '
@@ -255,14 +254,7 @@ class _MathTask:
 
     def load(self, source: str = '', limit: int = 0) -> list[Item]:
         """The items (see the module docstring), the first `limit` (0 = all)."""
-        if limit < 0:
-            raise ValueError(f'limit must be >= 0, got {limit}')
-        if source == '':
-            rows = data_files.read_jsonl(self.relpath, self.root, 'data_root')
-        elif source == 'hub':
-            rows = self._hub_rows()
-        else:
-            rows = read_rows(local_file(source, self.relpath))
+        rows = task_rows(source, self.relpath, self.root, self._hub_rows, limit)
         if limit:
             rows = rows[:limit]
         return [self._item(i, row) for i, row in enumerate(rows)]

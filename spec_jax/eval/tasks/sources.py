@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Callable
 
 from spec_jax import data_files
 from spec_jax.data_files import DataFileError
@@ -81,3 +82,18 @@ def load_hub(hub_id: str, config: str | None, split: str) -> list[dict]:
             f'${data_files.ENV_VAR}) or a local file.'
         )
         raise hub_error(f'{hub_id!r} (config {config!r}, split {split!r})', e, instead) from e
+
+
+def task_rows(
+    source: str, relpath: str, root: str, hub_rows: Callable[[], list[dict]], limit: int = 0
+) -> list[dict]:
+    """A task's rows from `source`: '' (the data root: `relpath` under `root`, else
+    $SPEC_JAX_DATA, else the bundled samples), 'hub' (`hub_rows()`), or a local file or
+    directory; checks `limit` (the caller cuts, after any selection of its own)."""
+    if limit < 0:
+        raise ValueError(f'limit must be >= 0, got {limit}')
+    if source == '':
+        return read_rows(data_files.locate(relpath, root, 'data_root'))
+    if source == 'hub':
+        return hub_rows()
+    return read_rows(local_file(source, relpath))
