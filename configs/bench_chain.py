@@ -16,13 +16,9 @@ tokens/s over theirs. transformers cannot put prompt lookup in front of an assis
 model: for a same-drafter comparison add --config.lookup=0.
 """
 
-import os
-
 import ml_collections
 
-import spec_jax
-
-ASSETS = os.path.join(os.path.dirname(spec_jax.__file__), 'assets')
+from spec_jax import checkpoints
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -35,9 +31,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.dtype = 'float32'
     c.seed = 0
     c.drafter = arg if arg in ('ngram', 'eagle3') else 'lm'
-    c.draft = 'random:tiny' if tiny else os.path.join(ASSETS, 'drafts', 'smollm2_135m_draft')
+    c.draft = 'random:tiny' if tiny else checkpoints.DRAFT_LM
     if c.drafter == 'eagle3':
-        c.draft = os.path.join(ASSETS, 'drafts', 'smollm2_135m_eagle3')
+        c.draft = checkpoints.EAGLE3_HEAD
     c.ngram = 3
     # > 0: prompt lookup (n-grams of ngram..lookup tokens) before the model drafter. Measured
     # here at T 0, batch 1, gamma 1 (2026-11-30, one pass each, same session): the EAGLE-3

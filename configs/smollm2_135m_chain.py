@@ -15,16 +15,12 @@ the EAGLE-3 head (spec_jax/assets/drafts/smollm2_135m_eagle3) with
 configs/smollm2_135m_eagle3.py.
 """
 
-import os
-
 import ml_collections
 
-import spec_jax
+from spec_jax import checkpoints
 from spec_jax.jobs import generate
 
-DRAFTS = os.path.join(os.path.dirname(spec_jax.__file__), 'assets', 'drafts')
-DRAFT_DIR = os.path.join(DRAFTS, 'smollm2_135m_draft')
-HEAD_DIR = os.path.join(DRAFTS, 'smollm2_135m_eagle3')
+DRAFT_DIR, HEAD_DIR = checkpoints.DRAFT_LM, checkpoints.EAGLE3_HEAD
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

@@ -10,6 +10,8 @@ Every format becomes HF-named numpy tensors first (a *state reader*), and
 `convert.state_to_params` builds the parameter tree from those.
 """
 
+import os
+
 from spec_jax.checkpoints.convert import (
     CheckpointError,
     HubUnreachableError,
@@ -23,8 +25,16 @@ from spec_jax.checkpoints.hf import ARCHITECTURES, config_from_hf, load_hf
 from spec_jax.checkpoints.loader import EMBEDDED, LoadedModel, load
 from spec_jax.checkpoints.orbax_io import load_orbax, save_orbax
 
+# The drafts shipped in the package for the embedded default (each with its README.md).
+SHIPPED_DRAFTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'assets', 'drafts')
+DRAFT_LM = os.path.join(SHIPPED_DRAFTS, 'smollm2_135m_draft')  # A distilled draft LM.
+EAGLE3_HEAD = os.path.join(SHIPPED_DRAFTS, 'smollm2_135m_eagle3')  # An EAGLE-3 head.
+
 __all__ = [
     'ARCHITECTURES',
+    'DRAFT_LM',
+    'EAGLE3_HEAD',
+    'SHIPPED_DRAFTS',
     'EMBEDDED',
     'CheckpointError',
     'HubUnreachableError',

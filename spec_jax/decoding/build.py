@@ -54,6 +54,7 @@ def spec_config(mode: str = 'ar', draft: str = '') -> ml_collections.ConfigDict:
             # official or speculators layout) or 'ngram' (prompt lookup).
             drafter='lm',
             draft=draft,  # The draft LM's checkpoint spec (same tokenizer) or the head's dir.
+            draft_seed=-1,  # Seed of 'random:' draft weights (-1: the target's seed).
             num_draft=5,  # gamma: drafted tokens per block.
             ngram=3,  # Longest n-gram prompt lookup matches ('ngram' drafter, `lookup`).
             # k > 0: prompt lookup first: where the last n tokens (ngram >= n >= k) occurred
@@ -101,8 +102,9 @@ def build(c: ml_collections.ConfigDict) -> Built:
     )
     kind = 'none' if s.mode == 'ar' else s.drafter
     draft = drafters.make(
-        kind, target, s.draft, ngram=s.ngram, lookup=s.lookup, dtype=c.dtype, seed=c.seed
-    )
+        kind, target, s.draft, ngram=s.ngram, lookup=s.lookup, dtype=c.dtype,
+        seed=c.seed if s.draft_seed < 0 else s.draft_seed,
+    )  # fmt: skip
     engine = Engine(
         target.cfg,
         decode,

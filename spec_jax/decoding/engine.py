@@ -88,10 +88,21 @@ class Verification:
     def bonus(self, p):
         return jnp.where(self.baseline, p, self.rule.bonus(p))
 
-    def measure(self, p, q) -> rules.Distortion:
-        """Distortion of the verified law from the matched baseline's (0 for a baseline)."""
-        d = rules.measure(self.rule, p, q)
-        return jax.tree.map(lambda x: jnp.where(self.baseline, 0.0, x), d)
+    def emitted_law(self, p_btv: jax.Array, q_bav: jax.Array) -> jax.Array:
+        """The law pi [B, T, V] of the token each offset of a round emits, given that it is
+        reached: the rule's induced law at the A drafted offsets, its bonus law at the last
+        (T = A + 1); a baseline emits its truncated target p_A at every offset.
+
+        p_btv is the temperature-processed target (before any baseline truncation), q_bav
+        the draft's processed law (A = 0: a width-0 round, the bonus law only)."""
+        pi = self.rule.bonus(p_btv[:, -1:])
+        if q_bav.shape[1]:
+            pi = jnp.concatenate([self.rule.induced(p_btv[:, :-1], q_bav), pi], axis=1)
+        return jnp.where(self.baseline, rules.matched_baseline(self.rule).law(p_btv), pi)
+
+    def meter(self, pi: jax.Array, p: jax.Array) -> rules.Metered:
+        """`rules.meter` of an emitted law against this rule's matched baseline law of p."""
+        return rules.meter(pi, p, rules.matched_baseline(self.rule))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,8 +120,9 @@ class Engine:
       rule: the verification rule (`rules.make`); AR mode samples its bonus law.
       baseline: run the rule's matched baseline instead (truncation + lossless).
       sampler: applied to target and draft logits alike (default greedy).
-      meter_distortion: also measure, at every verified draft position, the TV distance
-        and the overshoot ratio of the rule's induced law from the matched baseline's law.
+      meter_distortion: also meter, at every emitted position (drafts, replacement and
+        bonus tokens, the first token), the emitted law's distortion from the matched
+        baseline's law (`rules.Metered`: TV, KL, outside mass, overshoot).
     """
 
     cfg: ModelConfig
@@ -184,6 +196,12 @@ def probs_fn(engine: Engine, verification: Verification):
     return lambda logits: verification.transform(engine.sampler.probs(logits))
 
 
+def target_probs(engine: Engine, verification: Verification, logits: jax.Array):
+    """The target's (sampler-processed p, what verification reads: p or its truncation)."""
+    p = engine.sampler.probs(logits)
+    return p, verification.transform(p)
+
+
 def init_state(
     engine: Engine,
     params: dict,
@@ -204,8 +222,12 @@ def init_state(
     logits_bv, taps_bped, cache = prefill(cfg, params, cache, prompt_bp, prompt_len_b, taps)
     key_b = jax.vmap(jax.random.fold_in, (None, 0))(seed_key, sample_id_b)
     keys_b2 = jax.vmap(jax.random.split)(key_b)
-    first_p = probs_fn(engine, verification)(logits_bv)
-    first_b = sampling.sample_rows(keys_b2[:, 1], verification.bonus(first_p))
+    raw_p, first_p = target_probs(engine, verification, logits_bv)
+    first_law = verification.bonus(first_p)
+    first_b = sampling.sample_rows(keys_b2[:, 1], first_law)
+    stats = Stats.zeros(batch, engine.num_draft, dec.buffer_len)
+    if engine.meter_distortion:  # The first token is drawn from the bonus law.
+        stats = stats.meter(verification.meter(first_law, raw_p), jnp.ones((batch,), bool))
     history_bs = jnp.zeros((batch, slots), jnp.int32).at[:, :bucket].set(prompt_bp)
     history_bs = history_bs.at[jnp.arange(batch), prompt_len_b].set(first_b)
     return DecodeState(
@@ -217,7 +239,7 @@ def init_state(
         limit_b=limit_b,
         done_b=is_stop(first_b, dec.stop_tokens) | (limit_b <= 1),
         key_b=keys_b2[:, 0],
-        stats=Stats.zeros(batch, engine.num_draft, dec.buffer_len),
+        stats=stats,
     )
 
 
@@ -285,12 +307,12 @@ def chain_round(
         s.cache.causal_mask(a_round + 1),
         tap_layers=drafter.tap_layers,
     )
-    p_btv = processed(logits_btv)
+    raw_btv, p_btv = target_probs(engine, verification, logits_btv)
     out = rules.verify_chain(verification, k_verify_b, p_btv, q_bav, x_ba)
     metered = None
-    if engine.meter_distortion and a_round:
-        # The rule that verified against the matched baseline's law of the same p.
-        metered = verification.measure(p_btv[:, :-1], q_bav)
+    if engine.meter_distortion:
+        # The law each offset emitted against the matched baseline's law of the same p.
+        metered = verification.meter(verification.emitted_law(raw_btv, q_bav), raw_btv)
     start_b = s.committed_b
     s = s.replace(cache=cache, key_b=key_b, stats=s.stats.update(out, live_b, metered))
     s = s.commit(out.tokens, out.num_emitted, engine.decode.stop_tokens)

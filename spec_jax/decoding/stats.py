@@ -5,6 +5,11 @@ chain and (later) tree runs report in one format. The counters record what the r
 decided, before a stop token or the token limit cuts a row's last block: acceptance and
 block efficiency describe the draft and the rule, not where the output happened to end
 (`emitted` can exceed the tokens returned by at most one block per row).
+
+Metering (`Engine.meter_distortion`) covers every emitted position (docs/eval.md): the
+accepted drafts, the replacement or bonus token of each round (width-0 rounds included) and
+the first token after prefill, each with the law it was drawn from given that it was reached
+(`rules.Metered`). Per-row sums are kept, so an evaluation can pool rows exactly.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ from flax import struct
 
 from spec_jax import rules
 
+METER_FIELDS = ('tv', 'kl', 'outside', 'overshoot')
+
 
 @struct.dataclass
 class Stats:
-    """Per-row counters (all [B] unless noted).
+    """Per-row counters (all [B] unless noted; T = A + 1 offsets in a block).
 
     Attributes:
       blocks: target forwards after prefill, one per round (AR steps included).
@@ -27,116 +34,181 @@ class Stats:
         `draft_len` made the round narrower).
       accepted: accepted drafts.
       emitted: tokens emitted by rounds (accepted drafts + the replacement/bonus token).
+      full_blocks: rounds that verified all A drafts (the paper's "full-gamma" blocks).
+      full_accepted: accepted drafts in those rounds.
       accepted_at_ba: [B, A] rounds whose draft at position i was accepted.
       reached_at_ba: [B, A] rounds that examined position i.
       block_accepted_bk: [B, K] accepted drafts in round k (K = output buffer length;
         -1 = no such round).
-      tv_at_ba: [B, A] sum over the rounds that examined draft position i of TV(pi,
-        baseline law) there; 0 unless metered.
-      overshoot_at_ba: [B, A] max over the same of max_x pi(x) / p_A(x).
-      metered: verified positions that were metered.
+      metered: emitted positions metered (0 unless metering), the first token included.
+      tv, kl, outside, overshoot: sums over the metered positions of `rules.Metered`'s
+        fields (TV(pi, p_A), KL(p_A || pi), pi outside A, max pi/p).
+      overshoot_max: the largest overshoot metered.
+      metered_at_bt: [B, T] metered positions at block offset t (rounds only).
+      tv_at_bt: [B, T] TV summed at block offset t.
+      overshoot_at_bt: [B, T] the largest overshoot at block offset t.
     """
 
     blocks: jax.Array
     drafted: jax.Array
     accepted: jax.Array
     emitted: jax.Array
+    full_blocks: jax.Array
+    full_accepted: jax.Array
     accepted_at_ba: jax.Array
     reached_at_ba: jax.Array
     block_accepted_bk: jax.Array
-    tv_at_ba: jax.Array
-    overshoot_at_ba: jax.Array
     metered: jax.Array
+    tv: jax.Array
+    kl: jax.Array
+    outside: jax.Array
+    overshoot: jax.Array
+    overshoot_max: jax.Array
+    metered_at_bt: jax.Array
+    tv_at_bt: jax.Array
+    overshoot_at_bt: jax.Array
 
     @classmethod
     def zeros(cls, batch: int, num_draft: int, max_blocks: int) -> Stats:
-        z = jnp.zeros((batch,), jnp.int32)
+        z, f = jnp.zeros((batch,), jnp.int32), jnp.zeros((batch,), jnp.float32)
+        ba = jnp.zeros((batch, num_draft), jnp.int32)
+        bt = jnp.zeros((batch, num_draft + 1), jnp.int32)
         return cls(
             blocks=z,
             drafted=z,
             accepted=z,
             emitted=z,
-            accepted_at_ba=jnp.zeros((batch, num_draft), jnp.int32),
-            reached_at_ba=jnp.zeros((batch, num_draft), jnp.int32),
+            full_blocks=z,
+            full_accepted=z,
+            accepted_at_ba=ba,
+            reached_at_ba=ba,
             block_accepted_bk=jnp.full((batch, max_blocks), -1, jnp.int32),
-            tv_at_ba=jnp.zeros((batch, num_draft), jnp.float32),
-            overshoot_at_ba=jnp.zeros((batch, num_draft), jnp.float32),
             metered=z,
+            tv=f,
+            kl=f,
+            outside=f,
+            overshoot=f,
+            overshoot_max=f,
+            metered_at_bt=bt,
+            tv_at_bt=bt.astype(jnp.float32),
+            overshoot_at_bt=bt.astype(jnp.float32),
         )
 
     def update(
         self,
         out: rules.ChainResult,
         live_b: jax.Array,
-        distortion: rules.Distortion | None = None,
+        metered: rules.Metered | None = None,
     ) -> Stats:
         """Adds one round of the live rows: its verification `out` (a round of A' <= A
-        drafts) and, when metered, the distortion [B, A'] at each drafted position."""
+        drafts) and, when metering, `metered` [B, A' + 1] at each offset of the block (the
+        emitted ones, offsets 0..n, are kept)."""
         live = live_b.astype(jnp.int32)
         rows_b = jnp.arange(live_b.shape[0])
         block_col_b = jnp.where(live_b, self.blocks, self.block_accepted_bk.shape[1])
         a_round, a = out.accepted.shape[1], self.accepted_at_ba.shape[1]
-
-        def widen(x_ba):  # A narrower round's [B, A'] counts as [B, A] (zeros after).
-            return jnp.pad(x_ba, ((0, 0), (0, a - a_round)))
-
+        full = live * (a_round == a)
         st = self.replace(
             blocks=self.blocks + live,
             drafted=self.drafted + a_round * live,
             accepted=self.accepted + out.num_accepted * live,
             emitted=self.emitted + out.num_emitted * live,
-            accepted_at_ba=self.accepted_at_ba + widen(out.accepted * live[:, None]),
-            reached_at_ba=self.reached_at_ba + widen(out.reached * live[:, None]),
+            full_blocks=self.full_blocks + full,
+            full_accepted=self.full_accepted + out.num_accepted * full,
+            accepted_at_ba=self.accepted_at_ba + _widen(out.accepted * live[:, None], a),
+            reached_at_ba=self.reached_at_ba + _widen(out.reached * live[:, None], a),
             block_accepted_bk=self.block_accepted_bk.at[rows_b, block_col_b].set(
                 out.num_accepted, mode='drop'
             ),
         )
-        if distortion is None or a_round == 0:
+        if metered is None:
             return st
-        mask_ba = out.reached & live_b[:, None]
+        offsets_t = jnp.arange(a_round + 1)
+        mask_bt = (offsets_t[None, :] <= out.num_accepted[:, None]) & live_b[:, None]
+        st = st.meter(metered, mask_bt)
+        zero = lambda x_bt: jnp.where(mask_bt, x_bt, 0)  # noqa: E731
         return st.replace(
-            tv_at_ba=st.tv_at_ba + widen(jnp.where(mask_ba, distortion.tv, 0.0)),
-            overshoot_at_ba=jnp.maximum(
-                st.overshoot_at_ba, widen(jnp.where(mask_ba, distortion.overshoot, 0.0))
-            ),
-            metered=st.metered + mask_ba.sum(1),
+            metered_at_bt=st.metered_at_bt + _widen(mask_bt.astype(jnp.int32), a + 1),
+            tv_at_bt=st.tv_at_bt + _widen(zero(metered.tv), a + 1),
+            overshoot_at_bt=jnp.maximum(st.overshoot_at_bt, _widen(zero(metered.overshoot), a + 1)),
+        )
+
+    def meter(self, metered: rules.Metered, mask: jax.Array) -> Stats:
+        """Adds the metered positions `mask` ([B] or [B, T]) to the per-row sums."""
+
+        def total(x):
+            x = jnp.where(mask, x, 0.0)
+            return x if x.ndim == 1 else x.sum(-1)
+
+        peak = jnp.where(mask, metered.overshoot, 0.0)
+        peak = peak if peak.ndim == 1 else peak.max(-1)
+        counts = mask.astype(jnp.int32)
+        return self.replace(
+            metered=self.metered + (counts if counts.ndim == 1 else counts.sum(-1)),
+            overshoot_max=jnp.maximum(self.overshoot_max, peak),
+            **{
+                name: getattr(self, name) + total(getattr(metered, name)) for name in METER_FIELDS
+            },  # fmt: skip
         )
 
 
+def _widen(x_bt: jax.Array, width: int) -> jax.Array:
+    """A narrower round's [B, T'] counts as [B, width] (zeros after)."""
+    return jnp.pad(x_bt, ((0, 0), (0, width - x_bt.shape[1])))
+
+
 def summarize(stats: Stats) -> dict:
-    """Host-side per-row statistics and their totals (a JSON-ready dict)."""
+    """Host-side per-row statistics and their totals (a JSON-ready dict).
+
+    Totals: block_efficiency (tokens per target forward, the bonus counted),
+    be_full_gamma (the paper's chain BE: mean of accepted + 1 over full-gamma blocks),
+    accept_length (the paper's EAGLE BE: accepted drafts per forward), acceptance_rate, and
+    when metered the means over metered positions of TV, KL, outside mass and overshoot and
+    the largest overshoot. `per_row` holds each row's raw counters and sums, so rows pool.
+    """
     s = jax.tree.map(np.asarray, stats)
     blocks = np.maximum(s.blocks, 1)
     per_row = dict(
         blocks=s.blocks.tolist(),
         accepted=s.accepted.tolist(),
         drafted=s.drafted.tolist(),
+        emitted=s.emitted.tolist(),
+        full_blocks=s.full_blocks.tolist(),
+        full_accepted=s.full_accepted.tolist(),
         block_efficiency=(s.emitted / blocks).tolist(),
         acceptance_rate=(s.accepted / np.maximum(s.drafted, 1)).tolist(),
         acceptance_at_position=(s.accepted_at_ba / np.maximum(s.reached_at_ba, 1)).tolist(),
         block_accepted=[row[row >= 0].tolist() for row in s.block_accepted_bk],
     )
     total_blocks = max(int(s.blocks.sum()), 1)
+    full_blocks = int(s.full_blocks.sum())
     summary = dict(
         blocks=int(s.blocks.sum()),
         block_efficiency=float(s.emitted.sum() / total_blocks),
+        be_full_gamma=(s.full_accepted.sum() + full_blocks) / full_blocks if full_blocks else None,
+        accept_length=float(s.accepted.sum() / total_blocks),
         acceptance_rate=float(s.accepted.sum() / max(int(s.drafted.sum()), 1)),
         acceptance_at_position=(
             s.accepted_at_ba.sum(0) / np.maximum(s.reached_at_ba.sum(0), 1)
         ).tolist(),
         per_row=per_row,
     )
-    if s.metered.sum() > 0:  # Metered positions are the reached ones.
-        summary['mean_tv'] = float(s.tv_at_ba.sum() / s.metered.sum())
-        summary['max_overshoot'] = float(s.overshoot_at_ba.max())
-        summary['tv_at_position'] = (
-            s.tv_at_ba.sum(0) / np.maximum(s.reached_at_ba.sum(0), 1)
-        ).tolist()
-        summary['overshoot_at_position'] = s.overshoot_at_ba.max(0).tolist()
-        # None for rows without a metered position (stopped at their first token).
-        metered = s.metered > 0
-        per_row['mean_tv'] = _where_none(metered, s.tv_at_ba.sum(1) / np.maximum(s.metered, 1))
-        per_row['max_overshoot'] = _where_none(metered, s.overshoot_at_ba.max(1))
+    if summary['be_full_gamma'] is not None:
+        summary['be_full_gamma'] = float(summary['be_full_gamma'])
+    if s.metered.sum() > 0:
+        count = s.metered.sum()
+        for name in METER_FIELDS:
+            summary[f'mean_{name}'] = float(getattr(s, name).sum() / count)
+        summary['max_overshoot'] = float(s.overshoot_max.max())
+        at_t = np.maximum(s.metered_at_bt.sum(0), 1)
+        summary['tv_at_position'] = (s.tv_at_bt.sum(0) / at_t).tolist()
+        summary['overshoot_at_position'] = s.overshoot_at_bt.max(0).tolist()
+        per_row['metered'] = s.metered.tolist()
+        for name in METER_FIELDS:
+            per_row[f'{name}_sum'] = getattr(s, name).tolist()
+        per_row['max_overshoot'] = s.overshoot_max.tolist()
+        # None for rows without a metered position.
+        per_row['mean_tv'] = _where_none(s.metered > 0, s.tv / np.maximum(s.metered, 1))
     return summary
 
 

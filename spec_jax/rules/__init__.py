@@ -25,10 +25,12 @@ from spec_jax.rules.chain import ChainResult, verify_chain
 from spec_jax.rules.collaborative import CoS, Lenience, OvershootOnly, OvershootTail, UniformInterp
 from spec_jax.rules.distortion import (
     Distortion,
+    Metered,
     compare,
     kl,
     measure,
     measure_tree_node,
+    meter,
     overshoot_ratio,
     tv,
 )
@@ -52,6 +54,7 @@ __all__ = [
     'Lenience',
     'Lossless',
     'MatchedBaseline',
+    'Metered',
     'MinPVerify',
     'NodeResult',
     'OvershootOnly',
@@ -70,6 +73,7 @@ __all__ = [
     'matched_baseline',
     'measure',
     'measure_tree_node',
+    'meter',
     'names',
     'overshoot_ratio',
     'register',

@@ -1,4 +1,11 @@
-"""Distortion measures between an induced law pi and a reference law (PAPER.md §3-§5)."""
+"""Distortion measures between an induced law pi and a reference law (PAPER.md §3-§5).
+
+`compare` / `measure` (theory, diagnose) put pi first: KL(pi || reference). `meter` is what
+the engine records at every emitted position of a run (docs/eval.md, metrics): TV(pi, p_A),
+KL(p_A || pi) (the other direction is infinite for truncation rules, whose pi leaks mass
+outside A where p_A is 0), the mass pi puts outside the allowed set A, and the overshoot
+max pi/p against the temperature-processed target p (not p_A).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax.rules import base
-from spec_jax.rules.baselines import matched_baseline
+from spec_jax.rules.baselines import MatchedBaseline, matched_baseline
 
 
 def tv(pi: jax.Array, p: jax.Array) -> jax.Array:
@@ -60,3 +67,28 @@ def measure(rule: base.Rule, p: jax.Array, q: jax.Array) -> Distortion:
 def measure_tree_node(rule: base.Rule, p: jax.Array, siblings: jax.Array) -> Distortion:
     """Tree-node distortion of `rule` (siblings [..., C]) against its matched baseline."""
     return compare(rule.induced_tree_node(p, siblings), matched_baseline(rule).law(p))
+
+
+class Metered(NamedTuple):
+    """What the engine meters at one emitted position, each [...].
+
+    Attributes:
+      tv: TV(pi, p_A), p_A the matched baseline's law of the same processed target p.
+      kl: KL(p_A || pi) in nats.
+      outside: pi(V minus A), the mass pi puts outside the baseline's allowed set (0 for
+        rules whose baseline truncates nothing).
+      overshoot: max_x pi(x) / p(x) against the processed target p itself.
+    """
+
+    tv: jax.Array
+    kl: jax.Array
+    outside: jax.Array
+    overshoot: jax.Array
+
+
+def meter(pi: jax.Array, p: jax.Array, baseline: MatchedBaseline) -> Metered:
+    """Metered distortion of the emitted law pi [..., V] given the processed target p [..., V]
+    and the matched baseline whose law p_A = baseline.law(p) is the reference."""
+    law = baseline.law(p)
+    outside = jnp.where(baseline.allowed(p), 0.0, pi).sum(-1)
+    return Metered(tv(pi, law), kl(law, pi), outside, overshoot_ratio(pi, p))

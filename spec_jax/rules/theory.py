@@ -250,3 +250,59 @@ def run_diagnose(config: Any, workdir: str) -> dict[str, Any]:
     rows, claims = run_theory(config)
     paths = write_outputs(rows, claims, workdir)
     return {'rows': rows, 'claims': claims, 'paths': paths}
+
+
+def parameter_curve(
+    rule_name: str,
+    param_name: str,
+    values,
+    *,
+    quality_t: float = 0.5,
+    seed: int = 0,
+    vocab: int = 257,
+    num_pairs: int = 64,
+    logit_scale: float = 2.0,
+) -> dict[str, Any]:
+    """Theory distortion of one rule family vs its parameter, at one draft quality.
+
+    On `synthetic_family(seed, vocab, num_pairs, ., logit_scale)` at draft interpolation
+    t = `quality_t` (q_t = softmax((1 - t) z_q + t z_p)), each value v builds
+    `make(f'{rule_name}:{param_name}={v}')` and takes the chain-mode `curves` TV against its
+    matched baseline, averaged over the pairs. The report's distortion figure draws it dashed
+    beside the measured TV (`spec_jax.eval.plots.distortion_vs_param`).
+
+    Args:
+      rule_name: a registry name ('minp_verify', 'lenience', ...).
+      param_name: the swept parameter ('rho', 'l', ...).
+      values: the parameter values.
+      quality_t: the interpolation t in [0, 1] (1: q = p).
+      seed, vocab, num_pairs, logit_scale: the synthetic family's arguments.
+
+    Returns:
+      {'param': [v...], 'tv': [mean TV...], 'quality': mean 1 - TV(p, q_t),
+       'label': 'theory (synthetic p, q; draft quality 0.xx)'}.
+
+    Raises:
+      ValueError: quality_t outside [0, 1], or an invalid rule or parameter (from `make`).
+    """
+    if not 0.0 <= quality_t <= 1.0:
+        raise ValueError(f'quality_t={quality_t!r} must be in [0, 1]')
+    values = [float(v) for v in values]
+    ends = synthetic_family(seed, vocab, num_pairs, 2, logit_scale)  # t = 0 and t = 1.
+    # log softmax(z) = z - logsumexp(z) per row: a row shift, which the softmax ignores, so the
+    # family's member at any t is a softmax of the same mix of the end points' logs.
+    log_p = jnp.log(jnp.maximum(jnp.asarray(ends['p']), jnp.finfo(jnp.float32).tiny))
+    log_q = jnp.log(jnp.maximum(jnp.asarray(ends['q'][0]), jnp.finfo(jnp.float32).tiny))
+    q_t = jax.nn.softmax((1.0 - quality_t) * log_q + quality_t * log_p, -1)
+    family = {'t': np.asarray([quality_t]), 'p': ends['p'], 'q': np.asarray(q_t)[None]}
+    tvs, quality = [], float('nan')
+    for v in values:
+        res = curves(base.make(f'{rule_name}:{param_name}={v}'), family, 'chain', 1)
+        tvs.append(float(res['tv_baseline'][0].mean()))
+        quality = float(res['quality'][0].mean())
+    return {
+        'param': values,
+        'tv': tvs,
+        'quality': quality,
+        'label': f'theory (synthetic p, q; draft quality {quality:.2f})',
+    }

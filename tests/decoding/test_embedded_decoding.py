@@ -23,9 +23,7 @@ CHAT_PROMPTS = [
     'Give me three tips for staying focused while studying.',
 ]
 NEW_TOKENS = 64
-DRAFTS = os.path.join(os.path.dirname(checkpoints.__file__), '..', 'assets', 'drafts')
-DRAFT_DIR = os.path.join(DRAFTS, 'smollm2_135m_draft')
-HEAD_DIR = os.path.join(DRAFTS, 'smollm2_135m_eagle3')
+DRAFT_DIR, HEAD_DIR = checkpoints.DRAFT_LM, checkpoints.EAGLE3_HEAD
 DEC = decoding.DecodeSettings(max_new_tokens=NEW_TOKENS, stop_tokens=())
 
 

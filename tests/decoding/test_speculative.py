@@ -423,30 +423,54 @@ def test_matched_baseline_equals_truncation_sampling(soft_models, name):
 
 
 def test_distortion_metering(soft_models):
+    """Through the engine, every emitted position is metered (the first token, drafts,
+    replacement and bonus tokens): lossless and a matched baseline emit their reference law
+    (TV 0; the baseline's p_A overshoots p by 1/p(A)), CoS does not; AR rounds are metered
+    too."""
     target, draft = soft_models
     dec = DecodeSettings(max_new_tokens=8, prompt_bucket=8, new_tokens_bucket=8)
-    for name, lossless in [('lossless', True), ('cos:lam=0.8', False)]:
-        stats = gen(target, LMDrafter(DRAFT_CFG), draft, PROMPTS, 3, dec, rule=rules.make(name),
-                    meter_distortion=True, sampler=Sampler(temperature=1.0)).stats  # fmt: skip
-        assert stats['blocks'] > 0
-        if lossless:
-            assert stats['mean_tv'] < 1e-5 and abs(stats['max_overshoot'] - 1.0) < 1e-4
+    sampler = Sampler(temperature=1.0)
+    cases = [('lossless', False, 3), ('cos:lam=0.8', False, 3), ('minp_verify:rho=0.3', True, 3),
+             ('minp_verify:rho=0.3', False, 0)]  # fmt: skip
+    for name, baseline, num_draft in cases:
+        if num_draft:
+            result = gen(target, LMDrafter(DRAFT_CFG), draft, PROMPTS, num_draft, dec,
+                         rule=rules.make(name), baseline=baseline, meter_distortion=True,
+                         sampler=sampler)  # fmt: skip
         else:
-            assert stats['mean_tv'] > 0.01 and stats['max_overshoot'] > 1.0
-        assert stats['max_overshoot'] == max(stats['overshoot_at_position'])
-        assert stats['max_overshoot'] == max(stats['per_row']['max_overshoot'])
+            ar = decoding.Engine(CFG, dec, rule=rules.make(name), meter_distortion=True,
+                                 sampler=sampler)  # fmt: skip
+            result = decoding.generate(ar, decoding.Params(target), PROMPTS)
+        stats, rows = result.stats, result.stats['per_row']
+        assert sum(rows['metered']) == sum(rows['emitted']) + len(PROMPTS), name
+        if name == 'lossless' or baseline:
+            assert stats['mean_tv'] < 1e-5 and stats['mean_kl'] < 1e-5, name
+            assert stats['mean_outside'] < 1e-6, name
+            assert (stats['max_overshoot'] > 1.0) == baseline, name
+        else:
+            assert stats['mean_tv'] > 0.01 and stats['mean_kl'] > 0.001, name
+        if name.startswith('minp') and not baseline:  # AR with the rule's bonus law p.
+            assert stats['mean_outside'] > 0.01
+            assert abs(stats['mean_tv'] - stats['mean_outside']) < 1e-5  # TV(p, p_A) = 1-p(A)
+        assert stats['max_overshoot'] >= max(stats['overshoot_at_position'])  # + first token
+        assert stats['max_overshoot'] == max(rows['max_overshoot'])
 
 
-def test_distortion_per_position_by_hand():
-    """The metered counters against numpy: at every reached draft position of a live row,
-    TV and overshoot of rule.induced(p, q) from the matched baseline's law of p."""
-    rule = rules.make('cos:lam=0.8')  # Matched baseline: the plain target.
+@pytest.mark.parametrize('name', ['cos:lam=0.8', 'minp_verify:rho=0.3'])
+def test_distortion_per_position_by_hand(name):
+    """The metered counters against numpy: at every emitted offset of a live row's round
+    (the reached drafts, then the replacement or bonus token), TV(pi, p_A), KL(p_A || pi),
+    pi outside A and max pi/p, where pi is the rule's induced law at drafted offsets and
+    its bonus law at the last one."""
+    rule = rules.make(name)
+    base_rule = rules.matched_baseline(rule)
     verification = engine.Verification(rule, False)
     rng = np.random.default_rng(0)
     b, a = 3, 3
     live = np.array([True, True, False])
     stats = Stats.zeros(b, a, 8)
-    tv_ba, overshoot_ba, reached_ba = np.zeros((b, a)), np.zeros((b, a)), np.zeros((b, a))
+    sums = {k: np.zeros(b) for k in ('tv', 'kl', 'outside', 'overshoot')}
+    tv_bt, count_bt = np.zeros((b, a + 1)), np.zeros((b, a + 1))
     for block in range(4):
         p = rng.dirichlet(np.full(V, 0.3), size=(b, a + 1)).astype(np.float32)
         q = rng.dirichlet(np.full(V, 0.3), size=(b, a)).astype(np.float32)
@@ -454,19 +478,35 @@ def test_distortion_per_position_by_hand():
             [[rng.choice(V, p=q[i, j] / q[i, j].sum()) for j in range(a)] for i in range(b)]
         )
         out = rules.verify_chain(rule, jax.random.PRNGKey(block), p, q, jnp.asarray(x))
-        stats = stats.update(out, jnp.asarray(live), verification.measure(p[:, :-1], q))
-        pi, base = np.asarray(rule.induced(p[:, :-1], q)), p[:, :-1].astype(np.float64)
-        mask = np.asarray(out.reached) & live[:, None]
-        tv_ba += np.where(mask, 0.5 * np.abs(pi - base).sum(-1), 0.0)
-        overshoot_ba = np.maximum(overshoot_ba, np.where(mask, (pi / base).max(-1), 0.0))
-        reached_ba += mask
-    assert reached_ba[:2].min() > 0 and reached_ba[:2].sum() < 8 * a  # Some rejections.
-    np.testing.assert_allclose(stats.tv_at_ba, tv_ba, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(stats.overshoot_at_ba, overshoot_ba, rtol=1e-4)
+        pi_law = verification.emitted_law(jnp.asarray(p), jnp.asarray(q))
+        stats = stats.update(out, jnp.asarray(live), verification.meter(pi_law, p))
+        pi = np.concatenate([np.asarray(rule.induced(p[:, :-1], q)), p[:, -1:]], 1)
+        np.testing.assert_allclose(np.asarray(pi_law), pi, atol=1e-6)
+        law = np.asarray(base_rule.law(p), np.float64)
+        inside = np.asarray(base_rule.allowed(p))
+        mask = (np.arange(a + 1)[None] <= np.asarray(out.num_accepted)[:, None]) & live[:, None]
+        with np.errstate(divide='ignore', invalid='ignore'):
+            kl = np.where(law > 0, law * np.log(law / pi), 0.0).sum(-1)
+        tv = 0.5 * np.abs(pi - law).sum(-1)
+        for k, v in [('tv', tv), ('kl', kl), ('outside', np.where(inside, 0, pi).sum(-1)),
+                     ('overshoot', (pi / p).max(-1))]:  # fmt: skip
+            sums[k] += np.where(mask, v, 0.0).sum(1)
+        tv_bt += np.where(mask, tv, 0.0)
+        count_bt += mask
+    assert count_bt[:2, 1].sum() > 0 and count_bt[:2, a].sum() < 8  # Accepts and rejects.
+    for k, v in sums.items():
+        np.testing.assert_allclose(getattr(stats, k), v, rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(stats.metered, count_bt.sum(1))
+    if name.startswith('minp'):
+        assert sums['outside'][:2].min() > 0  # Truncation rules leak outside A...
+        assert (np.asarray(stats.outside) < np.asarray(stats.tv) + 1e-6).all()  # ... <= TV.
+    else:
+        assert np.all(np.asarray(stats.outside) == 0)  # CoS's baseline truncates nothing.
     summary = summarize(stats)
     np.testing.assert_allclose(
-        summary['tv_at_position'], tv_ba.sum(0) / reached_ba.sum(0), rtol=1e-4
+        summary['tv_at_position'], tv_bt.sum(0) / np.maximum(count_bt.sum(0), 1), rtol=1e-4
     )
+    np.testing.assert_allclose(summary['mean_tv'], sums['tv'].sum() / count_bt.sum(), rtol=1e-4)
     assert summary['per_row']['mean_tv'][2] is None  # A row never metered has no figure.
 
 

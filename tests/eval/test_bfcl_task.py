@@ -91,7 +91,8 @@ def test_load_the_bundled_items(name):
     task = TASKS[name]()
     loaded = items(name)
     rows = data_files.read_jsonl(task.relpath)
-    assert len(loaded) == len(rows) == (40 if name == 'bfcl_live_multiple' else 5)
+    bundled = {'bfcl_live_multiple': 40, 'bfcl_simple_python': 30}.get(name, 5)
+    assert len(loaded) == len(rows) == bundled
     assert [item.id for item in loaded] == [row['id'] for row in rows]
     answers = data_files.read_jsonl(task.answer_relpath) if task.answer_relpath else None
     for k, (item, row) in enumerate(zip(loaded, rows)):

@@ -47,9 +47,17 @@ class Score:
 
 
 class Task(Protocol):
-    """A benchmark: `load` its items, `score` a generated text for one of them."""
+    """A benchmark: `load` its items, `score` a generated text for one of them.
+
+    Attributes:
+      name: the task's name (its key in `spec_jax.eval.tasks.TASKS`).
+      scored: whether `score` judges the text; False for the speed sets
+        (`spec_jax.eval.tasks.speed`), which measure speed and acceptance only and which the
+        runner does not score.
+    """
 
     name: str
+    scored: bool
 
     def load(self, source: str = '', limit: int = 0) -> list[Item]:
         """The task's items: `source` is '' (the data root: config, $SPEC_JAX_DATA or the

@@ -107,6 +107,7 @@ class INCLUDE:
     sample_seed: int = 42
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
 
+    scored: ClassVar[bool] = True
     name: ClassVar[str] = 'include'
     relpath: ClassVar[str] = 'include/test.jsonl'
     hub_id: ClassVar[str] = HUB_ID

@@ -245,6 +245,7 @@ class _MathTask:
     root: str = ''
     timeout_s: float = DEFAULT_TIMEOUT_S
 
+    scored: ClassVar[bool] = True
     name: ClassVar[str]
     relpath: ClassVar[str]  # The release's file under a data root.
     hub: ClassVar[tuple[str, str | None, str]]  # (id, config, split) for `datasets`.

@@ -158,6 +158,7 @@ class BFCL:
 
     root: str = ''
 
+    scored: ClassVar[bool] = True
     category: ClassVar[str] = ''
     name: ClassVar[str] = ''
     relpath: ClassVar[str] = ''  # The questions file under a data root.

@@ -1,0 +1,139 @@
+"""Metrics of an evaluation: one row per (task, method) from the per-sample results.
+
+Definitions (docs/eval.md, PAPER.md §1.6):
+
+  score             mean of `correct` over items (each item's mean over its seeds first);
+                    95% interval: Wilson's for one sample per item, else the normal
+                    interval of the item means (mean +- 1.96 s / sqrt(n))
+  block_efficiency  tokens emitted per target forward, the bonus token counted (AR: 1)
+  be_full_gamma     the paper's chain BE: mean of (accepted + 1) over the rounds that
+                    verified all gamma drafts
+  accept_length     the paper's EAGLE BE: accepted drafts per target forward (no +1)
+  acceptance_rate   accepted drafts / drafted tokens
+  tokens_per_s      generated tokens / decode seconds (compiles excluded) of its batches
+  speedup           tokens_per_s / AR's tokens_per_s on the same task in the same run
+  tv, kl, outside   means over every emitted position (first token, drafts, replacement
+                    and bonus tokens) of TV(pi, p_A), KL(p_A || pi) and pi's mass outside
+                    the allowed set A, p_A the matched baseline's law
+  overshoot_mean/max  of max_x pi(x)/p(x) against the temperature-processed target p
+
+Counters are pooled over rows (sums, then ratios), so a row's weight is its token count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+from spec_jax import rules
+from spec_jax.eval.plan import Method
+
+Z95 = 1.959963984540054
+
+
+def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson's score interval for a binomial proportion (n >= 1)."""
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def score_interval(per_item: Sequence[Sequence[bool]]) -> tuple[float, float, float]:
+    """(mean, lo, hi) of a score from each item's samples (one list per item)."""
+    means = [sum(s) / len(s) for s in per_item]
+    n = len(means)
+    mean = sum(means) / n
+    if all(len(s) == 1 for s in per_item):
+        lo, hi = wilson(sum(int(s[0]) for s in per_item), n)
+        return mean, lo, hi
+    if n == 1:
+        return mean, 0.0, 1.0
+    sd = math.sqrt(sum((m - mean) ** 2 for m in means) / (n - 1))
+    half = Z95 * sd / math.sqrt(n)
+    return mean, max(0.0, mean - half), min(1.0, mean + half)
+
+
+def method_info(method: Method) -> dict:
+    """kind, rule, param, param_name, pairs of a planned method (the report's columns)."""
+    if method.name == 'ar':
+        kind = 'ar'
+    elif method.name == 'lossless':
+        kind = 'lossless'
+    else:
+        kind = 'baseline' if method.baseline else 'lossy'
+    if kind == 'baseline':
+        rule, param, param_name = method.truncation, method.param, method.truncation
+    else:
+        r = rules.make(method.rule)
+        rule, param, param_name = r.name, None, None
+        for f in dataclasses.fields(r):
+            value = getattr(r, f.name)
+            if isinstance(value, float):
+                param, param_name = value, f.name
+                break
+    return dict(kind=kind, rule=rule, param=param, param_name=param_name,
+                pairs=list(method.pairs))  # fmt: skip
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def aggregate(rows: Sequence[dict], methods: Sequence[Method]) -> list[dict]:
+    """The metrics rows (one per task x method that has results), in plan order per task."""
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r['task'], r['method'])].append(r)
+    tasks = list(dict.fromkeys(r['task'] for r in rows))
+    out = []
+    for task in tasks:
+        task_rows = []
+        for m in methods:
+            group = groups.get((task, m.name))
+            if group:
+                task_rows.append(_metrics(task, m, group))
+        ar = next((r for r in task_rows if r['kind'] == 'ar'), None)
+        for r in task_rows:
+            base = ar['tokens_per_s'] if ar else None
+            r['speedup'] = r['tokens_per_s'] / base if base and r['tokens_per_s'] else None
+        out += task_rows
+    return out
+
+
+def _metrics(task: str, method: Method, group: list[dict]) -> dict:
+    scored = group[0].get('correct') is not None
+    row = dict(task=task, scored=scored, method=method.name, **method_info(method))
+    per_item: dict[str, list[bool]] = defaultdict(list)
+    for r in group:
+        per_item[r['item']].append(bool(r.get('correct')))
+    row.update(n_items=len(per_item), n_samples=len(group))
+    if scored:
+        row['score'], row['score_lo'], row['score_hi'] = score_interval(list(per_item.values()))
+    else:
+        row['score'] = row['score_lo'] = row['score_hi'] = None
+    total = defaultdict(float)
+    for r in group:
+        for k, v in r['stats'].items():
+            if k != 'max_overshoot':
+                total[k] += v
+    ar = method.mode == 'ar'
+    row['block_efficiency'] = _ratio(total['emitted'], total['blocks'])
+    full = total['full_blocks']
+    row['be_full_gamma'] = None if ar else _ratio(total['full_accepted'] + full, full)
+    row['accept_length'] = None if ar else _ratio(total['accepted'], total['blocks'])
+    row['acceptance_rate'] = None if ar else _ratio(total['accepted'], total['drafted'])
+    batches = {r['batch']['key']: r['batch']['seconds'] for r in group}
+    row['tokens'] = sum(r['num_tokens'] for r in group)
+    row['decode_seconds'] = sum(batches.values())
+    row['tokens_per_s'] = _ratio(row['tokens'], row['decode_seconds'])
+    metered = total['metered']
+    for name in ('tv', 'kl', 'outside'):
+        row[name] = _ratio(total[f'{name}_sum'], metered) if metered else None
+    row['overshoot_mean'] = _ratio(total['overshoot_sum'], metered) if metered else None
+    peaks = [r['stats']['max_overshoot'] for r in group if 'max_overshoot' in r['stats']]
+    row['overshoot_max'] = max(peaks) if peaks and metered else None
+    return row

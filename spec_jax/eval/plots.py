@@ -1,0 +1,307 @@
+"""The evaluation report's figures: speed-quality Pareto per task, score vs block efficiency,
+and measured distortion vs rule parameter (with theory curves beside it).
+
+The figures are drawn with matplotlib's object API on the Agg canvas (no pyplot, so no global
+backend state and no figure left open). Each series has a colour fixed by its label (rule
+families keep theirs across figures; see `colors_for`), and every function returns a `Drawn`:
+series label -> number of points, with each series' colour in `Drawn.colors`, so a caller (the
+report, a test) can check what was plotted instead of assuming it.
+
+Input rows are the metrics rows of `spec_jax.eval.metrics` (one dict per task x method; keys
+used here: task, method, kind, rule, param, param_name, score, score_lo, score_hi,
+block_efficiency, speedup, tv, overshoot_mean).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+# Rule families -> colour, so a family looks the same in every figure.
+FAMILY_COLORS = {
+    'ar': '#7f7f7f',
+    'lossless': '#1f77b4',
+    'baselines': '#2ca02c',
+    'lenience': '#ff7f0e',
+    'cos': '#d62728',
+    'minp_verify': '#9467bd',
+    'eta_verify': '#8c564b',
+    'speccascade': '#e377c2',
+    'typical': '#bcbd22',
+    'overshoot_only': '#17becf',
+    'overshoot_tail': '#000080',
+    'uniform_interp': '#808000',
+    'greedy': '#ff1493',
+}
+# Colours for anything else (tasks, unknown rules), in order; distinct from black and white.
+PALETTE = (
+    '#1f77b4',
+    '#ff7f0e',
+    '#2ca02c',
+    '#d62728',
+    '#9467bd',
+    '#8c564b',
+    '#e377c2',
+    '#bcbd22',
+    '#17becf',
+    '#000080',
+    '#808000',
+    '#ff1493',
+    '#00ced1',
+    '#7f7f7f',
+)
+FRONT_COLOR = '#000000'
+FRONT_LABEL = 'Pareto front'
+_FAMILY_ORDER = ('ar', 'lossless', 'baselines')
+
+
+class Drawn(dict):
+    """What a figure drew: series label -> number of points; `colors`: label -> '#rrggbb'."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.colors: dict[str, str] = {}
+
+    def add(self, label: str, points: int, color: str) -> None:
+        """Records one series."""
+        self[label] = points
+        self.colors[label] = color
+
+
+def colors_for(labels: Iterable[str], fixed: dict[str, str] | None = None) -> dict[str, str]:
+    """Colours for `labels`: `fixed` (default FAMILY_COLORS) where it has one, else the next
+    PALETTE colour not already taken (cycling once every colour is used)."""
+    fixed = FAMILY_COLORS if fixed is None else fixed
+    labels = list(dict.fromkeys(labels))
+    out = {label: fixed[label] for label in labels if label in fixed}
+    free = [c for c in PALETTE if c not in out.values()] or list(PALETTE)
+    k = 0
+    for label in labels:
+        if label not in out:
+            out[label] = free[k % len(free)]
+            k += 1
+    return out
+
+
+def family(row: dict[str, Any]) -> str:
+    """A row's series in the Pareto plot: 'ar', 'lossless', 'baselines' or the lossy rule."""
+    kind = row.get('kind')
+    if kind in ('ar', 'lossless'):
+        return kind
+    if kind == 'baseline':
+        return 'baselines'
+    return str(row.get('rule') or row['method'])
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _ordered_families(rows: Sequence[dict[str, Any]]) -> list[str]:
+    seen = list(dict.fromkeys(family(r) for r in rows))
+    return [f for f in _FAMILY_ORDER if f in seen] + [f for f in seen if f not in _FAMILY_ORDER]
+
+
+def _yerr(rows: Sequence[dict[str, Any]]) -> list[list[float]]:
+    """Asymmetric score error bars [[below...], [above...]] from score_lo / score_hi."""
+    below, above = [], []
+    for r in rows:
+        y, lo, hi = r['score'], r.get('score_lo'), r.get('score_hi')
+        below.append(max(y - lo, 0.0) if _finite(lo) else 0.0)
+        above.append(max(hi - y, 0.0) if _finite(hi) else 0.0)
+    return [below, above]
+
+
+def _new_figure(ncols: int = 1, width: float = 7.5) -> tuple[Figure, list[Any]]:
+    fig = Figure(figsize=(width * ncols, 5.0), dpi=100)
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(1, ncols, k + 1) for k in range(ncols)]
+    return fig, axes
+
+
+def _save(fig: Figure, path: str) -> None:
+    fig.tight_layout()
+    fig.savefig(path, format='png')
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other point beats on both coordinates (both maximised), by x ascending."""
+    front, best = [], -math.inf
+    for x, y in sorted(points, key=lambda p: (-p[0], -p[1])):
+        if y > best:
+            front.append((x, y))
+            best = y
+    return front[::-1]
+
+
+def pareto(rows: Sequence[dict[str, Any]], task: str, path: str) -> Drawn:
+    """Speed-quality Pareto plot of one task, written to `path` (PNG).
+
+    x is the speedup over AR when every scored row of the task has one, else the block
+    efficiency; y is the task score with its interval. One series per rule family (ar,
+    lossless, baselines, each lossy rule; points labelled with their parameter and joined in
+    parameter order), and the Pareto front over all of them (black, dotted).
+
+    Returns:
+      Drawn: family -> points, plus FRONT_LABEL -> points on the front.
+    """
+    sel = [r for r in rows if r.get('task') == task and _finite(r.get('score'))]
+    x_key = 'speedup' if sel and all(_finite(r.get('speedup')) for r in sel) else 'block_efficiency'
+    sel = [r for r in sel if _finite(r.get(x_key))]
+    fig, (ax,) = _new_figure()
+    drawn = Drawn()
+    families = _ordered_families(sel)
+    colors = colors_for(families)
+    for fam in families:
+        group = [r for r in sel if family(r) == fam]
+        group.sort(key=lambda r: (r.get('param') is None, r.get('param') or 0.0))
+        xs, ys = [r[x_key] for r in group], [r['score'] for r in group]
+        ax.errorbar(xs, ys, yerr=_yerr(group), fmt='o-' if len(group) > 1 else 'o',
+                    color=colors[fam], markersize=8, linewidth=1.0, capsize=2,
+                    label=fam)  # fmt: skip
+        for r in group:
+            if r.get('param') is not None:
+                ax.annotate(f'{r["param"]:g}', (r[x_key], r['score']), xytext=(5, 4),
+                            textcoords='offset points', fontsize=7)  # fmt: skip
+        drawn.add(fam, len(group), colors[fam])
+    front = pareto_front([(r[x_key], r['score']) for r in sel])
+    if front:
+        ax.plot([p[0] for p in front], [p[1] for p in front], linestyle=':', color=FRONT_COLOR,
+                linewidth=1.5, label=FRONT_LABEL)  # fmt: skip
+        drawn.add(FRONT_LABEL, len(front), FRONT_COLOR)
+    else:
+        ax.text(0.5, 0.5, 'no scored rows', transform=ax.transAxes, ha='center')
+    ax.set_xlabel('speedup over AR' if x_key == 'speedup' else 'block efficiency (tokens/forward)')
+    ax.set_ylabel('score')
+    ax.set_title(f'{task}: speed vs quality')
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=8, loc='best')
+    _save(fig, path)
+    return drawn
+
+
+def score_vs_be(rows: Sequence[dict[str, Any]], path: str) -> Drawn:
+    """Task score vs block efficiency, one series per scored task, written to `path` (PNG).
+
+    Returns:
+      Drawn: task -> points.
+    """
+    sel = [r for r in rows if _finite(r.get('score')) and _finite(r.get('block_efficiency'))]
+    tasks = list(dict.fromkeys(r['task'] for r in sel))
+    colors = colors_for(tasks, fixed={})
+    fig, (ax,) = _new_figure()
+    drawn = Drawn()
+    for task in tasks:
+        group = [r for r in sel if r['task'] == task]
+        ax.errorbar([r['block_efficiency'] for r in group], [r['score'] for r in group],
+                    yerr=_yerr(group), fmt='o', color=colors[task], markersize=8, capsize=2,
+                    label=task)  # fmt: skip
+        drawn.add(task, len(group), colors[task])
+    if not drawn:
+        ax.text(0.5, 0.5, 'no scored rows', transform=ax.transAxes, ha='center')
+    ax.set_xlabel('block efficiency (tokens per target forward)')
+    ax.set_ylabel('score')
+    ax.set_title('score vs block efficiency')
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=8, loc='best')
+    _save(fig, path)
+    return drawn
+
+
+def _by_param(group: Sequence[dict[str, Any]], key: str) -> tuple[list[float], ...]:
+    """Per parameter value: (params, mean, mean - min, max - mean) of the finite `key`s."""
+    values: dict[float, list[float]] = {}
+    for r in group:
+        if _finite(r.get(key)):
+            values.setdefault(float(r['param']), []).append(float(r[key]))
+    params = sorted(values)
+    means = [sum(values[p]) / len(values[p]) for p in params]
+    # Clamped: the mean of equal values can round a hair past them.
+    below = [max(m - min(values[p]), 0.0) for p, m in zip(params, means)]
+    above = [max(max(values[p]) - m, 0.0) for p, m in zip(params, means)]
+    return params, means, below, above
+
+
+def theory_label(rule: str, curve: dict[str, Any]) -> str:
+    """The legend label (and `Drawn` key) of a theory curve."""
+    return f'{rule}: {curve.get("label", "theory")}'
+
+
+def overshoot_label(rule: str) -> str:
+    """The legend label (and `Drawn` key) of a rule's overshoot series."""
+    return f'{rule} (overshoot)'
+
+
+def distortion_vs_param(
+    rows: Sequence[dict[str, Any]], path: str, theory: dict[str, dict[str, Any]] | None = None
+) -> Drawn:
+    """Measured distortion of each lossy rule family vs its parameter, written to `path`.
+
+    Left panel: TV(pi, matched baseline) per parameter value (the mean over tasks; bars span
+    the tasks' min to max), one series per rule, and each `theory` curve dashed in its rule's
+    colour. Right panel: the mean overshoot max pi/p, one series per rule (log scale when it
+    spans more than a factor of 50).
+
+    Args:
+      rows: metrics rows; lossy rows with a parameter and a finite tv / overshoot_mean count.
+      path: the PNG to write.
+      theory: {rule_name: {'param': [...], 'tv': [...], 'label': str}}
+        (`spec_jax.rules.theory.parameter_curve`), or None.
+
+    Returns:
+      Drawn: rule -> TV points, overshoot_label(rule) -> overshoot points,
+      theory_label(rule, curve) -> theory points.
+    """
+    theory = theory or {}
+    sel = [r for r in rows if r.get('kind') == 'lossy' and _finite(r.get('param'))]
+    rules = list(dict.fromkeys(family(r) for r in sel))
+    colors = colors_for(rules + [rule for rule in theory if rule not in rules])
+    names = sorted({str(r['param_name']) for r in sel if r.get('param_name')})
+    fig, (ax_tv, ax_over) = _new_figure(ncols=2, width=6.5)
+    drawn = Drawn()
+    over_values = []
+    for rule in rules:
+        group = [r for r in sel if family(r) == rule]
+        params, means, below, above = _by_param(group, 'tv')
+        if params:
+            ax_tv.errorbar(params, means, yerr=[below, above], fmt='o-', color=colors[rule],
+                           markersize=8, linewidth=1.2, capsize=2, label=rule)  # fmt: skip
+            drawn.add(rule, len(params), colors[rule])
+        params, means, below, above = _by_param(group, 'overshoot_mean')
+        if params:
+            label = overshoot_label(rule)
+            ax_over.errorbar(params, means, yerr=[below, above], fmt='s-', color=colors[rule],
+                             markersize=8, linewidth=1.2, capsize=2, label=label)  # fmt: skip
+            drawn.add(label, len(params), colors[rule])
+            over_values += [m for m in means if m > 0]
+    for rule, curve in theory.items():
+        pts = [(float(x), float(y)) for x, y in zip(curve['param'], curve['tv']) if _finite(y)]
+        if not pts:
+            continue
+        label = theory_label(rule, curve)
+        ax_tv.plot([p[0] for p in pts], [p[1] for p in pts], linestyle='--', linewidth=2.0,
+                   color=colors[rule], label=label)  # fmt: skip
+        drawn.add(label, len(pts), colors[rule])
+    param_text = ', '.join(names) if names else 'parameter'
+    ax_tv.set_xlabel(f'rule parameter ({param_text})')
+    ax_tv.set_ylabel('TV(pi, matched baseline)')
+    ax_tv.set_title('distortion vs parameter')
+    ax_over.set_xlabel(f'rule parameter ({param_text})')
+    ax_over.set_ylabel('mean overshoot max pi/p')
+    ax_over.set_title('overshoot vs parameter')
+    if over_values and max(over_values) / min(over_values) > 50:
+        ax_over.set_yscale('log')
+    for ax in (ax_tv, ax_over):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc='best')
+        else:
+            ax.text(0.5, 0.5, 'not metered', transform=ax.transAxes, ha='center')
+    _save(fig, path)
+    return drawn

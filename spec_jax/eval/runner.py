@@ -1,0 +1,265 @@
+"""The evaluation runner: every method of a plan on every task, one JSONL line per sample.
+
+Data flow (docs/eval.md):
+
+  config --plan--> methods (AR, lossless SD, the grid's rules, their matched baselines)
+         --tasks--> items (chat prompts, gold) --tokenizer--> prompt ids
+  for seed, task, method: batches of B items not yet in results.jsonl
+      generate(engine of the method, ...)        decoding on device, noise per (seed, item)
+      score(item, text) in a thread pool         overlaps the next batch's decoding
+      ResultStore.append(row)                    one line per (method, task, item, seed)
+  metrics.aggregate(rows) -> report.write_report(...)
+
+One target and drafter are loaded once; a method is `engine.replace(rule=..., baseline=...)`,
+so a rule's parameter values and its matched baseline reuse one compiled loop (rule
+parameters are traced), and short last batches are padded to B rows that stop after one
+token. A row's noise depends only on (seed, task, item id), so every method meets the same
+random numbers on the same item (common random numbers sharpen the paired comparisons)
+and a resumed run redoes a sample exactly.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+
+import ml_collections
+from tqdm import tqdm
+
+from spec_jax import decoding, rules
+from spec_jax.eval import plan as plan_lib
+from spec_jax.eval import tasks as tasks_lib
+from spec_jax.eval.records import ResultStore, row_key
+from spec_jax.eval.tasks.base import Item, Task
+from spec_jax.jobs import timing
+
+SPEC_MODES = ('chain', 'tree')
+PER_ROW_STATS = ('blocks', 'drafted', 'accepted', 'emitted', 'full_blocks', 'full_accepted')
+METER_SUMS = ('metered', 'tv_sum', 'kl_sum', 'outside_sum', 'overshoot_sum', 'max_overshoot')
+
+
+def sample_id(task: str, item_id: str) -> int:
+    """A stable id in [0, 2**31) of an item: its noise is fold_in(PRNGKey(seed), id)."""
+    digest = hashlib.sha256(f'{task}/{item_id}'.encode()).digest()
+    return int.from_bytes(digest[:4], 'little') & 0x7FFFFFFF
+
+
+def methods_of(c: ml_collections.ConfigDict) -> list[plan_lib.Method]:
+    """The plan of an experiment config (see `spec_jax.jobs.evaluate.default_config`)."""
+    if c.mode not in SPEC_MODES:
+        raise ValueError(f'mode={c.mode!r} is not one of {SPEC_MODES}')
+    return plan_lib.plan(list(c.grid), c.mode)
+
+
+def task_limits(c: ml_collections.ConfigDict) -> dict[str, dict]:
+    """{task name: {'limit', 'max_new_tokens'}} of a config, names checked."""
+    out = {}
+    for name, spec in c.tasks.items():
+        if name not in tasks_lib.TASKS:
+            raise ValueError(f'tasks.{name}: unknown task; valid: {sorted(tasks_lib.TASKS)}')
+        limit, new = int(spec.limit), int(spec.max_new_tokens)
+        if limit < 0 or new < 1:
+            raise ValueError(f'tasks.{name}: limit must be >= 0 and max_new_tokens >= 1')
+        if new > c.max_new_tokens:
+            raise ValueError(
+                f'tasks.{name}.max_new_tokens={new} exceeds max_new_tokens='
+                f'{c.max_new_tokens} (the output buffer); raise max_new_tokens'
+            )
+        out[name] = dict(limit=limit, max_new_tokens=new, source=spec.get('source', ''))
+    if not out:
+        raise ValueError('tasks is empty: name at least one task')
+    return out
+
+
+def load_items(c: ml_collections.ConfigDict) -> dict[str, tuple[Task, list[Item]]]:
+    """Each task of the config with its first `limit` items."""
+    out = {}
+    for name, spec in task_limits(c).items():
+        task = tasks_lib.make(name, c.data_root)
+        out[name] = (task, task.load(spec['source'], spec['limit']))
+    return out
+
+
+def decoding_block(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The `decoding.build` block of an experiment config (the lossless engine)."""
+    block = ml_collections.ConfigDict()
+    block.model, block.dtype, block.seed = c.model, c.dtype, c.seed
+    block.max_new_tokens = c.max_new_tokens
+    block.max_prompt_len, block.prompt_bucket = c.max_prompt_len, c.prompt_bucket
+    block.sampling = decoding.sampling_config(c.temperature)
+    block.spec = decoding.spec_config('chain', c.draft)
+    for field in ('drafter', 'num_draft', 'ngram', 'lookup', 'draft_seed'):
+        block.spec[field] = c[field]
+    block.spec.meter_distortion = c.meter_distortion
+    return block
+
+
+def engine_for(base: decoding.Engine, method: plan_lib.Method) -> decoding.Engine:
+    """The engine of one method: AR drops the drafter; the others set rule and baseline."""
+    if method.mode == 'ar':
+        return base.replace(drafter=None, num_draft=0, rule=rules.Lossless(), baseline=False)
+    return base.replace(rule=rules.make(method.rule), baseline=method.baseline)
+
+
+@dataclasses.dataclass
+class Progress:
+    """What a run did: samples written, generated tokens, decode and compile seconds."""
+
+    samples: int = 0
+    tokens: int = 0
+    decode_s: float = 0.0
+    compile_s: float = 0.0
+    compiled: int = 0
+    cache_hits: int = 0
+    wall_s: float = 0.0
+
+    @property
+    def throughput_ratio(self) -> float | None:
+        """Tokens/s over the run's wall time (compiles excepted) against tokens/s of its
+        decode calls alone: what scoring, sandboxing and writing cost the decoding."""
+        busy = self.wall_s - self.compile_s
+        return self.decode_s / busy if busy > 0 and self.decode_s > 0 else None
+
+
+def run(
+    c: ml_collections.ConfigDict,
+    workdir: str,
+    *,
+    on_batch: Callable[[dict], None] | None = None,
+) -> tuple[ResultStore, list[plan_lib.Method], Progress]:
+    """Runs (or resumes) experiment `c` in `workdir`; returns the store, plan and progress.
+
+    Raises:
+      ValueError: a bad config (mode, grid, task names, limits) before any model loads.
+      records.ConfigMismatchError: `workdir` holds another config's results and `c.mix`
+        is not set.
+      NotImplementedError: tree mode (the EAGLE-3 tree issue); `--dry_run` plans it.
+    """
+    methods = methods_of(c)
+    limits = task_limits(c)
+    if c.mode == 'tree':
+        raise NotImplementedError(
+            'tree mode decodes once EAGLE-3 tree verification lands in the engine (issue '
+            '19); --dry_run prints its plan now'
+        )
+    items = load_items(c)
+    store = ResultStore(
+        workdir, c.to_dict(), [dataclasses.asdict(m) for m in methods], mix=bool(c.mix)
+    )
+    progress = Progress()
+    if all(store.is_done((m.name, name, it.id, seed)) for seed in c.seeds
+           for name, (_, its) in items.items() for it in its for m in methods):  # fmt: skip
+        return store, methods, progress
+    built = decoding.build(decoding_block(c))
+    tok = built.tokenizer
+    encoded = {
+        (name, it.id): tok.encode_chat(list(it.messages))
+        for name, (_, its) in items.items()
+        for it in its
+    }
+    check_prompts(built.engine, encoded, c)
+    # Items of similar length share a batch (fewer prompt buckets, less padding).
+    by_length = {
+        name: sorted(its, key=lambda it, name=name: len(encoded[(name, it.id)]))
+        for name, (_, its) in items.items()
+    }
+    todo = [
+        (seed, name, m, [it for it in its if not store.is_done((m.name, name, it.id, seed))])
+        for seed in c.seeds
+        for name, its in by_length.items()
+        for m in methods
+    ]
+    batches = [
+        (seed, name, m, chunk[i : i + c.batch_size])
+        for seed, name, m, chunk in todo
+        for i in range(0, len(chunk), c.batch_size)
+    ]
+    start, compiles = time.perf_counter(), timing.CompileClock()
+    with concurrent.futures.ThreadPoolExecutor(max(1, c.score_workers)) as pool:
+        pending: list[concurrent.futures.Future] = []
+        bar = tqdm(batches, desc='evaluate', unit='batch', disable=not c.progress)
+        for seed, name, method, batch in bar:
+            bar.set_postfix_str(f'{name} {method.name} seed {seed}', refresh=False)
+            task = items[name][0]
+            ids = [encoded[(name, it.id)] for it in batch]
+            pad = c.batch_size - len(ids)
+            limit = limits[name]['max_new_tokens']
+            engine = engine_for(built.engine, method)
+            with compiles.measure() as clock:
+                result = decoding.generate(
+                    engine,
+                    built.params,
+                    ids + ids[-1:] * pad,
+                    seed=seed,
+                    max_new_tokens=[limit] * len(ids) + [1] * pad,
+                    sample_ids=[sample_id(name, it.id) for it in batch] + [0] * pad,
+                )
+            decode_s = max(result.seconds - clock.seconds, 0.0)
+            texts = [tok.decode(t, skip_special=True) for t in result.tokens[: len(batch)]]
+            num_tokens = sum(len(t) for t in result.tokens[: len(batch)])
+            progress.tokens += num_tokens
+            progress.decode_s += decode_s
+            progress.compile_s += clock.seconds
+            progress.compiled += clock.compiled
+            progress.cache_hits += clock.cache_hits
+            timing_row = dict(
+                seconds=decode_s, compile_s=clock.seconds, rows=len(batch), pad=pad,
+                tokens=num_tokens, key=f'{seed}/{name}/{method.name}/{batch[0].id}',
+            )  # fmt: skip
+            per_row = result.stats['per_row']
+            for row, (it, text) in enumerate(zip(batch, texts)):
+                base = dict(
+                    method=method.name, task=name, item=it.id, seed=seed, text=text,
+                    num_tokens=len(result.tokens[row]), batch=timing_row,
+                    stats={k: per_row[k][row] for k in PER_ROW_STATS + METER_SUMS
+                           if k in per_row},
+                )  # fmt: skip
+                pending.append(pool.submit(_scored, task, it, text, base))
+            pending = _flush(pending, store, progress, wait=False)
+            if on_batch is not None:
+                on_batch(dict(timing_row, task=name, method=method.name, seed=seed))
+        _flush(pending, store, progress, wait=True)
+    progress.wall_s = time.perf_counter() - start
+    return store, methods, progress
+
+
+def check_prompts(engine: decoding.Engine, encoded: dict, c: ml_collections.ConfigDict):
+    """Every prompt fits `max_prompt_len`, and the largest bucket fits the models' context,
+    before anything compiles (a clear error naming the item and the knobs)."""
+    longest = 0
+    for (name, item_id), ids in encoded.items():
+        if len(ids) > c.max_prompt_len:
+            raise ValueError(
+                f'{name} item {item_id}: its prompt has {len(ids)} tokens, more than '
+                f'max_prompt_len={c.max_prompt_len}; raise max_prompt_len or lower the '
+                f"task's limit"
+            )
+        longest = max(longest, len(ids))
+    bucket = min(-(-longest // c.prompt_bucket) * c.prompt_bucket, c.max_prompt_len)
+    engine.check(bucket)
+
+
+def _scored(task: Task, item: Item, text: str, row: dict) -> dict:
+    if not getattr(task, 'scored', True):
+        return dict(row, correct=None, extracted=None, detail={})
+    score = task.score(item, text)
+    return dict(row, correct=bool(score.correct), extracted=score.extracted, detail=score.detail)
+
+
+def _flush(pending: Sequence, store: ResultStore, progress: Progress, wait: bool) -> list:
+    """Writes the scored samples; returns the futures still running."""
+    if wait:
+        concurrent.futures.wait(pending)
+    done = [f.done() for f in pending]
+    rows = [f.result() for f, d in zip(pending, done) if d]
+    store.append(rows)
+    progress.samples += len(rows)
+    return [f for f, d in zip(pending, done) if not d]
+
+
+def results(store: ResultStore) -> list[dict]:
+    """The store's rows, one per sample key (what metrics aggregate)."""
+    return sorted(store.rows, key=row_key)

@@ -1,0 +1,65 @@
+"""What the code tasks share: fields `root` and `timeout_s`, loading, the sandbox run, the
+prompt (`CODE_SYSTEM_PROMPT`, then the task's user turn)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from spec_jax.eval import sandbox
+from spec_jax.eval.tasks.base import Item, Score
+from spec_jax.eval.tasks.code.extract import extract_code
+from spec_jax.eval.tasks.sources import load_hub, task_rows
+
+CODE_SYSTEM_PROMPT = (
+    'You are a code generation model that writes correct, self-contained Python. Answer with '
+    'the Python function definition alone, with the imports it needs: no explanation, no '
+    'usage examples and no markdown formatting.'
+)
+
+DEFAULT_TIMEOUT_S = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _CodeTask:
+    """What the code tasks share; a subclass sets the ClassVars, `_item` and `program`."""
+
+    root: str = ''
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    scored: ClassVar[bool] = True
+    name: ClassVar[str]
+    relpath: ClassVar[str]  # The release's file under a data root.
+    hub: ClassVar[tuple[str, str | None, str]]  # (id, config, split) for `datasets`.
+
+    def load(self, source: str = '', limit: int = 0) -> list[Item]:
+        """The items (see the package docstring), the first `limit` (0 = all)."""
+        rows = task_rows(source, self.relpath, self.root, lambda: load_hub(*self.hub), limit)
+        rows = self._select(rows)
+        if limit:
+            rows = rows[:limit]
+        return [self._item(row) for row in rows]
+
+    def score(self, item: Item, text: str) -> Score:
+        """Runs the code of `text` against `item`'s tests in the sandbox (any thread)."""
+        code = extract_code(text, item.meta.get('entry_point'))
+        if not code.strip():
+            return Score(False, None, {'status': 'no code'})
+        result = sandbox.run_python(self.program(item, code), timeout_s=self.timeout_s)
+        return Score(result.passed, code, result.summary())
+
+    def program(self, item: Item, code: str) -> str:
+        """The source that passes in the sandbox iff `code` passes `item`'s tests."""
+        raise NotImplementedError
+
+    def _select(self, rows: list[dict]) -> list[dict]:
+        return rows
+
+    def _item(self, row: dict) -> Item:
+        raise NotImplementedError
+
+    def _messages(self, user: str) -> tuple[dict, ...]:
+        return (
+            {'role': 'system', 'content': CODE_SYSTEM_PROMPT},
+            {'role': 'user', 'content': user},
+        )

@@ -1,0 +1,146 @@
+"""The evaluation job: rules against their matched baselines on tasks, then the report.
+
+    python launch/evaluate.py --config configs/experiments/smollm2_135m.py
+    python launch/evaluate.py --config configs/experiments/smollm2_135m.py --dry_run
+
+`default_config` lists every field; configs/experiments/ build on it. `run` resumes a
+killed run from `<workdir>/results.jsonl` (docs/eval.md) and writes the report beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import ml_collections
+import numpy as np
+
+from spec_jax.eval import metrics, plan, report, runner
+from spec_jax.jobs import common
+from spec_jax.rules import theory
+
+# Parameter ranges of the theory curves (others: 0.05..0.95).
+THEORY_SPANS = {'eta': (0.01, 0.3), 'eps': (0.01, 0.3)}
+
+
+def default_config(tiny: bool = False) -> ml_collections.ConfigDict:
+    """The evaluation job's config with every field and its default."""
+    c = ml_collections.ConfigDict()
+    c.name = 'experiment'
+    # The target: 'embedded', a .gguf file, an HF directory or hub id, an orbax directory,
+    # or 'random:<preset>' (random weights, the embedded tokenizer).
+    c.model = 'random:tiny' if tiny else 'embedded'
+    c.dtype = 'float32'
+    c.seed = 0  # Weights of 'random:' models.
+    c.mode = 'chain'  # 'chain', or 'tree' (EAGLE-3 tree verification, issue 19).
+    c.drafter = 'lm'  # 'lm' (a draft LM at `draft`), 'eagle3' (a head dir) or 'ngram'.
+    c.draft = 'random:tiny' if tiny else ''
+    c.draft_seed = 1 if tiny else -1  # Seed of 'random:' draft weights (-1: `seed`).
+    c.num_draft = 1  # gamma: drafted tokens per chain round.
+    c.ngram = 3
+    c.lookup = 0  # k > 0: prompt lookup (n-grams of k..ngram) before the drafter.
+    c.tree = ml_collections.ConfigDict(dict(total_tokens=60, depth=5, top_k=10))  # Tree mode.
+    c.temperature = 0.7
+    # Lossy rules (rules.make specs); the plan adds AR, lossless SD and matched baselines.
+    c.grid = ('minp_verify:rho=0.3', 'lenience:l=0.5', 'cos:lam=0.4')
+    # Task -> the first `limit` items (0 = all) and the per-row token limit.
+    c.tasks = ml_collections.ConfigDict()
+    c.seeds = (0,)
+    c.batch_size = 8
+    c.max_new_tokens = 32 if tiny else 256  # The output buffer (the largest task limit).
+    c.max_prompt_len = 1024
+    c.prompt_bucket = 128
+    c.meter_distortion = True
+    c.data_root = ''  # '' = $SPEC_JAX_DATA, else the samples bundled in the package.
+    # Runtime only (not part of the results' fingerprint):
+    c.mix = False  # Allow a changed config to add results to a workdir of another.
+    c.score_workers = 2  # Threads scoring while the next batch decodes.
+    c.progress = True
+    c.compilation_cache = ''  # JAX's persistent cache dir ('' = the user cache, 'off').
+    return c
+
+
+def task(limit: int, max_new_tokens: int, source: str = '') -> ml_collections.ConfigDict:
+    """One entry of `c.tasks`: the first `limit` items (0 = all) of `source` ('' = the data
+    root, 'hub' = through `datasets`, or a local file), each generating at most
+    `max_new_tokens`."""
+    return ml_collections.ConfigDict(
+        dict(limit=limit, max_new_tokens=max_new_tokens, source=source)
+    )
+
+
+def dry_run(c: ml_collections.ConfigDict) -> str:
+    """The plan, the matched pairs and the sample counts, without loading a model (items
+    are counted from the data when it is at hand, else from the limits)."""
+    methods = runner.methods_of(c)
+    limits = runner.task_limits(c)
+    lines = [f'experiment {c.name}: {c.mode} mode, target {c.model}, drafter {c.drafter} '
+             f'{c.draft or ""}, T {c.temperature}, seeds {tuple(c.seeds)}', '',
+             f'{len(methods)} methods:', plan.describe(methods), '', 'tasks:']  # fmt: skip
+    total = 0
+    for name, spec in limits.items():
+        try:
+            if spec['source'] == 'hub':
+                raise OSError('the hub is not read in a dry run')
+            n = len(runner.tasks_lib.make(name, c.data_root).load(spec['source'], spec['limit']))
+            where = (
+                'items'
+                if n == spec['limit'] or not spec['limit']
+                else (f'items (of the limit {spec["limit"]}: the data root holds {n})')
+            )
+        except (OSError, ValueError) as e:  # Data not here: count the limit.
+            n, where = spec['limit'], f'items (the limit; data not read: {e})'
+        samples = n * len(methods) * len(c.seeds)
+        total += samples
+        lines.append(f'  {name:28s} {n:5d} {where}, max_new_tokens {spec["max_new_tokens"]}, '
+                     f'{samples} samples')  # fmt: skip
+    lines.append(f'total: {total} samples')
+    if c.mode == 'tree':
+        lines.append('tree mode: runs once EAGLE-3 tree verification lands (issue 19)')
+    return '\n'.join(lines)
+
+
+def theory_curves(rows: list[dict]) -> dict:
+    """The closed-form chain distortion of every lossy rule of a run over its parameter's
+    range (`rules.theory.parameter_curve`: synthetic p and q), for the distortion figure."""
+    params: dict[tuple[str, str], set] = {}
+    for r in rows:
+        if r['kind'] == 'lossy' and r['param'] is not None:
+            params.setdefault((r['rule'], r['param_name']), set()).add(float(r['param']))
+    out = {}
+    for (rule, name), measured in params.items():
+        span = THEORY_SPANS.get(name, (0.05, 0.95))
+        values = sorted(measured | {float(v) for v in np.linspace(*span, 10)})
+        out[rule] = theory.parameter_curve(rule, name, values)
+    return out
+
+
+def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Runs (or resumes) the experiment, writes the report; returns paths and timings."""
+    start = time.perf_counter()
+    common.log_devices()
+    store, methods, progress = runner.run(c, workdir)
+    rows = metrics.aggregate(runner.results(store), methods)
+    paths = report.write_report(
+        rows, os.path.join(workdir, 'report'), mode=c.mode, title=c.name,
+        theory=theory_curves(rows) if c.meter_distortion else None,
+    )  # fmt: skip
+    wall = time.perf_counter() - start
+    ratio = progress.throughput_ratio
+    print(report.headline(rows))
+    print(
+        f'\n{progress.samples} new samples, {progress.tokens} tokens; decode '
+        f'{progress.decode_s:.1f} s, compile {progress.compile_s:.1f} s ({progress.compiled} '
+        f'executables compiled, {progress.cache_hits} loaded from the persistent cache), wall '
+        f'clock {wall:.1f} s'
+    )
+    if ratio is not None:
+        print(
+            f'evaluation throughput / decode throughput: {ratio:.2f} (scoring, sandboxing '
+            'and writing overlap decoding; 1.0 = free)'
+        )
+    print(
+        f'results: {store.path}\nreport: {paths["report"]} (and beside it: '
+        f'{", ".join(sorted(os.path.basename(p) for k, p in paths.items() if k != "report"))})'
+    )
+    return dict(paths=paths, rows=rows, progress=progress, wall_s=wall)

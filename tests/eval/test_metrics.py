@@ -1,0 +1,110 @@
+"""Metrics against hand-computed values on a constructed run: block efficiency with and
+without the bonus token (and the paper's full-gamma variant), acceptance rate, tokens/s and
+speedup over AR from batch timings, pooled TV / KL / outside / overshoot, intervals."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from spec_jax.eval import metrics, plan
+
+
+def row(method, item, correct, stats, batch, seed=0, task='gsm8k', tokens=10):
+    return dict(method=method, task=task, item=item, seed=seed, correct=correct,
+                num_tokens=tokens, stats=stats, batch=batch)  # fmt: skip
+
+
+def meter(n, tv, kl, outside, over_sum, over_max):
+    return dict(metered=n, tv_sum=tv, kl_sum=kl, outside_sum=outside, overshoot_sum=over_sum,
+                max_overshoot=over_max)  # fmt: skip
+
+
+def counters(blocks, drafted, accepted, full_blocks, full_accepted):
+    return dict(blocks=blocks, drafted=drafted, accepted=accepted, emitted=accepted + blocks,
+                full_blocks=full_blocks, full_accepted=full_accepted)  # fmt: skip
+
+
+@pytest.fixture(scope='module')
+def table():
+    methods = plan.plan(['minp_verify:rho=0.3'], 'chain')
+    b_ar = dict(key='ar/0', seconds=2.0)
+    b_lossy1, b_lossy2 = dict(key='m/0', seconds=1.0), dict(key='m/1', seconds=0.5)
+    ar = [row('ar', str(i), c, dict(counters(10, 0, 0, 10, 0), **meter(11, 0, 0, 0, 11, 1)),
+              b_ar, tokens=10) for i, c in enumerate([True, False, True, True])]  # fmt: skip
+    lossy = [
+        # Two rows in one batch (its 1.0 s counts once), two in another.
+        row('minp_verify:rho=0.3', '0', True,
+            dict(counters(4, 12, 6, 3, 5), **meter(11, 1.1, 0.5, 0.4, 22.0, 5.0)), b_lossy1),
+        row('minp_verify:rho=0.3', '1', False,
+            dict(counters(6, 18, 4, 6, 4), **meter(11, 0.0, 0.0, 0.0, 11.0, 1.0)), b_lossy1),
+        row('minp_verify:rho=0.3', '2', False,
+            dict(counters(5, 15, 5, 5, 5), **meter(11, 2.2, 1.0, 0.6, 33.0, 9.0)), b_lossy2),
+        row('minp_verify:rho=0.3', '3', True,
+            dict(counters(5, 14, 5, 4, 5), **meter(11, 1.1, math.inf, 0.2, 11.0, 2.0)),
+            b_lossy2),
+    ]  # fmt: skip
+    return {r['method']: r for r in metrics.aggregate(ar + lossy, methods)}
+
+
+def test_block_efficiency_variants_and_acceptance(table):
+    m = table['minp_verify:rho=0.3']
+    blocks, accepted, drafted = 4 + 6 + 5 + 5, 6 + 4 + 5 + 5, 12 + 18 + 15 + 14
+    assert m['block_efficiency'] == pytest.approx((accepted + blocks) / blocks)  # Bonus in.
+    assert m['accept_length'] == pytest.approx(accepted / blocks)  # EAGLE BE: no +1.
+    full, full_acc = 3 + 6 + 5 + 4, 5 + 4 + 5 + 5
+    assert m['be_full_gamma'] == pytest.approx((full_acc + full) / full)  # Paper's chain BE.
+    assert m['acceptance_rate'] == pytest.approx(accepted / drafted)
+    a = table['ar']
+    assert a['block_efficiency'] == 1.0 and a['acceptance_rate'] is None
+
+
+def test_speed_from_batches(table):
+    m, a = table['minp_verify:rho=0.3'], table['ar']
+    assert m['decode_seconds'] == pytest.approx(1.5) and m['tokens'] == 40
+    assert a['decode_seconds'] == pytest.approx(2.0)  # One batch, counted once.
+    assert m['tokens_per_s'] == pytest.approx(40 / 1.5)
+    assert m['speedup'] == pytest.approx((40 / 1.5) / (40 / 2.0))
+    assert a['speedup'] == pytest.approx(1.0)
+
+
+def test_pooled_distortion(table):
+    m = table['minp_verify:rho=0.3']
+    assert m['tv'] == pytest.approx(4.4 / 44)
+    assert m['kl'] == math.inf  # One position left the support: pooled KL is infinite.
+    assert m['outside'] == pytest.approx(1.2 / 44)
+    assert m['overshoot_mean'] == pytest.approx(77.0 / 44)
+    assert m['overshoot_max'] == 9.0
+    assert m['kind'] == 'lossy' and m['param'] == 0.3 and m['param_name'] == 'rho'
+    assert m['pairs'] == ['baseline[min_p=0.3]']
+
+
+def test_score_interval_wilson(table):
+    a = table['ar']  # 3 of 4: Wilson's 95% interval by hand.
+    z, n, p = metrics.Z95, 4, 0.75
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    assert a['score'] == 0.75
+    assert (a['score_lo'], a['score_hi']) == pytest.approx((centre - half, centre + half))
+    assert (a['score_lo'], a['score_hi']) == pytest.approx((0.3006, 0.9544), abs=1e-4)
+
+
+def test_score_interval_over_seeds():
+    # Item means 1, 0.5, 0, 0.5 over two seeds: mean 0.5, sd sqrt(1/6), n 4.
+    mean, lo, hi = metrics.score_interval([[1, 1], [1, 0], [0, 0], [0, 1]])
+    half = metrics.Z95 * math.sqrt(1 / 6) / 2
+    assert mean == 0.5 and (lo, hi) == pytest.approx((0.5 - half, 0.5 + half))
+    assert metrics.wilson(0, 5)[0] == 0.0 and metrics.wilson(5, 5)[1] == 1.0
+
+
+def test_unscored_tasks_and_method_info():
+    methods = plan.plan(['cos:lam=0.4'], 'chain')
+    rows = [row(m.name, '0', None, counters(2, 2, 1, 2, 1), dict(key=m.name, seconds=1.0),
+                task='speed_qa') for m in methods]  # fmt: skip
+    out = metrics.aggregate(rows, methods)
+    assert all(r['score'] is None and not r['scored'] for r in out)
+    assert all(r['tv'] is None for r in out)  # Not metered.
+    info = {r['method']: (r['kind'], r['rule'], r['param']) for r in out}
+    assert info == {'ar': ('ar', 'lossless', None), 'lossless': ('lossless', 'lossless', None),
+                    'cos:lam=0.4': ('lossy', 'cos', 0.4)}  # fmt: skip

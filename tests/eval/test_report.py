@@ -1,0 +1,216 @@
+"""The evaluation report: markdown, CSV round trip, the paper's rows and gaps, the figures'
+series (what each plotting function says it drew, and its colours in the PNG), theory curves."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+from figures import check_series, has_color, read_png
+
+from spec_jax.eval import paper, plots, report
+from spec_jax.rules import theory
+
+PAPER_TASKS = ('math', 'include')
+TASKS = (*PAPER_TASKS, 'gsm8k', 'speed_mtbench')
+# (method, kind, rule, param_name, param, pairs)
+METHODS = (
+    ('ar', 'ar', 'lossless', None, None, []),
+    ('lossless', 'lossless', 'lossless', None, None, ['lenience:l=0.2', 'cos:lam=0.4']),
+    ('lenience:l=0.2', 'lossy', 'lenience', 'l', 0.2, ['lossless']),
+    ('cos:lam=0.4', 'lossy', 'cos', 'lam', 0.4, ['lossless']),
+    ('minp_verify:rho=0.1', 'lossy', 'minp_verify', 'rho', 0.1, ['baseline[min_p=0.1]']),
+    ('minp_verify:rho=0.3', 'lossy', 'minp_verify', 'rho', 0.3, ['baseline[min_p=0.3]']),
+    ('eta_verify:eta=0.1', 'lossy', 'eta_verify', 'eta', 0.1, ['baseline[eta=0.1]']),
+    ('baseline[min_p=0.1]', 'baseline', 'min_p', 'min_p', 0.1, ['minp_verify:rho=0.1']),
+    ('baseline[min_p=0.3]', 'baseline', 'min_p', 'min_p', 0.3, ['minp_verify:rho=0.3']),
+    ('baseline[eta=0.1]', 'baseline', 'eta', 'eta', 0.1, ['eta_verify:eta=0.1']),
+)
+
+
+def make_rows() -> list[dict]:
+    """A constructed run: every task x method, numbers that differ per row."""
+    rows = []
+    for t, task in enumerate(TASKS):
+        scored = task != 'speed_mtbench'
+        for m, (method, kind, rule, param_name, param, pairs) in enumerate(METHODS):
+            ar = kind == 'ar'
+            lossy = kind == 'lossy'
+            score = 0.30 + 0.03 * m + 0.05 * t if scored else None
+            be = 1.0 if ar else 2.0 + 0.2 * m + 0.1 * t
+            rows.append(
+                {
+                    'task': task,
+                    'scored': scored,
+                    'method': method,
+                    'kind': kind,
+                    'rule': rule,
+                    'param': param,
+                    'param_name': param_name,
+                    'pairs': list(pairs),
+                    'n_items': 20 + t,
+                    'n_samples': 2,
+                    'score': score,
+                    'score_lo': None if score is None else score - 0.1,
+                    'score_hi': None if score is None else score + 0.08,
+                    'block_efficiency': be,
+                    'be_full_gamma': None if ar else be + 0.25,
+                    'accept_length': None if ar else be - 1.0,
+                    'acceptance_rate': None if ar else 0.4 + 0.02 * m,
+                    'tokens': 1000 + 10 * m + t,
+                    'decode_seconds': 2.5 + 0.1 * m,
+                    'tokens_per_s': 400.0 + 7.0 * m,
+                    'speedup': 1.0 if ar else 1.1 + 0.05 * m + 0.01 * t,
+                    'tv': 0.01 * m + 0.002 * t if lossy else None,
+                    'kl': (math.inf if rule == 'minp_verify' else 0.02 * m) if lossy else None,
+                    'outside': 0.005 * m if lossy else None,
+                    'overshoot_mean': 1.0 + 0.3 * m + 0.1 * t if lossy else None,
+                    'overshoot_max': 3.0 + m if lossy else None,
+                }
+            )
+    return rows
+
+
+@pytest.fixture(scope='module')
+def curve():
+    return theory.parameter_curve('minp_verify', 'rho', (0.1, 0.5, 0.9))
+
+
+def test_parameter_curve(curve):
+    assert curve['param'] == [0.1, 0.5, 0.9]
+    assert len(curve['tv']) == 3
+    assert all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in curve['tv'])
+    assert 0.0 < curve['quality'] < 1.0
+    assert curve['label'] == f'theory (synthetic p, q; draft quality {curve["quality"]:.2f})'
+
+
+def test_write_report(tmp_path, curve):
+    rows = make_rows()
+    theory_curves = {'minp_verify': curve}
+    paths = report.write_report(rows, str(tmp_path), title='Test run', theory=theory_curves)
+    want = {'report', 'metrics_csv', 'paper_csv', 'score_vs_be', 'distortion'}
+    want |= {f'pareto_{t}' for t in TASKS if t != 'speed_mtbench'}
+    assert set(paths) == want
+    for path in paths.values():
+        with open(path, 'rb') as f:
+            assert f.read(1)
+    text = (tmp_path / 'report.md').read_text()
+    assert text.startswith('# Test run')
+
+    # Matched pairs: each lossy method on one line with its matched baseline.
+    pairs = text[text.index('## Matched pairs') : text.index('## The paper beside ours')]
+    for method, kind, *_, pair in METHODS:
+        if kind == 'lossy':
+            for task in TASKS:
+                assert any(
+                    line.startswith(f'| {task} | `{method}` | `{pair[0]}`')
+                    for line in pairs.splitlines()
+                ), (task, method)
+
+    # The paper's comparison, labelled with its setup, and the caveat.
+    label = paper.SETUPS['chain']['label']
+    assert label == 'Qwen2.5-72B + 0.5B draft (chain, gamma 10, paper)' and label in text
+    assert 'Compare the direction and size of the gaps, not absolute scores' in text
+    for name in ('pareto_math.png', 'score_vs_be.png', 'distortion_vs_param.png'):
+        assert f']({name})' in text
+    assert plots.theory_label('minp_verify', curve) in text
+
+    # metrics.csv parses back into the same rows (types, None, inf, pairs).
+    assert report.read_metrics_csv(paths['metrics_csv']) == rows
+    with open(paths['metrics_csv'], newline='') as f:
+        plain = list(csv.DictReader(f))
+    assert len(plain) == len(rows) and list(plain[0])[: len(report.FIELDS)] == list(report.FIELDS)
+
+    # paper_comparison.csv: our gaps beside the paper's (PAPER.md §7.2).
+    with open(paths['paper_csv'], newline='') as f:
+        comparison = {(r['task'], r['method']): r for r in csv.DictReader(f)}
+    assert not any(task in ('gsm8k', 'speed_mtbench') for task, _ in comparison)
+    row = comparison[('math', 'minp_verify:rho=0.3')]
+    assert row['paper_method'] == 'Cascade (SpecCascade)' and row['paper_label'] == label
+    assert row['paper_matched_method'] == 'Min-p + SD'
+    assert float(row['paper_d_acc_pts']) == pytest.approx(75.47 - 76.67)
+    ours = {r['method']: r for r in rows if r['task'] == 'math'}
+    d = ours['minp_verify:rho=0.3']['score'] - ours['baseline[min_p=0.3]']['score']
+    assert float(row['d_score_pts']) == pytest.approx(100 * d)
+    row = comparison[('include', 'cos:lam=0.4')]
+    assert float(row['paper_d_acc_pts']) == pytest.approx(53.79 - 68.18)
+    assert comparison[('math', 'lossless')]['paper_method'] == 'SD Baseline'
+    assert comparison[('math', 'lossless')]['paper_d_acc_pts'] == ''
+
+    # The figures' series, as the report lists them.
+    assert 'Series: ar (1), lossless (1), baselines (3), lenience (1), cos (1)' in text
+    assert f'{plots.theory_label("minp_verify", curve)} (3)' in text
+
+
+def test_figures_draw_their_series(tmp_path, curve):
+    rows = make_rows()
+    path = tmp_path / 'pareto.png'
+    drawn = plots.pareto(rows, 'math', str(path))
+    front = drawn[plots.FRONT_LABEL]
+    assert front >= 1
+    expected = {'ar': 1, 'lossless': 1, 'baselines': 3, 'lenience': 1, 'cos': 1,
+                'minp_verify': 2, 'eta_verify': 1, plots.FRONT_LABEL: front}  # fmt: skip
+    check_series(path, drawn, expected)
+    assert drawn.colors['minp_verify'] == plots.FAMILY_COLORS['minp_verify']
+    assert not has_color(read_png(path), plots.FAMILY_COLORS['speccascade'])  # Not drawn.
+    assert plots.pareto(rows, 'speed_mtbench', str(tmp_path / 'empty.png')) == {}
+
+    path = tmp_path / 'score_vs_be.png'
+    drawn = plots.score_vs_be(rows, str(path))
+    check_series(path, drawn, {'math': 10, 'include': 10, 'gsm8k': 10})
+    assert len(set(drawn.colors.values())) == 3
+
+    path = tmp_path / 'distortion.png'
+    drawn = plots.distortion_vs_param(rows, str(path), theory={'minp_verify': curve})
+    expected = {'lenience': 1, 'cos': 1, 'minp_verify': 2, 'eta_verify': 1}
+    expected.update({plots.overshoot_label(rule): n for rule, n in expected.items()})
+    expected[plots.theory_label('minp_verify', curve)] = 3
+    check_series(path, drawn, expected)
+    assert plots.distortion_vs_param(rows, str(tmp_path / 'bare.png')).keys() == (
+        expected.keys() - {plots.theory_label('minp_verify', curve)}
+    )
+
+
+def test_pareto_front():
+    points = [(1.0, 0.5), (2.0, 0.4), (1.5, 0.3), (3.0, 0.1), (2.0, 0.45)]
+    assert plots.pareto_front(points) == [(1.0, 0.5), (2.0, 0.45), (3.0, 0.1)]
+
+
+def test_headline():
+    rows = make_rows()
+    lines = report.headline(rows).splitlines()
+    assert len(lines) == len(rows) + 2
+    assert lines[0].split()[:2] == ['task', 'method']
+    math_minp = next(line for line in lines if ' minp_verify:rho=0.3 ' in line)
+    assert math_minp.startswith('math ') and '[' in math_minp
+    speed = next(line for line in lines if line.startswith('speed_mtbench') and 'lossless' in line)
+    assert speed.split()[2] == '-'  # No score on a speed set.
+
+
+def test_paper_rows():
+    row = paper.paper_row('chain', 'math', 'cos:lam=0.4')
+    assert (row['method'], row['param'], row['be'], row['acc'], row['acc_std']) == (
+        'CoS', 0.4, 8.80, 60.40, 2.84,
+    )  # fmt: skip
+    assert paper.paper_row('tree', 'math', 'cos:lam=0.4') is None  # CoS: chain only.
+    assert paper.paper_row('chain', 'gsm8k', 'lossless') is None  # Not a paper task.
+    assert paper.paper_row('chain', 'math', 'lenience:l=0.5') is None  # Not in the grid.
+    assert paper.paper_row('chain', 'math', 'ar') is None
+    assert paper.paper_row('tree', 'mbppplus', 'lossless')['method'] == 'Baseline'
+    bfcl = paper.paper_row('tree', 'bfcl_parallel_multiple', 'baseline[eta=0.25]')
+    assert bfcl['ds'] == 63.85 and bfcl['note'] and bfcl['acc_std'] is None
+    # PAPER.md §7.3's contrasts.
+    gap = paper.paper_gap('tree', 'math', 'eta_verify:eta=0.05')
+    assert gap['matched']['method'] == 'η + SD' and gap['d_acc'] == pytest.approx(-9.2)
+    assert gap['d_be'] == pytest.approx(4.82 - 3.85)
+    assert paper.paper_gap('tree', 'include', 'minp_verify:rho=0.1')['d_acc'] == (
+        pytest.approx(30.91 - 40.0)
+    )
+    assert paper.paper_gap('tree', 'math', 'lenience:l=0.2')['matched']['method'] == 'Baseline'
+    assert paper.paper_gap('chain', 'math', 'eta_verify:eta=0.2')['d_acc'] == (
+        pytest.approx(74.67 - 76.27)
+    )
+    assert paper.paper_gap('chain', 'math', 'baseline[min_p=0.5]') is None
+    with pytest.raises(ValueError, match='setup'):
+        paper.paper_row('graph', 'math', 'lossless')

@@ -1,0 +1,188 @@
+"""The evaluation runner end to end on the tiny experiment: a real run killed with SIGKILL
+and restarted finishes with exactly one result per sample; its metrics and report; results
+that refuse to mix with another config's; torn lines; the dry run and bad configs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from figures import check_series
+
+from spec_jax.eval import metrics, plots, records, report, runner
+from spec_jax.jobs import common, evaluate
+
+ROOT = os.path.join(os.path.dirname(__file__), '..', '..')
+LAUNCH = os.path.join(ROOT, 'launch', 'evaluate.py')
+CONFIG = os.path.join(ROOT, 'configs', 'experiments', 'smollm2_135m.py')
+
+
+def tiny_config():
+    return common.load_config(CONFIG, 'tiny')
+
+
+def count_lines(path: str) -> int:
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        return sum(1 for line in f if line.endswith('\n'))
+
+
+@pytest.fixture(scope='session')
+def tiny_run(tmp_path_factory):
+    """The tiny experiment, killed (SIGKILL) once results start to land, then rerun with
+    the same command to the end. Returns (workdir, lines at the kill, the second stdout)."""
+    workdir = str(tmp_path_factory.mktemp('eval') / 'run')
+    cmd = [sys.executable, LAUNCH, f'--config={CONFIG}:tiny', f'--workdir={workdir}',
+           '--config.progress=False']  # fmt: skip
+    results = os.path.join(workdir, 'results.jsonl')
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while count_lines(results) < 3 and first.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    assert first.wait() == -signal.SIGKILL  # Killed, not finished.
+    at_kill = count_lines(results)
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stderr[-3000:]
+    return workdir, at_kill, second.stdout
+
+
+def read_rows(workdir: str) -> list[dict]:
+    with open(os.path.join(workdir, 'results.jsonl')) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_killed_run_restarts_to_one_result_per_sample(tiny_run):
+    workdir, at_kill, _ = tiny_run
+    c = tiny_config()
+    methods = runner.methods_of(c)
+    items = runner.load_items(c)
+    expected = {(m.name, task, it.id, seed) for seed in c.seeds for task, (_, its) in
+                items.items() for it in its for m in methods}  # fmt: skip
+    rows = read_rows(workdir)
+    keys = [records.row_key(r) for r in rows]
+    assert 0 < at_kill < len(expected)  # The kill landed mid-run.
+    assert len(keys) == len(set(keys)) == len(expected)
+    assert set(keys) == expected
+
+
+def test_rows_hold_text_score_and_counters(tiny_run):
+    rows = read_rows(tiny_run[0])
+    for r in rows:
+        assert r['num_tokens'] >= 1 and isinstance(r['text'], str)
+        assert (r['correct'] is None) == r['task'].startswith('speed_')
+        st = r['stats']
+        assert st['metered'] == st['emitted'] + 1  # Every emitted token and the first.
+        if r['method'] == 'ar':
+            assert st['drafted'] == 0 and st['blocks'] == st['emitted']
+        else:
+            assert st['emitted'] == st['accepted'] + st['blocks']
+
+
+def test_metrics_and_report_of_the_run(tiny_run, tmp_path):
+    workdir, _, stdout = tiny_run
+    assert 'evaluation throughput / decode throughput' in stdout
+    assert 'report:' in stdout and 'score % [interval]' in stdout
+    c = tiny_config()
+    methods = runner.methods_of(c)
+    rows = metrics.aggregate(read_rows(workdir), methods)
+    assert {r['method'] for r in rows} == {m.name for m in methods}
+    by = {(r['task'], r['method']): r for r in rows}
+    for r in rows:
+        assert r['tokens_per_s'] > 0
+        if r['kind'] == 'ar':
+            assert r['speedup'] == pytest.approx(1.0) and r['block_efficiency'] == 1.0
+        else:
+            assert 1.0 <= r['block_efficiency'] <= c.num_draft + 1
+        if r['kind'] in ('ar', 'lossless', 'baseline'):
+            assert r['tv'] < 1e-5 and r['outside'] < 1e-6  # They emit the reference law.
+    lossy = by[('gsm8k', 'minp_verify:rho=0.3')]
+    assert lossy['tv'] > 0 and lossy['outside'] > 0  # Truncation leaks outside A.
+    assert by[('gsm8k', 'cos:lam=0.4')]['outside'] == 0.0  # Its baseline truncates nothing.
+    # The report the run wrote, and its figures' series.
+    report_dir = os.path.join(workdir, 'report')
+    for name in ('report.md', 'metrics.csv', 'pareto_gsm8k.png', 'distortion_vs_param.png'):
+        assert os.path.getsize(os.path.join(report_dir, name)) > 0
+    assert report.read_metrics_csv(os.path.join(report_dir, 'metrics.csv')) == rows
+    with open(os.path.join(report_dir, 'report.md')) as f:
+        md = f.read()
+    assert 'baseline[min_p=0.3]' in md and 'minp_verify:rho=0.3' in md
+    path = str(tmp_path / 'pareto.png')
+    drawn = plots.pareto(rows, 'gsm8k', path)
+    families = {plots.family(r) for r in rows if r['task'] == 'gsm8k'}
+    assert families <= set(drawn)
+    check_series(path, drawn, dict(drawn))
+
+
+def test_a_changed_config_refuses_to_mix(tiny_run, tmp_path):
+    workdir = str(tmp_path / 'run')
+    os.makedirs(workdir)
+    for name in ('run.json', 'results.jsonl'):
+        with open(os.path.join(tiny_run[0], name)) as src, open(f'{workdir}/{name}', 'w') as f:
+            f.write(src.read())
+    c = tiny_config()
+    c.temperature = 0.9
+    with pytest.raises(records.ConfigMismatchError, match=r'temperature: 0\.7 -> 0\.9'):
+        runner.run(c, workdir)
+    c.tasks.gsm8k.limit = 2
+    c.temperature = 0.7
+    with pytest.raises(records.ConfigMismatchError, match=r'tasks\.gsm8k\.limit: 3 -> 2'):
+        runner.run(c, workdir)
+    c.tasks.gsm8k.limit, c.progress, c.score_workers = 3, False, 1  # Runtime fields may.
+    store, _, progress = runner.run(c, workdir)  # Everything is done: nothing to run.
+    assert progress.samples == 0 and len(store.rows) == count_lines(f'{workdir}/results.jsonl')
+
+
+def test_mixing_when_told_and_torn_lines(tmp_path):
+    config, plan = {'a': 1, 'tasks': {'x': 1}}, [{'name': 'ar'}]
+    store = records.ResultStore(str(tmp_path), config, plan)
+    row = dict(method='ar', task='t', item='0', seed=0)
+    store.append([row, row])  # A key is written once.
+    with open(store.path, 'a') as f:
+        f.write('{"method": "ar", "task": "t", "item": "1"')  # Killed mid-line.
+    again = records.ResultStore(str(tmp_path), config, plan)
+    assert [records.row_key(r) for r in again.rows] == [('ar', 't', '0', 0)]
+    with open(store.path) as f:
+        assert f.read().endswith('}\n')  # The torn line is gone.
+    with pytest.raises(records.ConfigMismatchError):
+        records.ResultStore(str(tmp_path), {'a': 2, 'tasks': {'x': 1}}, plan)
+    mixed = records.ResultStore(str(tmp_path), {'a': 2, 'tasks': {'x': 1}}, plan, mix=True)
+    mixed.append([dict(row, item='1')])
+    fingerprints = [r['config'] for r in read_rows(str(tmp_path))]
+    assert fingerprints == [records.fingerprint(config), mixed.fingerprint]
+    with open(tmp_path / 'run.json') as f:
+        assert json.load(f)['history'] == [records.fingerprint(config)]
+
+
+def test_dry_run_and_bad_configs():
+    c = tiny_config()
+    text = evaluate.dry_run(c)
+    assert 'baseline[min_p=0.3]' in text and 'matched to minp_verify:rho=0.3' in text
+    assert f'total: {6 * 3 * 3 + 6 * 5} samples' in text  # 6 methods; 3 tasks x 3, 5 x 1.
+    c.tasks.nope = evaluate.task(1, 4)
+    with pytest.raises(ValueError, match=r"tasks\.nope: unknown task; valid: \[.*'gsm8k'"):
+        runner.task_limits(c)
+    c = tiny_config()
+    c.tasks.gsm8k.max_new_tokens = 99
+    with pytest.raises(ValueError, match='exceeds max_new_tokens=12'):
+        runner.task_limits(c)
+    c = tiny_config()
+    c.grid = ('lenience:l=0.5', 'lenience:l=0.5')
+    with pytest.raises(ValueError, match='twice'):
+        runner.methods_of(c)
+    c.grid, c.mode = ('lenience:l=0.5',), 'tree'
+    assert 'issue 19' in evaluate.dry_run(c)
+    with pytest.raises(NotImplementedError, match='issue 19'):
+        runner.run(c, '/nonexistent')
+
+
+def test_sample_ids_are_stable_and_distinct():
+    ids = {runner.sample_id(task, str(i)) for task in ('gsm8k', 'humaneval') for i in range(500)}
+    assert len(ids) == 1000 and all(0 <= i < 2**31 for i in ids)
+    assert runner.sample_id('gsm8k', '7') == runner.sample_id('gsm8k', '7')
