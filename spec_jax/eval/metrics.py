@@ -10,7 +10,8 @@ Definitions (docs/eval.md, PAPER.md §1.6):
                     verified all gamma drafts
   accept_length     the paper's EAGLE BE: accepted drafts per target forward (no +1)
   acceptance_rate   accepted drafts / drafted tokens
-  tokens_per_s      generated tokens / decode seconds (compiles excluded) of its batches
+  tokens_per_s      generated tokens / decode seconds (compiles excluded); a row's seconds
+                    are its share, by tokens, of its batch's
   speedup           tokens_per_s / AR's tokens_per_s on the same task in the same run
   tv, kl, outside   means over every emitted position (first token, drafts, replacement
                     and bonus tokens) of TV(pi, p_A), KL(p_A || pi) and pi's mass outside
@@ -39,7 +40,10 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # Exact ends at 0 and n successes (the formula gives them up to rounding).
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)
+    hi = 1.0 if successes == n else min(1.0, centre + half)
+    return lo, hi
 
 
 def score_interval(per_item: Sequence[Sequence[bool]]) -> tuple[float, float, float]:
@@ -84,11 +88,12 @@ def _ratio(num: float, den: float) -> float | None:
 
 
 def aggregate(rows: Sequence[dict], methods: Sequence[Method]) -> list[dict]:
-    """The metrics rows (one per task x method that has results), in plan order per task."""
+    """The metrics rows (one per task x method that has results): tasks sorted by name,
+    methods in plan order within each."""
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in rows:
         groups[(r['task'], r['method'])].append(r)
-    tasks = list(dict.fromkeys(r['task'] for r in rows))
+    tasks = sorted({r['task'] for r in rows})
     out = []
     for task in tasks:
         task_rows = []
@@ -126,9 +131,8 @@ def _metrics(task: str, method: Method, group: list[dict]) -> dict:
     row['be_full_gamma'] = None if ar else _ratio(total['full_accepted'] + full, full)
     row['accept_length'] = None if ar else _ratio(total['accepted'], total['blocks'])
     row['acceptance_rate'] = None if ar else _ratio(total['accepted'], total['drafted'])
-    batches = {r['batch']['key']: r['batch']['seconds'] for r in group}
     row['tokens'] = sum(r['num_tokens'] for r in group)
-    row['decode_seconds'] = sum(batches.values())
+    row['decode_seconds'] = sum(r['seconds'] for r in group)
     row['tokens_per_s'] = _ratio(row['tokens'], row['decode_seconds'])
     metered = total['metered']
     for name in ('tv', 'kl', 'outside'):

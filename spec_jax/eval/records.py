@@ -70,6 +70,17 @@ class ResultStore:
         self.rows = list(self._read())
         self.done = {row_key(r) for r in self.rows}
 
+    @classmethod
+    def read_only(cls, workdir: str) -> ResultStore:
+        """The results of `workdir` as they are, for reading (no run.json check or write)."""
+        store = cls.__new__(cls)
+        store.workdir, store.fingerprint = workdir, None
+        store.path = os.path.join(workdir, 'results.jsonl')
+        store._lock = threading.Lock()
+        store.rows = list(store._read(repair=False))
+        store.done = {row_key(r) for r in store.rows}
+        return store
+
     def _open_run(self, config: dict, plan: list[dict], mix: bool) -> None:
         run_path = os.path.join(self.workdir, 'run.json')
         run = dict(config=config, fingerprint=self.fingerprint, plan=plan, history=[])
@@ -93,15 +104,16 @@ class ResultStore:
             json.dump(run, f, indent=1, default=str)
         os.replace(tmp, run_path)
 
-    def _read(self) -> Iterable[dict]:
+    def _read(self, repair: bool = True) -> Iterable[dict]:
         if not os.path.exists(self.path):
             return []
         with open(self.path, 'rb') as f:
             data = f.read()
         if data and not data.endswith(b'\n'):  # A torn last line from a killed run.
             data = data[: data.rfind(b'\n') + 1]
-            with open(self.path, 'wb') as f:
-                f.write(data)
+            if repair:
+                with open(self.path, 'wb') as f:
+                    f.write(data)
         rows, seen = [], set()
         for line in data.decode().splitlines():
             if line.strip():

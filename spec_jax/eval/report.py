@@ -130,7 +130,8 @@ def _overshoot_text(row: dict[str, Any]) -> str:
     mean, top = row.get('overshoot_mean'), row.get('overshoot_max')
     if not _num(mean) and not _num(top):
         return '-'
-    return f'{_fmt(mean)} / {_fmt(top)}'
+    # '.3g': CoS's ratios reach 1e20 and more (no ceiling: p is tiny where q is not).
+    return f'{_fmt(mean, ".3g")} / {_fmt(top, ".3g")}'
 
 
 def _diff(a: Any, b: Any) -> float | None:
@@ -358,8 +359,8 @@ def _headline_section(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
         first = sel[0]
         what = 'scored' if first.get('scored') else 'speed set, not scored'
         lines += [f'### {task}', '',
-                  f'{first.get("n_items", "?")} items x {first.get("n_samples", "?")} samples '
-                  f'({what}).', '']  # fmt: skip
+                  f'{first.get("n_items", "?")} items, {first.get("n_samples", "?")} samples '
+                  f'per method ({what}).', '']  # fmt: skip
         body = [
             (
                 f'`{r["method"]}`',

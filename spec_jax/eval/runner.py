@@ -4,7 +4,7 @@ Data flow (docs/eval.md):
 
   config --plan--> methods (AR, lossless SD, the grid's rules, their matched baselines)
          --tasks--> items (chat prompts, gold) --tokenizer--> prompt ids
-  for seed, task, method: batches of B items not yet in results.jsonl
+  for seed, method: batches of B (task, item) rows not yet in results.jsonl (`batched`)
       generate(engine of the method, ...)        decoding on device, noise per (seed, item)
       score(item, text) in a thread pool         overlaps the next batch's decoding
       ResultStore.append(row)                    one line per (method, task, item, seed)
@@ -14,8 +14,9 @@ One target and drafter are loaded once; a method is `engine.replace(rule=..., ba
 so a rule's parameter values and its matched baseline reuse one compiled loop (rule
 parameters are traced), and short last batches are padded to B rows that stop after one
 token. A row's noise depends only on (seed, task, item id), so every method meets the same
-random numbers on the same item (common random numbers sharpen the paired comparisons)
-and a resumed run redoes a sample exactly.
+random numbers on the same item (common random numbers sharpen the paired comparisons), and
+a resumed run redoes a sample as an uninterrupted one would (exactly so with drafters whose
+tokens do not depend on the batch; prompt lookup's filler drafts do, docs/engine.md).
 """
 
 from __future__ import annotations
@@ -125,10 +126,7 @@ class Progress:
 
 
 def run(
-    c: ml_collections.ConfigDict,
-    workdir: str,
-    *,
-    on_batch: Callable[[dict], None] | None = None,
+    c: ml_collections.ConfigDict, workdir: str
 ) -> tuple[ResultStore, list[plan_lib.Method], Progress]:
     """Runs (or resumes) experiment `c` in `workdir`; returns the store, plan and progress.
 
@@ -161,69 +159,102 @@ def run(
         for it in its
     }
     check_prompts(built.engine, encoded, c)
-    # Items of similar length share a batch (fewer prompt buckets, less padding).
-    by_length = {
-        name: sorted(its, key=lambda it, name=name: len(encoded[(name, it.id)]))
-        for name, (_, its) in items.items()
-    }
-    todo = [
-        (seed, name, m, [it for it in its if not store.is_done((m.name, name, it.id, seed))])
-        for seed in c.seeds
-        for name, its in by_length.items()
-        for m in methods
-    ]
     batches = [
-        (seed, name, m, chunk[i : i + c.batch_size])
-        for seed, name, m, chunk in todo
-        for i in range(0, len(chunk), c.batch_size)
+        (seed, m, chunk)
+        for seed in c.seeds
+        for m in methods
+        for chunk in batched(c, m, seed, items, store, lambda r: len(encoded[r[0], r[1].id]))
     ]
     start, compiles = time.perf_counter(), timing.CompileClock()
     with concurrent.futures.ThreadPoolExecutor(max(1, c.score_workers)) as pool:
         pending: list[concurrent.futures.Future] = []
         bar = tqdm(batches, desc='evaluate', unit='batch', disable=not c.progress)
-        for seed, name, method, batch in bar:
-            bar.set_postfix_str(f'{name} {method.name} seed {seed}', refresh=False)
-            task = items[name][0]
-            ids = [encoded[(name, it.id)] for it in batch]
-            pad = c.batch_size - len(ids)
-            limit = limits[name]['max_new_tokens']
-            engine = engine_for(built.engine, method)
+        for seed, method, batch in bar:
+            bar.set_postfix_str(f'{method.name} seed {seed}', refresh=False)
+            ids = [encoded[name, it.id] for name, it in batch]
+            pad = padded_size(len(ids), c.batch_size) - len(ids)
             with compiles.measure() as clock:
                 result = decoding.generate(
-                    engine,
+                    engine_for(built.engine, method),
                     built.params,
                     ids + ids[-1:] * pad,
                     seed=seed,
-                    max_new_tokens=[limit] * len(ids) + [1] * pad,
-                    sample_ids=[sample_id(name, it.id) for it in batch] + [0] * pad,
+                    max_new_tokens=[limits[name]['max_new_tokens'] for name, _ in batch]
+                    + [1] * pad,
+                    sample_ids=[sample_id(name, it.id) for name, it in batch] + [0] * pad,
                 )
             decode_s = max(result.seconds - clock.seconds, 0.0)
-            texts = [tok.decode(t, skip_special=True) for t in result.tokens[: len(batch)]]
-            num_tokens = sum(len(t) for t in result.tokens[: len(batch)])
+            out = result.tokens[: len(batch)]
+            num_tokens = sum(len(t) for t in out)
             progress.tokens += num_tokens
             progress.decode_s += decode_s
             progress.compile_s += clock.seconds
             progress.compiled += clock.compiled
             progress.cache_hits += clock.cache_hits
+            first_name, first_item = batch[0]
             timing_row = dict(
                 seconds=decode_s, compile_s=clock.seconds, rows=len(batch), pad=pad,
-                tokens=num_tokens, key=f'{seed}/{name}/{method.name}/{batch[0].id}',
+                tokens=num_tokens, key=f'{seed}/{method.name}/{first_name}/{first_item.id}',
             )  # fmt: skip
             per_row = result.stats['per_row']
-            for row, (it, text) in enumerate(zip(batch, texts)):
+            for row, ((name, it), tokens) in enumerate(zip(batch, out)):
+                text = tok.decode(tokens, skip_special=True)
                 base = dict(
                     method=method.name, task=name, item=it.id, seed=seed, text=text,
-                    num_tokens=len(result.tokens[row]), batch=timing_row,
+                    num_tokens=len(tokens), batch=timing_row,
+                    # The row's share of its batch's decode time, by tokens.
+                    seconds=decode_s * len(tokens) / max(num_tokens, 1),
                     stats={k: per_row[k][row] for k in PER_ROW_STATS + METER_SUMS
                            if k in per_row},
                 )  # fmt: skip
-                pending.append(pool.submit(_scored, task, it, text, base))
+                pending.append(pool.submit(_scored, items[name][0], it, text, base))
             pending = _flush(pending, store, progress, wait=False)
-            if on_batch is not None:
-                on_batch(dict(timing_row, task=name, method=method.name, seed=seed))
         _flush(pending, store, progress, wait=True)
     progress.wall_s = time.perf_counter() - start
     return store, methods, progress
+
+
+def batched(
+    c: ml_collections.ConfigDict,
+    method: plan_lib.Method,
+    seed: int,
+    items: dict[str, tuple[Task, list[Item]]],
+    store: ResultStore,
+    prompt_len: Callable[[tuple[str, Item]], int],
+) -> list[list[tuple[str, Item]]]:
+    """The batches of (task, item) one method still has to run at one seed.
+
+    Rows of every task share batches, sorted by prompt bucket, then token limit, then prompt
+    length: a batch's rows fall in one bucket (its prefill and cache are as long as its
+    longest prompt) and stop at about the same step (a finished row still costs its share
+    of every step: a step at batch 10 is compute-bound on CPU); only the last batch is short
+    (padded to B by the caller).
+    """
+    limits = task_limits(c)
+
+    def bucket(r):
+        return min(-(-prompt_len(r) // c.prompt_bucket), -(-c.max_prompt_len // c.prompt_bucket))
+
+    todo = [
+        (name, it)
+        for name, (_, its) in items.items()
+        for it in its
+        if not store.is_done((method.name, name, it.id, seed))
+    ]
+    todo.sort(
+        key=lambda r: (bucket(r), limits[r[0]]['max_new_tokens'], prompt_len(r), r[0], r[1].id)
+    )
+    return [todo[i : i + c.batch_size] for i in range(0, len(todo), c.batch_size)]
+
+
+def padded_size(rows: int, batch_size: int) -> int:
+    """The batch a short batch of `rows` runs at: the smallest of B, ceil(B/2), ceil(B/4),
+    ..., 1 that holds it. Each size is one more compiled loop (per rule kind and bucket),
+    but a few rows padded to B would cost B rows of prefill and of every step (a step at
+    batch 10 is compute-bound on CPU; 2 CNN/DM prompts at bucket 768 padded to 10 cost 31 s
+    of prefill in the README's run)."""
+    sizes = sorted({-(-batch_size // 2**k) for k in range(batch_size.bit_length() + 1)})
+    return next(s for s in sizes if s >= rows)
 
 
 def check_prompts(engine: decoding.Engine, encoded: dict, c: ml_collections.ConfigDict):

@@ -9,13 +9,14 @@ killed run from `<workdir>/results.jsonl` (docs/eval.md) and writes the report b
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
 import ml_collections
 import numpy as np
 
-from spec_jax.eval import metrics, plan, report, runner
+from spec_jax.eval import metrics, plan, records, report, runner
 from spec_jax.jobs import common
 from spec_jax.rules import theory
 
@@ -120,27 +121,41 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     start = time.perf_counter()
     common.log_devices()
     store, methods, progress = runner.run(c, workdir)
-    rows = metrics.aggregate(runner.results(store), methods)
-    paths = report.write_report(
-        rows, os.path.join(workdir, 'report'), mode=c.mode, title=c.name,
-        theory=theory_curves(rows) if c.meter_distortion else None,
-    )  # fmt: skip
+    out = write_report(c, runner.results(store), methods, workdir)
     wall = time.perf_counter() - start
-    ratio = progress.throughput_ratio
-    print(report.headline(rows))
     print(
         f'\n{progress.samples} new samples, {progress.tokens} tokens; decode '
         f'{progress.decode_s:.1f} s, compile {progress.compile_s:.1f} s ({progress.compiled} '
         f'executables compiled, {progress.cache_hits} loaded from the persistent cache), wall '
         f'clock {wall:.1f} s'
     )
+    ratio = progress.throughput_ratio
     if ratio is not None:
         print(
             f'evaluation throughput / decode throughput: {ratio:.2f} (scoring, sandboxing '
             'and writing overlap decoding; 1.0 = free)'
         )
-    print(
-        f'results: {store.path}\nreport: {paths["report"]} (and beside it: '
-        f'{", ".join(sorted(os.path.basename(p) for k, p in paths.items() if k != "report"))})'
-    )
-    return dict(paths=paths, rows=rows, progress=progress, wall_s=wall)
+    print(f'results: {store.path}')
+    return dict(out, progress=progress, wall_s=wall)
+
+
+def write_report(c: ml_collections.ConfigDict, results: list[dict], methods, workdir: str):
+    """Metrics and the report of a run's results; prints the headline table."""
+    rows = metrics.aggregate(results, methods)
+    paths = report.write_report(
+        rows, os.path.join(workdir, 'report'), mode=c.mode, title=c.name,
+        theory=theory_curves(rows) if c.meter_distortion else None,
+    )  # fmt: skip
+    print(report.headline(rows))
+    others = sorted(os.path.basename(p) for k, p in paths.items() if k != 'report')
+    print(f'report: {paths["report"]} (and beside it: {", ".join(others)})')
+    return dict(paths=paths, rows=rows)
+
+
+def report_only(workdir: str) -> dict:
+    """The report of a workdir's results as they stand (a run may still be going)."""
+    with open(os.path.join(workdir, 'run.json')) as f:
+        run_info = json.load(f)
+    c = ml_collections.ConfigDict(run_info['config'])
+    store = records.ResultStore.read_only(workdir)
+    return write_report(c, runner.results(store), runner.methods_of(c), workdir)

@@ -91,4 +91,5 @@ def meter(pi: jax.Array, p: jax.Array, baseline: MatchedBaseline) -> Metered:
     and the matched baseline whose law p_A = baseline.law(p) is the reference."""
     law = baseline.law(p)
     outside = jnp.where(baseline.allowed(p), 0.0, pi).sum(-1)
-    return Metered(tv(pi, law), kl(law, pi), outside, overshoot_ratio(pi, p))
+    # KL >= 0; rounding can take a near-zero one a hair below.
+    return Metered(tv(pi, law), jnp.maximum(kl(law, pi), 0.0), outside, overshoot_ratio(pi, p))

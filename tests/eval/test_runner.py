@@ -110,6 +110,7 @@ def test_metrics_and_report_of_the_run(tiny_run, tmp_path):
     for name in ('report.md', 'metrics.csv', 'pareto_gsm8k.png', 'distortion_vs_param.png'):
         assert os.path.getsize(os.path.join(report_dir, name)) > 0
     assert report.read_metrics_csv(os.path.join(report_dir, 'metrics.csv')) == rows
+    assert evaluate.report_only(workdir)['rows'] == rows  # launch/report.py re-renders it.
     with open(os.path.join(report_dir, 'report.md')) as f:
         md = f.read()
     assert 'baseline[min_p=0.3]' in md and 'minp_verify:rho=0.3' in md
@@ -186,3 +187,8 @@ def test_sample_ids_are_stable_and_distinct():
     ids = {runner.sample_id(task, str(i)) for task in ('gsm8k', 'humaneval') for i in range(500)}
     assert len(ids) == 1000 and all(0 <= i < 2**31 for i in ids)
     assert runner.sample_id('gsm8k', '7') == runner.sample_id('gsm8k', '7')
+
+
+def test_short_batches_run_at_a_few_sizes():
+    assert [runner.padded_size(n, 10) for n in range(1, 11)] == [1, 2, 3, 5, 5] + [10] * 5
+    assert [runner.padded_size(n, 4) for n in range(1, 5)] == [1, 2, 4, 4]
