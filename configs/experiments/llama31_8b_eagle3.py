@@ -12,13 +12,8 @@ the paper's code and is not in this grid.
 
 import ml_collections
 
+from spec_jax.eval import paper
 from spec_jax.jobs import evaluate
-
-GRIDS = {  # PAPER.md §1.7 (the tree rows of §7.1).
-    'lenience': ('l', (0.2, 0.4, 0.6, 0.8)),
-    'minp_verify': ('rho', (0.1, 0.3, 0.5, 0.7, 0.9)),  # SpecCascade
-    'eta_verify': ('eta', (0.05, 0.1, 0.15, 0.2, 0.25)),  # Typical (lossy eta)
-}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -33,15 +28,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.mode = 'tree'
     c.tree.total_tokens, c.tree.depth, c.tree.top_k = 60, 5, 10
     c.num_draft = 6  # Tree depth in drafted levels (root + 6: "block size 7").
-    c.temperature = 0.7
-    c.grid = tuple(f'{r}:{n}={v}' for r, (n, values) in GRIDS.items() for v in values)
+    c.grid = paper.grid(('lenience', 'minp_verify', 'eta_verify'))
     c.seeds = (0,)
-    c.max_new_tokens = 2048
-    c.max_prompt_len = 2048
+    c.temperature = 0.7
+    c.max_new_tokens = c.max_prompt_len = 2048
     c.prompt_bucket = 256
     c.batch_size = 8
-    c.tasks.math = evaluate.task(500, 2048, 'hub')
-    c.tasks.mbppplus = evaluate.task(378, 2048, 'hub')
-    c.tasks.include = evaluate.task(220, 2048, 'hub')
-    c.tasks.bfcl_parallel_multiple = evaluate.task(200, 2048)
+    for name, size in paper.TASK_SIZES.items():  # BFCL: the bfcl-eval wheel's data root.
+        c.tasks[name] = evaluate.task(size, 2048, '' if name.startswith('bfcl') else 'hub')
     return c

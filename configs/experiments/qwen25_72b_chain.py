@@ -17,19 +17,8 @@ the smaller): spec_jax fits the draft's to the target's (drafters.fit_vocab).
 
 import ml_collections
 
+from spec_jax.eval import paper
 from spec_jax.jobs import evaluate
-
-GRIDS = {  # PAPER.md §1.7.
-    'lenience': ('l', (0.2, 0.4, 0.6, 0.8)),
-    'cos': ('lam', (0.2, 0.4, 0.6, 0.8)),
-    'minp_verify': ('rho', (0.1, 0.3, 0.5, 0.7, 0.9)),  # SpecCascade (Fast-HSD chain rule)
-    'eta_verify': ('eta', (0.05, 0.1, 0.15, 0.2, 0.25)),  # Medusa (lossy eta)
-}
-
-
-def paper_grid() -> tuple[str, ...]:
-    """Every rule at every grid value; the plan adds min-p + SD and eta + SD at each."""
-    return tuple(f'{rule}:{name}={v}' for rule, (name, values) in GRIDS.items() for v in values)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -42,15 +31,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.dtype = 'bfloat16'
     c.mode = 'chain'
     c.num_draft = 10
-    c.temperature = 0.7
-    c.grid = paper_grid()
+    c.grid = paper.grid(paper.GRIDS)  # Every rule at every value.
     c.seeds = (0, 1, 2)
-    c.max_new_tokens = 2048
-    c.max_prompt_len = 2048
+    c.temperature = 0.7
+    c.max_new_tokens = c.max_prompt_len = 2048
     c.prompt_bucket = 256
     c.batch_size = 8
-    c.tasks.math = evaluate.task(500, 2048, 'hub')
-    c.tasks.mbppplus = evaluate.task(378, 2048, 'hub')
-    c.tasks.include = evaluate.task(220, 2048, 'hub')
-    c.tasks.bfcl_parallel_multiple = evaluate.task(200, 2048)  # The bfcl-eval wheel's data.
+    for name, size in paper.TASK_SIZES.items():  # BFCL: the bfcl-eval wheel's data root.
+        c.tasks[name] = evaluate.task(size, 2048, '' if name.startswith('bfcl') else 'hub')
     return c

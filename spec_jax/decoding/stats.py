@@ -207,6 +207,8 @@ def summarize(stats: Stats) -> dict:
         for name in METER_FIELDS:
             per_row[f'{name}_sum'] = getattr(s, name).tolist()
         per_row['max_overshoot'] = s.overshoot_max.tolist()
+        per_row['metered_at_offset'] = s.metered_at_bt.tolist()
+        per_row['tv_at_offset'] = s.tv_at_bt.tolist()
         # None for rows without a metered position.
         per_row['mean_tv'] = _where_none(s.metered > 0, s.tv / np.maximum(s.metered, 1))
     return summary

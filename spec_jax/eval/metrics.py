@@ -17,6 +17,7 @@ Definitions (docs/eval.md, PAPER.md §1.6):
                     and bonus tokens) of TV(pi, p_A), KL(p_A || pi) and pi's mass outside
                     the allowed set A, p_A the matched baseline's law
   overshoot_mean/max  of max_x pi(x)/p(x) against the temperature-processed target p
+  tv_at_offset      mean TV at each offset of a round (drafted positions, then the bonus)
 
 Counters are pooled over rows (sums, then ratios), so a row's weight is its token count.
 """
@@ -123,7 +124,7 @@ def _metrics(task: str, method: Method, group: list[dict]) -> dict:
     total = defaultdict(float)
     for r in group:
         for k, v in r['stats'].items():
-            if k != 'max_overshoot':
+            if not isinstance(v, list) and k != 'max_overshoot':
                 total[k] += v
     ar = method.mode == 'ar'
     row['block_efficiency'] = _ratio(total['emitted'], total['blocks'])
@@ -140,4 +141,16 @@ def _metrics(task: str, method: Method, group: list[dict]) -> dict:
     row['overshoot_mean'] = _ratio(total['overshoot_sum'], metered) if metered else None
     peaks = [r['stats']['max_overshoot'] for r in group if 'max_overshoot' in r['stats']]
     row['overshoot_max'] = max(peaks) if peaks and metered else None
+    row['tv_at_offset'] = _per_offset(group)
     return row
+
+
+def _per_offset(group: list[dict]) -> list[float] | None:
+    """Mean TV at each block offset (0..A; offset A the bonus token of a full round), over
+    the rounds that emitted there; None when not metered."""
+    rows = [r['stats'] for r in group if 'tv_at_offset' in r['stats']]
+    tv = [sum(col) for col in zip(*(r['tv_at_offset'] for r in rows))]
+    count = [sum(col) for col in zip(*(r['metered_at_offset'] for r in rows))]
+    if not sum(count):
+        return None
+    return [t / n if n else None for t, n in zip(tv, count)]

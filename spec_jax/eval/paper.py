@@ -33,6 +33,27 @@ TASK_COLUMNS = {
     'bfcl_parallel_multiple': 'BFCL',
 }
 
+# The paper's task sizes (PAPER.md §1.5) and its grids (PAPER.md §1.7): rule -> (parameter,
+# values); min-p + SD and eta + SD at each value come from the plan's matched baselines.
+TASK_SIZES = {'math': 500, 'mbppplus': 378, 'include': 220, 'bfcl_parallel_multiple': 200}
+GRIDS = {
+    'lenience': ('l', (0.2, 0.4, 0.6, 0.8)),
+    'cos': ('lam', (0.2, 0.4, 0.6, 0.8)),
+    'minp_verify': ('rho', (0.1, 0.3, 0.5, 0.7, 0.9)),  # SpecCascade (Fast-HSD's rule)
+    'eta_verify': ('eta', (0.05, 0.1, 0.15, 0.2, 0.25)),  # Medusa / Typical (lossy eta)
+}
+
+
+def grid(rule_names) -> tuple[str, ...]:
+    """The `rules.make` specs of the paper's grid for these rules, in GRIDS order."""
+    return tuple(
+        f'{rule}:{name}={v}'
+        for rule, (name, values) in GRIDS.items()
+        if rule in rule_names
+        for v in values
+    )
+
+
 SETUPS: dict[str, dict[str, str]] = {
     'tree': {
         'label': 'Llama-3.1-8B-Instruct + EAGLE-3 (tree, paper)',

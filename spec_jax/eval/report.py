@@ -21,6 +21,7 @@ speed set has `scored` False and no score). `write_report` writes into one direc
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import re
@@ -194,13 +195,13 @@ def headline(rows: Sequence[dict[str, Any]]) -> str:
 # --- CSV --------------------------------------------------------------------------------------
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, key: str = '') -> str:
     if value is None:
         return ''
     if isinstance(value, bool):
         return str(value)
-    if isinstance(value, (list, tuple)):
-        return _PAIRS_SEP.join(str(v) for v in value)
+    if isinstance(value, (list, tuple)):  # Method names; other lists (numbers) as JSON.
+        return _PAIRS_SEP.join(str(v) for v in value) if key == 'pairs' else json.dumps(value)
     if isinstance(value, float):
         return repr(value)
     return str(value)
@@ -219,7 +220,7 @@ def write_metrics_csv(rows: Sequence[dict[str, Any]], path: str) -> str:
         writer = csv.writer(f)
         writer.writerow(names)
         for r in rows:
-            writer.writerow([_cell(r.get(k)) for k in names])
+            writer.writerow([_cell(r.get(k), k) for k in names])
     return path
 
 
@@ -230,6 +231,8 @@ def _parse(key: str, text: str) -> Any:
         return None
     if key in _STR_FIELDS:
         return text
+    if text.startswith('['):
+        return json.loads(text)
     if key == 'scored' or text in ('True', 'False'):
         return text == 'True'
     try:

@@ -39,7 +39,8 @@ from spec_jax.jobs import timing
 
 SPEC_MODES = ('chain', 'tree')
 PER_ROW_STATS = ('blocks', 'drafted', 'accepted', 'emitted', 'full_blocks', 'full_accepted')
-METER_SUMS = ('metered', 'tv_sum', 'kl_sum', 'outside_sum', 'overshoot_sum', 'max_overshoot')
+METER_SUMS = ('metered', 'tv_sum', 'kl_sum', 'outside_sum', 'overshoot_sum', 'max_overshoot',
+              'metered_at_offset', 'tv_at_offset')  # fmt: skip
 
 
 def sample_id(task: str, item_id: str) -> int:

@@ -108,3 +108,15 @@ def test_unscored_tasks_and_method_info():
     info = {r['method']: (r['kind'], r['rule'], r['param']) for r in out}
     assert info == {'ar': ('ar', 'lossless', None), 'lossless': ('lossless', 'lossless', None),
                     'cos:lam=0.4': ('lossy', 'cos', 0.4)}  # fmt: skip
+
+
+def test_tv_per_block_offset():
+    """TV at each offset of a round pools over rows: sums over counts, None where no round
+    emitted (offset 2 here: both rounds were rejected before it)."""
+    methods = plan.plan(['minp_verify:rho=0.3'], 'chain')
+    stats = [dict(counters(1, 2, 0, 1, 0), **meter(2, 0.5, 0, 0, 2, 1),
+                  tv_at_offset=tv, metered_at_offset=n)
+             for tv, n in [([0.2, 0.0, 0.0], [1, 0, 0]), ([0.3, 0.6, 0.0], [2, 1, 0])]]  # fmt: skip
+    rows = [row('minp_verify:rho=0.3', str(i), True, s, 1.0) for i, s in enumerate(stats)]
+    (out,) = metrics.aggregate(rows, methods)
+    assert out['tv_at_offset'] == pytest.approx([0.5 / 3, 0.6, None])

@@ -14,7 +14,7 @@ import time
 import pytest
 from figures import check_series
 
-from spec_jax.eval import metrics, plots, records, report, runner
+from spec_jax.eval import metrics, paper, plots, records, report, runner
 from spec_jax.jobs import common, evaluate
 
 ROOT = os.path.join(os.path.dirname(__file__), '..', '..')
@@ -192,3 +192,16 @@ def test_sample_ids_are_stable_and_distinct():
 def test_short_batches_run_at_a_few_sizes():
     assert [runner.padded_size(n, 10) for n in range(1, 11)] == [1, 2, 3, 5, 5] + [10] * 5
     assert [runner.padded_size(n, 4) for n in range(1, 5)] == [1, 2, 4, 4]
+
+
+@pytest.mark.parametrize('name, methods', [('qwen25_72b_chain', 30), ('llama31_8b_eagle3', 26)])
+def test_the_paper_setups_plan_here(name, methods):
+    """The paper's two setups (hub weights, accelerators) dry-run offline: every rule of
+    PAPER.md §1.7's grids with its matched baseline, the paper's task sizes."""
+    c = common.load_config(os.path.join(ROOT, 'configs', 'experiments', f'{name}.py'))
+    text = evaluate.dry_run(c)
+    assert f'{methods} methods:' in text
+    assert 'baseline[min_p=0.9]' in text and 'baseline[eta=0.25]' in text
+    assert ('target truncated' in text) == (c.mode == 'tree')
+    for task, size in paper.TASK_SIZES.items():
+        assert task in text and str(size) in text
