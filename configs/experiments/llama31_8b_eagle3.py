@@ -34,6 +34,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.max_new_tokens = c.max_prompt_len = 2048
     c.prompt_bucket = 256
     c.batch_size = 8
-    for name, size in paper.TASK_SIZES.items():  # BFCL: the bfcl-eval wheel's data root.
-        c.tasks[name] = evaluate.task(size, 2048, '' if name.startswith('bfcl') else 'hub')
+    for name, size in paper.TASK_SIZES.items():  # Or a data_root holding the full sets.
+        c.tasks[name] = evaluate.task(size, 2048, 'hub')
     return c

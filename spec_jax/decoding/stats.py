@@ -42,11 +42,17 @@ class Stats:
         -1 = no such round).
       metered: emitted positions metered (0 unless metering), the first token included.
       tv, kl, outside, overshoot: sums over the metered positions of `rules.Metered`'s
-        fields (TV(pi, p_A), KL(p_A || pi), pi outside A, max pi/p).
-      overshoot_max: the largest overshoot metered.
-      metered_at_bt: [B, T] metered positions at block offset t (rounds only).
+        fields (TV(pi, p_A), KL(p_A || pi), pi outside A, max pi/p); KL and overshoot
+        over the positions where they are finite only.
+      kl_inf, overshoot_inf: positions where KL (pi = 0 where p_A > 0: a deterministic
+        draft under lenience or min-p) or the overshoot (p underflows where pi does not)
+        is infinite.
+      overshoot_max: the largest finite overshoot metered.
+      metered_at_bt: [B, T] metered positions at block offset t (rounds only; t < A a
+        drafted position or a replacement, t = A the bonus token of a round that accepted
+        all its drafts, whatever its width).
       tv_at_bt: [B, T] TV summed at block offset t.
-      overshoot_at_bt: [B, T] the largest overshoot at block offset t.
+      overshoot_at_bt: [B, T] the largest finite overshoot at block offset t.
     """
 
     blocks: jax.Array
@@ -63,6 +69,8 @@ class Stats:
     kl: jax.Array
     outside: jax.Array
     overshoot: jax.Array
+    kl_inf: jax.Array
+    overshoot_inf: jax.Array
     overshoot_max: jax.Array
     metered_at_bt: jax.Array
     tv_at_bt: jax.Array
@@ -88,6 +96,8 @@ class Stats:
             kl=f,
             outside=f,
             overshoot=f,
+            kl_inf=z,
+            overshoot_inf=z,
             overshoot_max=f,
             metered_at_bt=bt,
             tv_at_bt=bt.astype(jnp.float32),
@@ -126,26 +136,38 @@ class Stats:
         offsets_t = jnp.arange(a_round + 1)
         mask_bt = (offsets_t[None, :] <= out.num_accepted[:, None]) & live_b[:, None]
         st = st.meter(metered, mask_bt)
-        zero = lambda x_bt: jnp.where(mask_bt, x_bt, 0)  # noqa: E731
+
+        def by_offset(x_bt):  # [B, A' + 1] -> [B, A + 1]: drafts at 0..A'-1, the last at A.
+            x_bt = jnp.where(mask_bt, x_bt, 0)
+            return jnp.concatenate([_widen(x_bt[:, :-1], a), x_bt[:, -1:]], axis=1)
+
+        finite = jnp.where(jnp.isfinite(metered.overshoot), metered.overshoot, 0.0)
         return st.replace(
-            metered_at_bt=st.metered_at_bt + _widen(mask_bt.astype(jnp.int32), a + 1),
-            tv_at_bt=st.tv_at_bt + _widen(zero(metered.tv), a + 1),
-            overshoot_at_bt=jnp.maximum(st.overshoot_at_bt, _widen(zero(metered.overshoot), a + 1)),
+            metered_at_bt=st.metered_at_bt + by_offset(mask_bt.astype(jnp.int32)),
+            tv_at_bt=st.tv_at_bt + by_offset(metered.tv),
+            overshoot_at_bt=jnp.maximum(st.overshoot_at_bt, by_offset(finite)),
         )
 
     def meter(self, metered: rules.Metered, mask: jax.Array) -> Stats:
-        """Adds the metered positions `mask` ([B] or [B, T]) to the per-row sums."""
+        """Adds the metered positions `mask` ([B] or [B, T]) to the per-row sums (KL and
+        overshoot where finite; the infinite ones are counted)."""
 
-        def total(x):
-            x = jnp.where(mask, x, 0.0)
+        def rows(x):
             return x if x.ndim == 1 else x.sum(-1)
 
-        peak = jnp.where(mask, metered.overshoot, 0.0)
+        def total(x):
+            return rows(jnp.where(mask & jnp.isfinite(x), x, 0.0))
+
+        def infinite(x):
+            return rows((mask & ~jnp.isfinite(x)).astype(jnp.int32))
+
+        peak = jnp.where(mask & jnp.isfinite(metered.overshoot), metered.overshoot, 0.0)
         peak = peak if peak.ndim == 1 else peak.max(-1)
-        counts = mask.astype(jnp.int32)
         return self.replace(
-            metered=self.metered + (counts if counts.ndim == 1 else counts.sum(-1)),
+            metered=self.metered + rows(mask.astype(jnp.int32)),
             overshoot_max=jnp.maximum(self.overshoot_max, peak),
+            kl_inf=self.kl_inf + infinite(metered.kl),
+            overshoot_inf=self.overshoot_inf + infinite(metered.overshoot),
             **{
                 name: getattr(self, name) + total(getattr(metered, name)) for name in METER_FIELDS
             },  # fmt: skip
@@ -164,7 +186,8 @@ def summarize(stats: Stats) -> dict:
     be_full_gamma (the paper's chain BE: mean of accepted + 1 over full-gamma blocks),
     accept_length (the paper's EAGLE BE: accepted drafts per forward), acceptance_rate, and
     when metered the means over metered positions of TV, KL, outside mass and overshoot and
-    the largest overshoot. `per_row` holds each row's raw counters and sums, so rows pool.
+    the largest overshoot (KL and overshoot over their finite positions, with the fractions
+    that were infinite). `per_row` holds each row's raw counters and sums, so rows pool.
     """
     s = jax.tree.map(np.asarray, stats)
     blocks = np.maximum(s.blocks, 1)
@@ -197,15 +220,19 @@ def summarize(stats: Stats) -> dict:
         summary['be_full_gamma'] = float(summary['be_full_gamma'])
     if s.metered.sum() > 0:
         count = s.metered.sum()
+        finite = {'kl': count - s.kl_inf.sum(), 'overshoot': count - s.overshoot_inf.sum()}
         for name in METER_FIELDS:
-            summary[f'mean_{name}'] = float(getattr(s, name).sum() / count)
+            n = finite.get(name, count)
+            summary[f'mean_{name}'] = float(getattr(s, name).sum() / n) if n else None
+        summary['kl_inf_fraction'] = float(s.kl_inf.sum() / count)
+        summary['overshoot_inf_fraction'] = float(s.overshoot_inf.sum() / count)
         summary['max_overshoot'] = float(s.overshoot_max.max())
         at_t = np.maximum(s.metered_at_bt.sum(0), 1)
         summary['tv_at_position'] = (s.tv_at_bt.sum(0) / at_t).tolist()
         summary['overshoot_at_position'] = s.overshoot_at_bt.max(0).tolist()
         per_row['metered'] = s.metered.tolist()
-        for name in METER_FIELDS:
-            per_row[f'{name}_sum'] = getattr(s, name).tolist()
+        for name in METER_FIELDS + ('kl_inf', 'overshoot_inf'):
+            per_row[f'{name}_sum' if name in METER_FIELDS else name] = getattr(s, name).tolist()
         per_row['max_overshoot'] = s.overshoot_max.tolist()
         per_row['metered_at_offset'] = s.metered_at_bt.tolist()
         per_row['tv_at_offset'] = s.tv_at_bt.tolist()

@@ -15,8 +15,11 @@ Definitions (docs/eval.md, PAPER.md §1.6):
   speedup           tokens_per_s / AR's tokens_per_s on the same task in the same run
   tv, kl, outside   means over every emitted position (first token, drafts, replacement
                     and bonus tokens) of TV(pi, p_A), KL(p_A || pi) and pi's mass outside
-                    the allowed set A, p_A the matched baseline's law
+                    the allowed set A, p_A the matched baseline's law; KL over the
+                    positions where it is finite, `kl_inf_fraction` the others (pi = 0
+                    where p_A > 0: lenience or min-p verification of a deterministic draft)
   overshoot_mean/max  of max_x pi(x)/p(x) against the temperature-processed target p
+                    (finite ones; `overshoot_inf_fraction`: p underflowed where pi did not)
   tv_at_offset      mean TV at each offset of a round (drafted positions, then the bonus)
 
 Counters are pooled over rows (sums, then ratios), so a row's weight is its token count.
@@ -136,9 +139,14 @@ def _metrics(task: str, method: Method, group: list[dict]) -> dict:
     row['decode_seconds'] = sum(r['seconds'] for r in group)
     row['tokens_per_s'] = _ratio(row['tokens'], row['decode_seconds'])
     metered = total['metered']
-    for name in ('tv', 'kl', 'outside'):
+    for name in ('tv', 'outside'):
         row[name] = _ratio(total[f'{name}_sum'], metered) if metered else None
-    row['overshoot_mean'] = _ratio(total['overshoot_sum'], metered) if metered else None
+    # KL and overshoot: means over the positions where they are finite, and the fraction
+    # where they are not (a single infinite position would make a mean meaningless).
+    for name, key in (('kl', 'kl'), ('overshoot', 'overshoot_mean')):
+        finite = metered - total[f'{name}_inf']
+        row[key] = _ratio(total[f'{name}_sum'], finite) if metered else None
+        row[f'{name}_inf_fraction'] = total[f'{name}_inf'] / metered if metered else None
     peaks = [r['stats']['max_overshoot'] for r in group if 'max_overshoot' in r['stats']]
     row['overshoot_max'] = max(peaks) if peaks and metered else None
     row['tv_at_offset'] = _per_offset(group)
@@ -146,8 +154,9 @@ def _metrics(task: str, method: Method, group: list[dict]) -> dict:
 
 
 def _per_offset(group: list[dict]) -> list[float] | None:
-    """Mean TV at each block offset (0..A; offset A the bonus token of a full round), over
-    the rounds that emitted there; None when not metered."""
+    """Mean TV at each block offset over the rounds that emitted there (offsets 0..A-1: a
+    drafted position or its replacement; A: the bonus token of a round that accepted all
+    its drafts); None when not metered."""
     rows = [r['stats'] for r in group if 'tv_at_offset' in r['stats']]
     tv = [sum(col) for col in zip(*(r['tv_at_offset'] for r in rows))]
     count = [sum(col) for col in zip(*(r['metered_at_offset'] for r in rows))]

@@ -39,6 +39,11 @@ class ConfigMismatchError(ValueError):
     """The workdir holds results of a different config."""
 
 
+def _plain(config: dict) -> dict:
+    """The config as run.json holds it (tuples become lists)."""
+    return json.loads(json.dumps(config, default=str))
+
+
 def _changed(old: dict, new: dict, prefix: str = '') -> list[str]:
     out = []
     for key in sorted(set(old) | set(new)):
@@ -56,8 +61,9 @@ class ResultStore:
     """The results of one workdir: what is done, and appending what finishes (thread-safe).
 
     Opening a workdir whose run.json holds another config's fingerprint raises
-    `ConfigMismatchError` naming the changed fields, unless `mix` is set: then the new
-    fingerprint is added to run.json's history and every new line carries it.
+    `ConfigMismatchError` naming the changed fields, unless `mix` is set (or this config
+    wrote here before): run.json's history keeps the other fingerprints, and every line
+    carries its own.
     """
 
     def __init__(self, workdir: str, config: dict, plan: list[dict], mix: bool = False):
@@ -87,18 +93,17 @@ class ResultStore:
         if os.path.exists(run_path):
             with open(run_path) as f:
                 old = json.load(f)
-            if old['fingerprint'] != self.fingerprint:
-                if not mix:
-                    changes = _changed(old['config'], config)
-                    raise ConfigMismatchError(
-                        f'{self.workdir} holds results of another config (fingerprint '
-                        f'{old["fingerprint"]}, this one {self.fingerprint}); changed: '
-                        f'{"; ".join(changes) or "(fields only)"}. Use a new --workdir, or '
-                        'set --config.mix=True to add these results to the old ones.'
-                    )
-                run['history'] = old.get('history', []) + [old['fingerprint']]
-            else:
-                run['history'] = old.get('history', [])
+            # Every config that wrote here: the last one and those it mixed with.
+            seen = old.get('history', []) + [old['fingerprint']]
+            if self.fingerprint not in seen and not mix:
+                changes = _changed(old['config'], _plain(config))
+                raise ConfigMismatchError(
+                    f'{self.workdir} holds results of another config (fingerprint '
+                    f'{old["fingerprint"]}, this one {self.fingerprint}); changed: '
+                    f'{"; ".join(changes) or "(fields only)"}. Use a new --workdir, or '
+                    'set --config.mix=True to add these results to the old ones.'
+                )
+            run['history'] = [f for f in dict.fromkeys(seen) if f != self.fingerprint]
         tmp = run_path + '.tmp'
         with open(tmp, 'w') as f:
             json.dump(run, f, indent=1, default=str)
@@ -111,9 +116,10 @@ class ResultStore:
             data = f.read()
         if data and not data.endswith(b'\n'):  # A torn last line from a killed run.
             data = data[: data.rfind(b'\n') + 1]
-            if repair:
-                with open(self.path, 'wb') as f:
-                    f.write(data)
+            if repair:  # Cut in place: the whole lines are never rewritten.
+                with open(self.path, 'r+b') as f:
+                    f.truncate(len(data))
+                    os.fsync(f.fileno())
         rows, seen = [], set()
         for line in data.decode().splitlines():
             if line.strip():

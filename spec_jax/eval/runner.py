@@ -25,12 +25,12 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import ml_collections
 from tqdm import tqdm
 
-from spec_jax import decoding, rules
+from spec_jax import data_files, decoding, rules
 from spec_jax.eval import plan as plan_lib
 from spec_jax.eval import tasks as tasks_lib
 from spec_jax.eval.records import ResultStore, row_key
@@ -39,8 +39,8 @@ from spec_jax.jobs import timing
 
 SPEC_MODES = ('chain', 'tree')
 PER_ROW_STATS = ('blocks', 'drafted', 'accepted', 'emitted', 'full_blocks', 'full_accepted')
-METER_SUMS = ('metered', 'tv_sum', 'kl_sum', 'outside_sum', 'overshoot_sum', 'max_overshoot',
-              'metered_at_offset', 'tv_at_offset')  # fmt: skip
+METER_SUMS = ('metered', 'tv_sum', 'kl_sum', 'outside_sum', 'overshoot_sum', 'kl_inf',
+              'overshoot_inf', 'max_overshoot', 'metered_at_offset', 'tv_at_offset')  # fmt: skip
 
 
 def sample_id(task: str, item_id: str) -> int:
@@ -77,11 +77,24 @@ def task_limits(c: ml_collections.ConfigDict) -> dict[str, dict]:
 
 
 def load_items(c: ml_collections.ConfigDict) -> dict[str, tuple[Task, list[Item]]]:
-    """Each task of the config with its first `limit` items."""
+    """Each task of the config with its first `limit` items.
+
+    Raises:
+      ValueError: a task with fewer items than its limit (a sample where the full set was
+        meant), naming where it was read.
+    """
     out = {}
     for name, spec in task_limits(c).items():
         task = tasks_lib.make(name, c.data_root)
-        out[name] = (task, task.load(spec['source'], spec['limit']))
+        its = task.load(spec['source'], spec['limit'])
+        if len(its) < spec['limit']:
+            where = spec['source'] or f'the data root ({data_files.data_root(c.data_root)})'
+            raise ValueError(
+                f'tasks.{name}: {len(its)} items in {where}, fewer than its limit '
+                f'{spec["limit"]}; point data_root (or ${data_files.ENV_VAR}) at the full set, '
+                f'use source "hub", or lower the limit'
+            )
+        out[name] = (task, its)
     return out
 
 
@@ -167,6 +180,10 @@ def run(
         for chunk in batched(c, m, seed, items, store, lambda r: len(encoded[r[0], r[1].id]))
     ]
     start, compiles = time.perf_counter(), timing.CompileClock()
+
+    def write(future: concurrent.futures.Future) -> None:  # On a scoring thread.
+        store.append([future.result()])
+
     with concurrent.futures.ThreadPoolExecutor(max(1, c.score_workers)) as pool:
         pending: list[concurrent.futures.Future] = []
         bar = tqdm(batches, desc='evaluate', unit='batch', disable=not c.progress)
@@ -198,19 +215,23 @@ def run(
                 tokens=num_tokens, key=f'{seed}/{method.name}/{first_name}/{first_item.id}',
             )  # fmt: skip
             per_row = result.stats['per_row']
+            # A row's share of its batch's decode time: by its target forwards (prefill and
+            # rounds), so its tokens/s reflects its own acceptance.
+            forwards = [per_row['blocks'][row] + 1 for row in range(len(batch))]
             for row, ((name, it), tokens) in enumerate(zip(batch, out)):
                 text = tok.decode(tokens, skip_special=True)
                 base = dict(
                     method=method.name, task=name, item=it.id, seed=seed, text=text,
                     num_tokens=len(tokens), batch=timing_row,
-                    # The row's share of its batch's decode time, by tokens.
-                    seconds=decode_s * len(tokens) / max(num_tokens, 1),
+                    seconds=decode_s * forwards[row] / sum(forwards),
                     stats={k: per_row[k][row] for k in PER_ROW_STATS + METER_SUMS
                            if k in per_row},
                 )  # fmt: skip
-                pending.append(pool.submit(_scored, items[name][0], it, text, base))
-            pending = _flush(pending, store, progress, wait=False)
-        _flush(pending, store, progress, wait=True)
+                future = pool.submit(_scored, items[name][0], it, text, base)
+                future.add_done_callback(write)  # Written the moment it is scored.
+                pending.append(future)
+        concurrent.futures.wait(pending)
+    progress.samples = len(pending)
     progress.wall_s = time.perf_counter() - start
     return store, methods, progress
 
@@ -275,21 +296,15 @@ def check_prompts(engine: decoding.Engine, encoded: dict, c: ml_collections.Conf
 
 
 def _scored(task: Task, item: Item, text: str, row: dict) -> dict:
+    """The result line of one sample; a scorer that raises scores it wrong (the error in
+    `detail`), so one bad item cannot stop every resumed run at the same place."""
     if not getattr(task, 'scored', True):
         return dict(row, correct=None, extracted=None, detail={})
-    score = task.score(item, text)
+    try:
+        score = task.score(item, text)
+    except Exception as e:  # noqa: BLE001  (any scorer failure is this sample's)
+        return dict(row, correct=False, extracted=None, detail={'error': repr(e)})
     return dict(row, correct=bool(score.correct), extracted=score.extracted, detail=score.detail)
-
-
-def _flush(pending: Sequence, store: ResultStore, progress: Progress, wait: bool) -> list:
-    """Writes the scored samples; returns the futures still running."""
-    if wait:
-        concurrent.futures.wait(pending)
-    done = [f.done() for f in pending]
-    rows = [f.result() for f, d in zip(pending, done) if d]
-    store.append(rows)
-    progress.samples += len(rows)
-    return [f for f, d in zip(pending, done) if not d]
 
 
 def results(store: ResultStore) -> list[dict]:

@@ -578,3 +578,30 @@ def test_bad_input_fails_before_compiling(target, draft):
         gen(target, LMDrafter(short), draft, PROMPTS[:1], 5)
     with pytest.raises(ValueError, match=r'sample_ids must be 3 ids'):
         gen(target, LMDrafter(DRAFT_CFG), draft, PROMPTS, 3, sample_ids=[0, 1])
+
+
+def test_meter_counts_narrow_rounds_and_infinite_values():
+    """A round of width 1 (of A = 3) puts its bonus at offset A and its draft at 0; KL and
+    overshoot sum over finite positions only, the infinite ones are counted."""
+    n = jnp.array([1, 0])  # Row 0 accepted its one draft (bonus emitted); row 1 rejected it.
+    out = rules.ChainResult(
+        num_accepted=n, tokens=jnp.zeros((2, 2), jnp.int32), accepted=jnp.array([[1], [0]]) > 0,
+        num_emitted=n + 1, accept_probs=jnp.ones((2, 1)), reached=jnp.ones((2, 1), bool),
+        final_token=jnp.zeros(2, jnp.int32),
+    )  # fmt: skip
+    inf = jnp.inf
+    metered = rules.Metered(
+        tv=jnp.array([[0.1, 0.2], [0.3, 0.4]]), kl=jnp.array([[inf, 0.5], [0.2, 9.0]]),
+        outside=jnp.zeros((2, 2)), overshoot=jnp.array([[2.0, 3.0], [inf, 9.0]]),
+    )  # fmt: skip
+    st = Stats.zeros(2, 3, 8).update(out, jnp.array([True, True]), metered)
+    np.testing.assert_array_equal(st.metered_at_bt, [[1, 0, 0, 1], [1, 0, 0, 0]])
+    np.testing.assert_allclose(st.tv_at_bt, [[0.1, 0, 0, 0.2], [0.3, 0, 0, 0]], rtol=1e-6)
+    np.testing.assert_allclose(st.kl, [0.5, 0.2], rtol=1e-6)  # Offset 1 of row 1: not emitted.
+    np.testing.assert_array_equal(st.kl_inf, [1, 0])
+    np.testing.assert_array_equal(st.overshoot_inf, [0, 1])
+    np.testing.assert_allclose(st.overshoot_max, [3.0, 0.0])
+    summary = summarize(st)
+    assert summary['kl_inf_fraction'] == pytest.approx(1 / 3)
+    assert summary['mean_kl'] == pytest.approx(0.7 / 2)
+    assert st.full_blocks.tolist() == [0, 0]  # A width-1 round is not a full-gamma block.

@@ -17,9 +17,10 @@ def row(method, item, correct, stats, seconds, seed=0, task='gsm8k', tokens=10):
                 num_tokens=tokens, stats=stats, seconds=seconds)  # fmt: skip
 
 
-def meter(n, tv, kl, outside, over_sum, over_max):
+def meter(n, tv, kl, outside, over_sum, over_max, kl_inf=0, over_inf=0):
+    """Metered sums (KL and overshoot over finite positions) and the infinite counts."""
     return dict(metered=n, tv_sum=tv, kl_sum=kl, outside_sum=outside, overshoot_sum=over_sum,
-                max_overshoot=over_max)  # fmt: skip
+                max_overshoot=over_max, kl_inf=kl_inf, overshoot_inf=over_inf)  # fmt: skip
 
 
 def counters(blocks, drafted, accepted, full_blocks, full_accepted):
@@ -42,8 +43,8 @@ def table():
         row('minp_verify:rho=0.3', '2', False,
             dict(counters(5, 15, 5, 5, 5), **meter(11, 2.2, 1.0, 0.6, 33.0, 9.0)), b_lossy2),
         row('minp_verify:rho=0.3', '3', True,
-            dict(counters(5, 14, 5, 4, 5), **meter(11, 1.1, math.inf, 0.2, 11.0, 2.0)),
-            b_lossy2),
+            dict(counters(5, 14, 5, 4, 5),
+                 **meter(11, 1.1, 0.3, 0.2, 11.0, 2.0, kl_inf=2, over_inf=1)), b_lossy2),
     ]  # fmt: skip
     return {r['method']: r for r in metrics.aggregate(ar + lossy, methods)}
 
@@ -72,9 +73,11 @@ def test_speed_from_batches(table):
 def test_pooled_distortion(table):
     m = table['minp_verify:rho=0.3']
     assert m['tv'] == pytest.approx(4.4 / 44)
-    assert m['kl'] == math.inf  # One position left the support: pooled KL is infinite.
+    # Two positions' KL and one overshoot were infinite: means over the finite others.
+    assert m['kl'] == pytest.approx(1.8 / 42) and m['kl_inf_fraction'] == pytest.approx(2 / 44)
     assert m['outside'] == pytest.approx(1.2 / 44)
-    assert m['overshoot_mean'] == pytest.approx(77.0 / 44)
+    assert m['overshoot_mean'] == pytest.approx(77.0 / 43)
+    assert m['overshoot_inf_fraction'] == pytest.approx(1 / 44)
     assert m['overshoot_max'] == 9.0
     assert m['kind'] == 'lossy' and m['param'] == 0.3 and m['param_name'] == 'rho'
     assert m['pairs'] == ['baseline[min_p=0.3]']
