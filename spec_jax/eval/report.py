@@ -301,6 +301,49 @@ def paper_comparison(rows: Sequence[dict[str, Any]], mode: str) -> list[dict[str
     return out
 
 
+def method_gaps(rows: Sequence[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
+    """For each lossy method the paper also ran (whatever the tasks): our score gap to its
+    matched baseline on each of our scored tasks and the paper's accuracy gap on each of
+    its tasks, so a run on other tasks (the README's) still sets the paper beside ours."""
+    index = _by_method(rows)
+    columns = {column: task for task, column in paper.TASK_COLUMNS.items()}
+    out = []
+    for method in dict.fromkeys(r['method'] for r in rows if r.get('kind') == 'lossy'):
+        if paper.paper_method(mode, method) is None:
+            continue
+        ours = {}
+        for r in rows:
+            if r['method'] == method and r.get('scored'):
+                matched = index.get((r['task'], _matched(r)))
+                d = _diff(r.get('score'), (matched or {}).get('score'))
+                ours[r['task']] = None if d is None else 100.0 * d
+        theirs = {}
+        for column in paper.TASKS:
+            gap = paper.paper_gap(mode, columns[column], method)
+            theirs[column] = gap['d_acc'] if gap else None
+        out.append(dict(method=method, ours=ours, paper=theirs))
+    return out
+
+
+def _method_gaps_section(gaps: list[dict[str, Any]], mode: str) -> list[str]:
+    tasks = list(dict.fromkeys(t for g in gaps for t in g['ours']))
+    header = ('method', *(f'ours Δ {t}' for t in tasks), *(f'paper Δ {c}' for c in paper.TASKS))
+    body = [
+        (f'`{g["method"]}`', *(_fmt(g['ours'].get(t), '+.1f') for t in tasks),
+         *(_fmt(g['paper'][c], '+.1f') for c in paper.TASKS))
+        for g in gaps
+    ]  # fmt: skip
+    return [
+        '### Gaps by method',
+        '',
+        f'Score gap to the matched baseline in points: ours on our tasks, the paper '
+        f'({paper.SETUPS[mode]["label"]}) on its tasks.',
+        '',
+        *_table(header, body),
+        '',
+    ]
+
+
 def _paper_name(method: str, param: float | None) -> str:
     return method if param is None else f'{method} {param:g}'
 
@@ -338,7 +381,10 @@ def _paper_section(comparison: list[dict[str, Any]], mode: str) -> list[str]:
     ]
     header = ('task', 'method', 'paper rows', 'ours Δscore', 'paper Δacc', 'ours ΔBE',
               'paper ΔBE', 'ours score %', 'paper acc %')  # fmt: skip
-    lines += _table(header, body) if body else ['No lossy method here has a paper row.']
+    lines += _table(header, body) if body else [
+        "None of this run's tasks is one of the paper's (MATH, MBPP+, INCLUDE, BFCL "
+        'parallel_multiple): the gaps by method follow.'
+    ]
     notes = sorted({f'{_paper_name(c["paper_method"], c["paper_param"])} ({c["task"]}): '
                     f'{c["paper_note"]}' for c in comparison if c['paper_note']})  # fmt: skip
     if notes:
@@ -521,8 +567,11 @@ def write_report(
     ]
     lines += _headline_section(rows, mode)
     lines += _pairs_section(rows)
-    if comparison:
+    gaps = method_gaps(rows, mode)
+    if comparison or gaps:
         lines += _paper_section(comparison, mode)
+    if gaps:
+        lines += _method_gaps_section(gaps, mode)
     if figures:
         lines += ['## Figures', '']
         for name, caption, drawn in figures:

@@ -214,3 +214,17 @@ def test_paper_rows():
     assert paper.paper_gap('chain', 'math', 'baseline[min_p=0.5]') is None
     with pytest.raises(ValueError, match='setup'):
         paper.paper_row('graph', 'math', 'lossless')
+
+
+def test_gaps_by_method_on_tasks_the_paper_did_not_run(tmp_path):
+    """A run on other tasks (the README's: GSM8K, HumanEval, BFCL simple) still gets the
+    paper's gaps for its methods: CoS 0.4 on MATH, 60.40 - 76.47 (PAPER.md §7.2)."""
+    rows = [r for r in make_rows() if r['task'] in ('gsm8k', 'speed_mtbench')]
+    gaps = {g['method']: g for g in report.method_gaps(rows, 'chain')}
+    assert gaps['cos:lam=0.4']['paper']['MATH'] == pytest.approx(60.40 - 76.47)
+    assert set(gaps['cos:lam=0.4']['ours']) == {'gsm8k'}  # Speed sets have no score.
+    assert 'baseline[min_p=0.1]' not in gaps and 'ar' not in gaps
+    report.write_report(rows, str(tmp_path))
+    with open(tmp_path / 'report.md') as f:
+        md = f.read()
+    assert '### Gaps by method' in md and 'paper Δ MATH' in md and '-16.1' in md
