@@ -250,7 +250,7 @@ def batched(
     length: a batch's rows fall in one bucket (its prefill and cache are as long as its
     longest prompt) and stop at about the same step (a finished row still costs its share
     of every step: a step at batch 10 is compute-bound on CPU); only the last batch is short
-    (padded to B by the caller).
+    (the caller pads it to `padded_size`).
     """
     limits = task_limits(c)
 
