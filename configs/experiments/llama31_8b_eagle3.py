@@ -30,10 +30,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.num_draft = 6  # Tree depth in drafted levels (root + 6: "block size 7").
     c.grid = paper.grid(('lenience', 'minp_verify', 'eta_verify'))
     c.seeds = (0,)
-    c.temperature = 0.7
-    c.max_new_tokens = c.max_prompt_len = 2048
-    c.prompt_bucket = 256
-    c.batch_size = 8
-    for name, size in paper.TASK_SIZES.items():  # Or a data_root holding the full sets.
-        c.tasks[name] = evaluate.task(size, 2048, 'hub')
-    return c
+    return evaluate.paper_setup(c)

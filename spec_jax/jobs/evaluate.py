@@ -16,7 +16,7 @@ import time
 import ml_collections
 import numpy as np
 
-from spec_jax.eval import metrics, plan, records, report, runner
+from spec_jax.eval import metrics, paper, plan, records, report, runner
 from spec_jax.jobs import common
 from spec_jax.rules import theory
 
@@ -68,6 +68,19 @@ def task(limit: int, max_new_tokens: int, source: str = '') -> ml_collections.Co
     return ml_collections.ConfigDict(
         dict(limit=limit, max_new_tokens=max_new_tokens, source=source)
     )
+
+
+def paper_setup(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The decoding and tasks both of the paper's setups share (PAPER.md §1.4, §1.5): T 0.7,
+    2048 new tokens, MATH, MBPP+, INCLUDE and BFCL parallel_multiple at the paper's sizes
+    from the hub (or a `data_root` holding the full sets: set each task's source to '')."""
+    c.temperature = 0.7
+    c.max_new_tokens = c.max_prompt_len = 2048
+    c.prompt_bucket = 256
+    c.batch_size = 8
+    for name, size in paper.TASK_SIZES.items():
+        c.tasks[name] = task(size, 2048, 'hub')
+    return c
 
 
 def dry_run(c: ml_collections.ConfigDict) -> str:
