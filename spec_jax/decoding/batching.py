@@ -18,6 +18,11 @@ def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+def prompt_bucket_of(length: int, prompt_bucket: int, max_prompt_len: int) -> int:
+    """The prompt axis a batch whose longest prompt has `length` tokens is padded to."""
+    return min(round_up(length, prompt_bucket), max_prompt_len)
+
+
 @dataclasses.dataclass(frozen=True)
 class PromptBatch:
     """Right-padded prompts.
@@ -56,7 +61,7 @@ def pack_prompts(
                 f'prompt {row} has {n} tokens, longer than the configured maximum of '
                 f'{max_prompt_len}; raise max_prompt_len or shorten the prompt'
             )
-    bucket = min(round_up(int(lengths.max()), prompt_bucket), max_prompt_len)
+    bucket = prompt_bucket_of(int(lengths.max()), prompt_bucket, max_prompt_len)
     tokens = np.full((len(prompts), bucket), pad_id, np.int32)
     for row, p in enumerate(prompts):
         tokens[row, : len(p)] = p

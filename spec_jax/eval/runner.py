@@ -31,6 +31,7 @@ import ml_collections
 from tqdm import tqdm
 
 from spec_jax import data_files, decoding, rules
+from spec_jax.decoding import batching
 from spec_jax.eval import plan as plan_lib
 from spec_jax.eval import tasks as tasks_lib
 from spec_jax.eval.records import ResultStore, row_key
@@ -255,7 +256,7 @@ def batched(
     limits = task_limits(c)
 
     def bucket(r):
-        return min(-(-prompt_len(r) // c.prompt_bucket), -(-c.max_prompt_len // c.prompt_bucket))
+        return batching.prompt_bucket_of(prompt_len(r), c.prompt_bucket, c.max_prompt_len)
 
     todo = [
         (name, it)
@@ -291,8 +292,7 @@ def check_prompts(engine: decoding.Engine, encoded: dict, c: ml_collections.Conf
                 f"task's limit"
             )
         longest = max(longest, len(ids))
-    bucket = min(-(-longest // c.prompt_bucket) * c.prompt_bucket, c.max_prompt_len)
-    engine.check(bucket)
+    engine.check(batching.prompt_bucket_of(longest, c.prompt_bucket, c.max_prompt_len))
 
 
 def _scored(task: Task, item: Item, text: str, row: dict) -> dict:
