@@ -1,4 +1,4 @@
-"""On-device decoding: one engine for AR and speculative (chain) rounds.
+"""On-device decoding: one engine for AR, chain and tree rounds.
 
     from spec_jax import decoding
     built = decoding.build(config)               # target, drafter, rule, sampler
@@ -9,10 +9,13 @@
     engine = decoding.Engine(cfg, decode, drafters.LMDrafter(draft_cfg), num_draft=3,
                              rule=rules.make('lenience', l=0.5))
     engine.replace(rule=rules.make('lenience', l=0.7))   # same compiled loop
+    decoding.Engine(cfg, decode, drafters.Eagle3Drafter(head_cfg),
+                    tree=decoding.TreeShape(nodes=8, depth=4, branch=2))  # EAGLE-3 trees
 
-Modules: engine (the loop and its rounds), state (settings, the carry, commit), stats
-(counters and summaries), host (generate, chat), build (config blocks -> engine),
-drafters/ (the Drafter protocol and proposers), batching, code_room. docs/engine.md
+Modules: engine (the loop and its rounds), verification (the rule or its matched
+baseline), trees (tree shapes, selection, ancestor masks), state (settings, the carry,
+commit), stats (counters and summaries), host (generate, chat), build (config blocks ->
+engine), drafters/ (the Drafter protocol and proposers), batching, code_room. docs/engine.md
 describes the design.
 """
 
@@ -23,11 +26,15 @@ from spec_jax.decoding.build import (
     sampler_from_config,
     sampling_config,
     spec_config,
+    tree_config,
+    tree_shape,
 )
-from spec_jax.decoding.engine import MODES, Engine, Verification, decode_loop
+from spec_jax.decoding.engine import MODES, Engine, decode_loop
 from spec_jax.decoding.host import Params, Result, chat, encode, generate
 from spec_jax.decoding.state import DecodeSettings, DecodeState
 from spec_jax.decoding.stats import Stats, summarize
+from spec_jax.decoding.trees import TreeShape
+from spec_jax.decoding.verification import Verification
 
 __all__ = [
     'MODES',
@@ -38,6 +45,7 @@ __all__ = [
     'Params',
     'Result',
     'Stats',
+    'TreeShape',
     'Verification',
     'build',
     'chat',
@@ -49,4 +57,6 @@ __all__ = [
     'sampling_config',
     'spec_config',
     'summarize',
+    'tree_config',
+    'tree_shape',
 ]

@@ -5,9 +5,9 @@ The block (configs built on `spec_jax.jobs.generate.default_config` carry it):
   model, dtype, seed                 the target (`checkpoints.load` spec) and its dtype
   max_new_tokens, max_prompt_len, prompt_bucket
   sampling                           `sampling_config()`: temperature and truncations
-  spec                               `spec_config()`: mode ('ar' or 'chain'), drafter,
-                                     draft, num_draft, ngram, lookup, rule, baseline,
-                                     meter_distortion
+  spec                               `spec_config()`: mode ('ar', 'chain' or 'tree'),
+                                     drafter, draft, num_draft, ngram, lookup, rule,
+                                     baseline, meter_distortion, tree (the tree's shape)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import NamedTuple
 import ml_collections
 
 from spec_jax import checkpoints, rules
-from spec_jax.decoding import drafters
+from spec_jax.decoding import drafters, trees
 from spec_jax.decoding.engine import MODES, Engine
 from spec_jax.decoding.host import Params
 from spec_jax.decoding.state import DecodeSettings
@@ -45,11 +45,44 @@ def sampler_from_config(c: ml_collections.ConfigDict) -> Sampler:
     )
 
 
+def tree_config(nodes: int = 8, depth: int = 4, branch: int = 2, static: str = ''):
+    """The tree block of `spec_config` (tree mode; configs/smollm2_135m_tree.py)."""
+    return ml_collections.ConfigDict(
+        dict(
+            nodes=nodes,  # M: nodes verified per round, the root (pending token) included.
+            depth=depth,  # The deepest drafted node: the most drafts a round accepts.
+            branch=branch,  # Children per expanded node (the head's top-k) and frontier size.
+            # A static tree instead (EAGLE-1 / Medusa): parents of nodes 1..M-1, comma
+            # separated ('0,0,1,1,2': two root children, two under the first, one under the
+            # second); 'chain:A' for a chain of A. nodes, depth and branch then follow from it.
+            static=static,
+        )
+    )
+
+
+def tree_shape(c: ml_collections.ConfigDict) -> trees.TreeShape:
+    """A TreeShape from a tree block (ValueError naming the bad field)."""
+    if not c.static:
+        return trees.TreeShape(c.nodes, c.depth, c.branch)
+    if c.static.startswith('chain:'):
+        return trees.TreeShape.chain(int(c.static.split(':', 1)[1]))
+    try:
+        parents = [int(v) for v in c.static.split(',')]
+    except ValueError:
+        raise ValueError(
+            f'spec.tree.static={c.static!r}: give the parents of nodes 1..M-1 as '
+            "comma-separated ints ('0,0,1'), or 'chain:A'"
+        ) from None
+    return trees.TreeShape.fixed([0] + parents)
+
+
 def spec_config(mode: str = 'ar', draft: str = '') -> ml_collections.ConfigDict:
     """The decoding-mode block (see configs/smollm2_135m_chain.py)."""
     return ml_collections.ConfigDict(
         dict(
-            mode=mode,  # 'ar' (plain decoding) or 'chain' (speculative, drafter below).
+            # 'ar' (plain decoding), 'chain' (speculative, drafter below) or 'tree' (EAGLE-3
+            # draft trees of shape `tree`: drafter 'eagle3', lookup 0).
+            mode=mode,
             # 'lm' (a draft LM at `draft`), 'eagle3' (an EAGLE-3 head directory at `draft`,
             # official or speculators layout) or 'ngram' (prompt lookup).
             drafter='lm',
@@ -66,6 +99,7 @@ def spec_config(mode: str = 'ar', draft: str = '') -> ml_collections.ConfigDict:
             rule='lossless',
             baseline=False,  # Run the rule's matched baseline (truncation + lossless) instead.
             meter_distortion=False,  # Per-position TV / overshoot against the matched baseline.
+            tree=tree_config(),
         )
     )
 
@@ -100,6 +134,11 @@ def build(c: ml_collections.ConfigDict) -> Built:
         prompt_bucket=c.prompt_bucket,
         pad_id=(tok.pad_id or 0) if tok else 0,
     )
+    if s.mode == 'tree' and (s.drafter != 'eagle3' or s.lookup):
+        raise ValueError(
+            f'spec.mode=tree drafts with an EAGLE-3 head: set spec.drafter=eagle3 (got '
+            f'{s.drafter!r}) and spec.lookup=0 (got {s.lookup})'
+        )
     kind = 'none' if s.mode == 'ar' else s.drafter
     draft = drafters.make(
         kind, target, s.draft, ngram=s.ngram, lookup=s.lookup, dtype=c.dtype,
@@ -109,11 +148,12 @@ def build(c: ml_collections.ConfigDict) -> Built:
         target.cfg,
         decode,
         draft.drafter,
-        0 if s.mode == 'ar' else s.num_draft,
+        s.num_draft if s.mode == 'chain' else 0,
         rule,
         bool(s.baseline),
         sampler,
         bool(s.meter_distortion),
+        tree_shape(s.tree) if s.mode == 'tree' else None,
     )
     engine.check()
     return Built(engine, Params(target.params, draft.params), tok, target)

@@ -10,7 +10,10 @@ A round, for every row at once (docs/engine.md):
      advances (`DecodeState.commit`); the target cache already holds their keys/values;
   5. observe: the drafter reads the round (an EAGLE-3 head the taps of the verified
      positions).
-A tree round (the EAGLE-3 tree issue) plugs in as another round function of this loop.
+A tree round (`tree_round`) is the same round over a draft tree: the drafter proposes M
+nodes, the target reads them in one forward through the tree's ancestor mask,
+`rules.verify_tree` walks the accepted path, `KVCache.commit_path` moves it into place, and
+the drafter observes the path's taps.
 
 `Engine` is a pytree: the rule's float parameters, the baseline flag and the sampler are
 leaves (traced), everything else is static. A sweep over one rule's parameter, and its
@@ -31,78 +34,18 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax import rules, sampling
+from spec_jax.decoding import trees
 from spec_jax.decoding.drafters import Drafter, NoDrafter
 from spec_jax.decoding.state import DecodeSettings, DecodeState, check_context, is_stop, prefill
 from spec_jax.decoding.stats import Stats
-from spec_jax.models.cache import KVCache
+from spec_jax.decoding.verification import Verification
+from spec_jax.models.cache import KVCache, tree_mask
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
 from spec_jax.sampling import Sampler
 
-MODES = ('ar', 'chain')
+MODES = ('ar', 'chain', 'tree')
 _LOSSLESS = rules.Lossless()
-
-
-@jax.tree_util.register_pytree_node_class
-class Verification:
-    """The rule a run verifies with, or its matched baseline, chosen by a traced flag.
-
-    With `baseline` false: `rule` on the processed p and q. With it true: the matched
-    baseline, `rules.matched_baseline(rule)`: its truncation applied to p and q
-    (`transform`) and lossless verification, whose output law is exactly the truncated
-    target. Both branches are computed and one is selected, so flipping the flag does not
-    compile a new loop (the verifier's cost is O(B A V), small beside a forward).
-    """
-
-    def __init__(self, rule: rules.Rule, baseline):
-        self.rule = rule
-        self.baseline = baseline
-
-    def tree_flatten(self):
-        return (self.rule, self.baseline), None
-
-    @classmethod
-    def tree_unflatten(cls, aux, children):
-        del aux
-        return cls(*children)
-
-    @property
-    def stats_need_q(self) -> bool:
-        return self.rule.stats_need_q
-
-    def transform(self, probs: jax.Array) -> jax.Array:
-        truncated = rules.matched_baseline(self.rule).transform(probs)
-        return jnp.where(self.baseline, truncated, probs)
-
-    def stats(self, p, q):
-        return self.rule.stats(p, q)
-
-    def accept_from(self, px, qx, x, stats):
-        lossless = _LOSSLESS.accept_from(px, qx, x, ())
-        return jnp.where(self.baseline, lossless, self.rule.accept_from(px, qx, x, stats))
-
-    def replacement(self, p, q):
-        lossless = _LOSSLESS.replacement(p, q)
-        return jnp.where(self.baseline, lossless, self.rule.replacement(p, q))
-
-    def bonus(self, p):
-        return jnp.where(self.baseline, p, self.rule.bonus(p))
-
-    def emitted_law(self, p_btv: jax.Array, q_bav: jax.Array) -> jax.Array:
-        """The law pi [B, T, V] of the token each offset of a round emits, given that it is
-        reached: the rule's induced law at the A drafted offsets, its bonus law at the last
-        (T = A + 1); a baseline emits its truncated target p_A at every offset.
-
-        p_btv is the temperature-processed target (before any baseline truncation), q_bav
-        the draft's processed law (A = 0: a width-0 round, the bonus law only)."""
-        pi = self.rule.bonus(p_btv[:, -1:])
-        if q_bav.shape[1]:
-            pi = jnp.concatenate([self.rule.induced(p_btv[:, :-1], q_bav), pi], axis=1)
-        return jnp.where(self.baseline, rules.matched_baseline(self.rule).law(p_btv), pi)
-
-    def meter(self, pi: jax.Array, p: jax.Array) -> rules.Metered:
-        """`rules.meter` of an emitted law against this rule's matched baseline law of p."""
-        return rules.meter(pi, p, rules.matched_baseline(self.rule))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,10 +59,13 @@ class Engine:
       cfg: the target's model config.
       decode: buffers, buckets and stop tokens.
       drafter: the proposer (`NoDrafter` for AR, the default).
-      num_draft: A (gamma), drafted tokens per chain round; 0 = AR.
+      num_draft: A (gamma), drafted tokens per chain round; 0 = AR. In tree mode the
+        longest path a round can accept (set from `tree`; the per-depth statistics' width).
       rule: the verification rule (`rules.make`); AR mode samples its bonus law.
       baseline: run the rule's matched baseline instead (truncation + lossless).
       sampler: applied to target and draft logits alike (default greedy).
+      tree: a draft tree (`trees.TreeShape`): tree rounds (the drafter must build trees:
+        `propose_tree`, the EAGLE-3 head) instead of chain rounds.
       meter_distortion: also meter, at every emitted position (drafts, replacement and
         bonus tokens, the first token), the emitted law's distortion from the matched
         baseline's law (`rules.Metered`: TV, KL, outside mass, overshoot).
@@ -133,10 +79,14 @@ class Engine:
     baseline: bool = False
     sampler: Sampler = Sampler(temperature=0.0)
     meter_distortion: bool = False
+    tree: trees.TreeShape | None = None
 
     def __post_init__(self):
         if self.drafter is None:
             object.__setattr__(self, 'drafter', NoDrafter(self.cfg.vocab_size))
+        if self.tree is not None:  # num_draft follows the tree (so `replace` may change it).
+            object.__setattr__(self, 'num_draft', self.tree.path_len)
+            return
         if self.num_draft < 0:
             raise ValueError(f'num_draft (gamma) must be >= 0 (0 = AR), got {self.num_draft}')
         if (self.num_draft == 0) != isinstance(self.drafter, NoDrafter):
@@ -147,6 +97,8 @@ class Engine:
 
     @property
     def mode(self) -> str:
+        if self.tree is not None:
+            return 'tree'
         return 'ar' if self.num_draft == 0 else 'chain'
 
     def replace(self, **changes) -> Engine:
@@ -155,7 +107,10 @@ class Engine:
     def slots(self, prompt_bucket: int) -> int:
         """Cache positions a run needs: prompt bucket + output buffer + a verification's
         room past the last kept token."""
-        extra = self.num_draft + 1 if self.num_draft else 0
+        if self.tree is not None:
+            extra = self.tree.room
+        else:
+            extra = self.num_draft + 1 if self.num_draft else 0
         return prompt_bucket + self.decode.buffer_len + extra
 
     def check(self, prompt_bucket: int | None = None) -> None:
@@ -163,23 +118,42 @@ class Engine:
         target or a run longer than the models' contexts."""
         slots = None if prompt_bucket is None else self.slots(prompt_bucket)
         self.drafter.check(self.cfg, slots)
+        if self.tree is not None:
+            self._check_tree()
         if slots is None:
             return
-        if self.num_draft:
+        if self.tree is not None:
+            parts = 'prompt bucket + new tokens + tree room (max(nodes, head scratch, depth + 1))'
+            knobs = 'max_prompt_len, max_new_tokens or the tree shape'
+        elif self.num_draft:
             parts = 'prompt bucket + new tokens + num_draft + 1'
             knobs = 'max_prompt_len, max_new_tokens or num_draft'
         else:
             parts, knobs = 'prompt bucket + new tokens', 'max_prompt_len or max_new_tokens'
         check_context(self.cfg, slots, parts, 'the target', knobs)
 
+    def _check_tree(self) -> None:
+        if not callable(getattr(self.drafter, 'propose_tree', None)):
+            raise ValueError(
+                f'tree mode needs a drafter that builds trees (the EAGLE-3 head: drafter '
+                f"'eagle3', lookup 0); {type(self.drafter).__name__} drafts chains only"
+            )
+        if 'deterministic' not in self.rule.tree_modes:
+            with_trees = [n for n in rules.names() if 'deterministic' in rules.make(n).tree_modes]
+            raise ValueError(
+                f'rule {self.rule.name!r} has no tree form; the rules with one: {with_trees}'
+            )
+
     def tree_flatten(self):
-        static = (self.cfg, self.decode, self.drafter, self.num_draft, self.meter_distortion)
+        static = (
+            self.cfg, self.decode, self.drafter, self.num_draft, self.meter_distortion, self.tree
+        )  # fmt: skip
         return (self.rule, self.baseline, self.sampler), static
 
     @classmethod
     def tree_unflatten(cls, static, children):
         engine = object.__new__(cls)  # No validation: leaves may be tracers.
-        names = ('cfg', 'decode', 'drafter', 'num_draft', 'meter_distortion')
+        names = ('cfg', 'decode', 'drafter', 'num_draft', 'meter_distortion', 'tree')
         for name, value in zip(names, static):
             object.__setattr__(engine, name, value)
         for name, value in zip(('rule', 'baseline', 'sampler'), children):
@@ -273,7 +247,12 @@ def decode_loop(
         n_b = jnp.where(s.done_b, 0, drafter.draft_len(s.history_bs, s.committed_b, a))
         return jax.lax.switch(jnp.max(n_b), [partial(chain, a_round=k) for k in range(a + 1)], s)
 
-    body = sized_round if drafter.narrows else partial(chain, a_round=a)
+    if engine.tree is not None:
+        body = partial(tree_round, engine, params, draft_params)
+    elif drafter.narrows:
+        body = sized_round
+    else:
+        body = partial(chain, a_round=a)
     state = jax.lax.while_loop(lambda s: ~jnp.all(s.done_b), body, state)
     tokens_bn, num_b = state.outputs(engine.decode.buffer_len)
     return tokens_bn, num_b, state.stats
@@ -318,3 +297,71 @@ def chain_round(
     s = s.commit(out.tokens, out.num_emitted, engine.decode.stop_tokens)
     draft = drafter.observe(draft_params, draft, s.history_bs, start_b, s.committed_b, taps_bted)
     return s.replace(draft=draft)
+
+
+def tree_round(engine: Engine, params: dict, draft_params, s: DecodeState) -> DecodeState:
+    """One round over a draft tree of `engine.tree`'s shape (docs/engine.md, "Tree rounds")."""
+    cfg, drafter, shape = engine.cfg, engine.drafter, engine.tree
+    verification = Verification(engine.rule, engine.baseline)
+    key_b, k_verify_b = s.split_keys(2)
+    live_b = ~s.done_b
+    draft, tokens_bm, parents_bm = drafter.propose_tree(draft_params, s.draft, s.committed_b, shape)
+    tokens_bm = tokens_bm.at[:, 0].set(s.pending_b())
+    if shape.static:
+        anc_bmm = jnp.broadcast_to(trees.static_ancestors(shape), (*tokens_bm.shape, shape.nodes))
+    else:
+        anc_bmm = trees.ancestors(parents_bm, shape.path_len)
+    depth_bm = anc_bmm.sum(-1, dtype=jnp.int32) - 1
+    logits_bmv, taps_bmed, cache = forward(
+        cfg,
+        params,
+        tokens_bm,
+        s.committed_b[:, None] + depth_bm,
+        s.cache,
+        tree_mask(s.cache.lengths, anc_bmm, s.cache.max_len),
+        tap_layers=drafter.tap_layers,
+    )
+    raw_bmv, p_bmv = target_probs(engine, verification, logits_bmv)
+    out = rules.verify_tree(
+        verification,
+        k_verify_b,
+        shape.tree if shape.static else parents_bm,
+        tokens_bm,
+        p_bmv,
+        max_depth=shape.path_len,
+        max_children=shape.branch,
+        pad_id=engine.decode.pad_id,
+    )
+    metered = None
+    if engine.meter_distortion:  # The law each depth of the path emitted, given it was reached.
+        kids_bmc = rules.children_from_parents(parents_bm, shape.branch)
+        kids_bdc = jnp.take_along_axis(kids_bmc, out.path[..., None], axis=1)
+        sibs_bdc = jnp.where(kids_bdc >= 0, jnp.take_along_axis(
+            tokens_bm[:, None], jnp.maximum(kids_bdc, 0), axis=-1), -1)  # fmt: skip
+        raw_bdv = jnp.take_along_axis(raw_bmv, out.path[..., None], axis=1)
+        metered = verification.meter(verification.tree_node_law(raw_bdv, sibs_bdc), raw_bdv)
+    start_b = s.committed_b
+    s = s.replace(key_b=key_b, stats=s.stats.update(path_result(out), live_b, metered))
+    s = s.commit(out.tokens, out.num_emitted, engine.decode.stop_tokens)
+    # The root and the accepted nodes kept (C advanced by their count) move into place.
+    s = s.replace(cache=cache.commit_path(out.path, s.committed_b - start_b))
+    taps_bped = None
+    if taps_bmed is not None:
+        taps_bped = jnp.take_along_axis(taps_bmed, out.path[:, :, None, None], axis=1)
+    draft = drafter.observe(draft_params, draft, s.history_bs, start_b, s.committed_b, taps_bped)
+    return s.replace(draft=draft)
+
+
+def path_result(out: rules.TreeResult) -> rules.ChainResult:
+    """A tree round's outcome in the chain's per-position form (depth d of the path is
+    position d), for `Stats.update`."""
+    depth_bd = jnp.arange(out.path.shape[1] - 1)[None, :]
+    return rules.ChainResult(
+        num_accepted=out.num_accepted,
+        tokens=out.tokens,
+        accepted=depth_bd < out.num_accepted[:, None],
+        num_emitted=out.num_emitted,
+        accept_probs=jnp.zeros(out.path[:, 1:].shape, jnp.float32),
+        reached=depth_bd <= out.num_accepted[:, None],
+        final_token=out.final_token,
+    )

@@ -136,21 +136,21 @@ def attention_mask(lengths_b: jax.Array, num_new: int, max_len: int) -> jax.Arra
     return slots_s[None, None, :] <= limit_bt[:, :, None]
 
 
-def tree_mask(lengths_b: jax.Array, ancestors_bmm: jax.Array, max_len: int) -> jax.Array:
-    """Mask [B, M, S] for M tree nodes written at slots lengths[b] + i.
+def tree_mask(lengths_b: jax.Array, ancestors_bqm: jax.Array, max_len: int) -> jax.Array:
+    """Mask [B, Q, S] for Q queries over M tree nodes written at slots lengths[b] + i.
 
-    Node i sees every committed slot and the slots of its ancestors (itself included):
-    `ancestors_bmm[b, i, j]` is True iff node j is on the path from the root to node i.
+    Query i sees every committed slot and the slots of the nodes j with
+    `ancestors_bqm[b, i, j]` (its ancestors, itself included). With Q = M the queries are
+    the nodes themselves (target verification); a draft head's frontier of Q nodes reads
+    the M slots of its scratch region the same way.
     """
-    num_nodes = ancestors_bmm.shape[-1]
+    batch, num_q, num_nodes = ancestors_bqm.shape
     slots_s = jnp.arange(max_len, dtype=jnp.int32)
     committed_bs = slots_s[None, :] < lengths_b[:, None]
     offset_bs = slots_s[None, :] - lengths_b[:, None]
     in_tree_bs = (offset_bs >= 0) & (offset_bs < num_nodes)
     node_bs = jnp.clip(offset_bs, 0, num_nodes - 1)
-    ancestor_bms = jnp.take_along_axis(
-        ancestors_bmm,
-        jnp.broadcast_to(node_bs[:, None, :], (lengths_b.shape[0], num_nodes, max_len)),
-        axis=2,
+    ancestor_bqs = jnp.take_along_axis(
+        ancestors_bqm, jnp.broadcast_to(node_bs[:, None, :], (batch, num_q, max_len)), axis=2
     )
-    return committed_bs[:, None, :] | (in_tree_bs[:, None, :] & ancestor_bms)
+    return committed_bs[:, None, :] | (in_tree_bs[:, None, :] & ancestor_bqs)

@@ -272,7 +272,8 @@ def verify_tree(
     Args:
       rule: a tree-capable rule (a pytree argument of the jitted walk: its float parameters
         are traced, its class and static fields select the trace).
-      key: PRNG key.
+      key: one PRNG key, or B keys (one per row, as `verify_chain` takes them): row b then
+        draws its uniforms and its final token from key b only.
       tree: a static `Tree`, or traced parent pointers [M] or [B, M] (then give
         `max_depth` and `max_children`, defaults M - 1).
       node_tokens_bm: [B, M] int token of each node (entry 0, the root, is unused).
@@ -312,8 +313,17 @@ def _verify_tree(
     v = target_probs_bmv.shape[-1]
     rows = jnp.arange(b)
     tokens_bm = node_tokens_bm.astype(jnp.int32)
-    key_walk, key_final = jax.random.split(key)
     num_c = children.shape[-1]
+    draws = (max_depth + 1, num_c)
+    if sampling.is_key_batch(key):
+        if key.shape[0] != b:
+            raise ValueError(f'verify_tree: {key.shape[0]} keys for a batch of {b} rows')
+        key_walk, key_final = sampling.map_rows(lambda k: tuple(jax.random.split(k)), key)
+        u_dbc = sampling.map_rows(lambda k: uniform_open_closed(k, draws), key_walk)
+        u_dbc = u_dbc.transpose(1, 0, 2)
+    else:
+        key_walk, key_final = jax.random.split(key)
+        u_dbc = uniform_open_closed(key_walk, (draws[0], b, num_c))
 
     def body(d, carry):
         cur, done, n_acc, path, final_dist = carry
@@ -323,8 +333,7 @@ def _verify_tree(
         sibs = jnp.where(exists, jnp.take_along_axis(tokens_bm, kids_safe, axis=1), -1)
         p = target_probs_bmv[rows, cur]  # [B, V]
         q = draft_probs_bmv[rows, cur] if sampled else None
-        u = uniform_open_closed(jax.random.fold_in(key_walk, d), (b, num_c))
-        choice, node_final = _scan_node(rule, p, sibs, u, q)
+        choice, node_final = _scan_node(rule, p, sibs, u_dbc[d], q)
         has_kids = exists.any(-1)
         acc = ~done & (choice >= 0)
         stop = ~done & ~acc
@@ -343,7 +352,10 @@ def _verify_tree(
         jnp.zeros((b, v), target_probs_bmv.dtype),
     )
     cur, _, n_acc, path, final_dist = jax.lax.fori_loop(0, max_depth + 1, body, carry0)
-    final = sampling.sample(key_final, final_dist)
+    if sampling.is_key_batch(key):
+        final = sampling.sample_rows(key_final, final_dist)
+    else:
+        final = sampling.sample(key_final, final_dist)
     path_tokens = jnp.take_along_axis(tokens_bm, path[:, 1:], axis=1)  # [B, D]
     pos = jnp.arange(max_depth + 1)[None, :]
     padded = jnp.concatenate([path_tokens, jnp.full((b, 1), pad_id, jnp.int32)], axis=1)

@@ -1,9 +1,9 @@
 """Proposers for the engine, and `make` (built like `rules.make`).
 
-  base.py     the `Drafter` protocol, shared helpers, `NoDrafter` (AR: nothing drafted)
-  lm.py       `LMDrafter`: a draft LM sharing the target's tokenizer
-  eagle3.py   `Eagle3Drafter`: an EAGLE-3 head on the target's feature taps
-  lookup.py   `NgramDrafter` (prompt lookup) and `PromptLookup` (lookup, then a model)
+base.py     the `Drafter` protocol, shared helpers, `NoDrafter` (AR: nothing drafted)
+lm.py       `LMDrafter`: a draft LM sharing the target's tokenizer
+eagle3.py   `Eagle3Drafter`: an EAGLE-3 head on the target's feature taps
+lookup.py   `NgramDrafter` (prompt lookup) and `PromptLookup` (lookup, then a model)
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 from absl import logging
 
 from spec_jax import checkpoints
@@ -19,6 +22,7 @@ from spec_jax.decoding.drafters.base import OUTSIDE_DRAFT_VOCAB, Drafter, NoDraf
 from spec_jax.decoding.drafters.eagle3 import Eagle3Drafter, Eagle3State
 from spec_jax.decoding.drafters.lm import LMDrafter
 from spec_jax.decoding.drafters.lookup import NgramDrafter, PromptLookup, lookup
+from spec_jax.models import eagle3 as e3
 
 __all__ = [
     'KINDS',
@@ -35,6 +39,7 @@ __all__ = [
     'fit_vocab',
     'lookup',
     'make',
+    'random_head',
 ]
 
 
@@ -65,8 +70,9 @@ def make(
     Args:
       kind: 'none' (AR), 'lm' (a draft LM checkpoint `draft` sharing the target's
         tokenizer; a checkpoint spec as `checkpoints.load` reads), 'eagle3' (an EAGLE-3 head
-        directory `draft`, official or speculators layout) or 'ngram' (prompt lookup of up
-        to `ngram` tokens).
+        directory `draft`, official or speculators layout; 'random': random weights over
+        the whole vocabulary, for smoke runs) or 'ngram' (prompt lookup of up to `ngram`
+        tokens).
       target: the loaded target.
       draft: the checkpoint spec or directory ('' for 'none' and 'ngram').
       ngram: the longest n-gram prompt lookup matches.
@@ -97,7 +103,10 @@ def make(
         what = 'a draft LM checkpoint' if kind == 'lm' else 'an EAGLE-3 head directory'
         raise ValueError(f'drafter {kind!r} needs a draft: {what}')
     if kind == 'eagle3':
-        head = eagle_formats.load_head(draft, target.cfg, dtype)
+        if draft == 'random':
+            head = random_head(target.cfg, seed)
+        else:
+            head = eagle_formats.load_head(draft, target.cfg, dtype)
         drafter = Eagle3Drafter(head.cfg)
         built = Built(drafter, drafter.params_for(head, target.params))
     else:
@@ -108,6 +117,14 @@ def make(
         built = dataclasses.replace(built, drafter=PromptLookup(built.drafter, ngram, lookup))
     built.drafter.check(target.cfg)
     return built
+
+
+def random_head(target_cfg, seed: int) -> e3.Eagle3Head:
+    """An EAGLE-3 head with random weights for `target_cfg`, over its whole vocabulary."""
+    cfg = e3.Eagle3Config.for_target(target_cfg, draft_vocab_size=target_cfg.vocab_size)
+    d2t, t2d = e3.vocab_maps(np.arange(target_cfg.vocab_size), target_cfg.vocab_size)
+    params = e3.init_params(cfg, jax.random.PRNGKey(seed))
+    return e3.Eagle3Head(cfg, params, jnp.asarray(d2t), jnp.asarray(t2d))
 
 
 def check_same_tokenizer(target_tok, draft_tok) -> None:

@@ -1,4 +1,4 @@
-"""An EAGLE-3 head drafting a chain from the target's feature taps (docs/engine.md)."""
+"""An EAGLE-3 head drafting chains and trees from the target's feature taps (docs/engine.md)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
+from spec_jax.decoding import trees
 from spec_jax.decoding.drafters.base import (
     OUTSIDE_DRAFT_VOCAB,
     ProbsFn,
@@ -18,7 +20,7 @@ from spec_jax.decoding.drafters.base import (
     step_keys,
 )
 from spec_jax.models import eagle3 as e3
-from spec_jax.models.cache import attention_mask, empty_layer
+from spec_jax.models.cache import attention_mask, empty_layer, tree_mask
 
 
 @struct.dataclass
@@ -160,3 +162,129 @@ class Eagle3Drafter:
         q_bav = jnp.concatenate([q_abv.transpose(1, 0, 2), q_last_bv[:, None]], 1)
         # The steps' cache writes sit at or past C: the next window overwrites them.
         return state, x_ba, q_bav
+
+    # --- trees (docs/engine.md, "Tree rounds"; EAGLE3.md §1.7) ---------------------------
+
+    def propose_tree(self, params, state: Eagle3State, committed_b, shape: trees.TreeShape):
+        """A draft tree after each row's pending token: (state, node tokens [B, M] (entry 0,
+        the root, is the caller's), parents [B, M]).
+
+        Depth-d nodes run the head at position C - 1 + d on their parent's output hidden
+        with their own token, as chain step d does; they write their entries into the
+        head's cache at slots C .. C + scratch - 1 (in level order) and see the committed
+        slots and their ancestors' entries only. Candidates are the head's top-`branch`
+        children of each expanded node, over its draft vocabulary, scored by cumulative
+        log-probability without temperature (EAGLE's deterministic tree; the sampler and a
+        matched baseline's truncation act on the target only). The scratch entries are
+        left in the cache: they sit at or past C, where the next window overwrites them
+        and no mask shows them.
+        """
+        build = self._static_tree if shape.static else self._dynamic_tree
+        kv, tokens_bm, parents_bm = build(params, state, committed_b, shape)
+        return state.replace(cache_k=kv[0], cache_v=kv[1]), tokens_bm, parents_bm
+
+    def _expand(self, params, kv, tokens_bf, hidden_bfd, seen_bfn, committed_b, level, offset):
+        """The head on F frontier nodes of depth `level` written at slots C + offset + i;
+        `seen_bfn` [B, F, scratch] marks the scratch entries each one attends (its ancestors
+        and itself). Returns (log-probabilities over the draft vocabulary [B, F, U], output
+        hidden [B, F, D], kv)."""
+        pos_bf = jnp.broadcast_to((committed_b - 1 + level)[:, None], tokens_bf.shape)
+        logits_bfu, hidden_bfd, kv = e3.eagle3_forward(
+            self.cfg,
+            params['head'],
+            e3.embed(self.cfg, params['head'], params['embed_vd'], tokens_bf),
+            hidden_bfd,
+            pos_bf,
+            tree_mask(committed_b, seen_bfn, kv[0].shape[1]),
+            kv=(*kv, committed_b + offset),
+            apply_fc=False,
+        )
+        return jax.nn.log_softmax(logits_bfu, -1), hidden_bfd, kv[:2]
+
+    def _children(self, params, logp_bfu, branch):
+        """The `branch` best children of each node: (log-probabilities <= 0 [B, F, branch],
+        target ids [B, F, branch]), best first."""
+        logp_bfc, ids_bfc = jax.lax.top_k(logp_bfu, branch)
+        return jnp.minimum(logp_bfc, 0.0), params['draft_ids_u'][ids_bfc]
+
+    def _dynamic_tree(self, params, state, committed_b, shape):
+        k, batch = shape.branch, committed_b.shape[0]
+        kv = (state.cache_k, state.cache_v)
+        root_logp_b1u = jax.nn.log_softmax(state.logits_bu, -1)[:, None]
+        score_bk, token_bk = (x[:, 0] for x in self._children(params, root_logp_b1u, k))
+        pool_score, pool_token = [score_bk], [token_bk]
+        pool_parent = [jnp.full((batch, k), -1, jnp.int32)]
+        front_pool_bk = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (batch, k))
+        hidden_bkd = jnp.repeat(state.hidden_bd[:, None], k, axis=1)
+        seen_bkn = jnp.zeros((batch, k, shape.scratch), bool)
+        start = k  # Pool index of the level's first candidate.
+        for level in range(1, shape.depth):
+            offset = (level - 1) * k
+            own_kn = jnp.arange(shape.scratch)[None, :] == offset + jnp.arange(k)[:, None]
+            seen_bkn = seen_bkn | own_kn
+            logp_bku, out_bkd, kv = self._expand(
+                params, kv, token_bk, hidden_bkd, seen_bkn, committed_b, level, offset
+            )
+            logp_bkc, child_bkc = self._children(params, logp_bku, k)
+            child_score_bn = (score_bk[..., None] + logp_bkc).reshape(batch, k * k)
+            child_token_bn = child_bkc.reshape(batch, k * k)
+            pool_score.append(child_score_bn)
+            pool_token.append(child_token_bn)
+            pool_parent.append(jnp.repeat(front_pool_bk, k, axis=1))
+            if level < shape.depth - 1:  # The next frontier: the level's k best.
+                best_bk = trees.rank(child_score_bn)[:, :k]
+                parent_bk = best_bk // k
+                score_bk = jnp.take_along_axis(child_score_bn, best_bk, 1)
+                token_bk = jnp.take_along_axis(child_token_bn, best_bk, 1)
+                hidden_bkd = jnp.take_along_axis(out_bkd, parent_bk[..., None], 1)
+                seen_bkn = jnp.take_along_axis(seen_bkn, parent_bk[..., None], 1)
+                front_pool_bk = start + best_bk
+            start += k * k
+        chosen_bm, parents_bm = trees.select(
+            jnp.concatenate(pool_score, 1), jnp.concatenate(pool_parent, 1), shape.nodes - 1
+        )
+        drafted_bm = jnp.take_along_axis(jnp.concatenate(pool_token, 1), chosen_bm, 1)
+        tokens_bm = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), drafted_bm], 1)
+        return kv, tokens_bm.astype(jnp.int32), parents_bm
+
+    def _static_tree(self, params, state, committed_b, shape):
+        tree, batch = shape.tree, committed_b.shape[0]
+        kids, anc_mm = tree.children, trees.static_ancestors(shape)
+        rank_m = np.zeros(shape.nodes, np.int64)  # Each node's rank among its siblings.
+        for row in kids:
+            rank_m[row[row >= 0]] = np.arange((row >= 0).sum())
+        slot_m = np.full(shape.nodes, -1)  # Scratch slot of each expanded node.
+        slot_m[[i for level in shape.levels for i in level]] = np.arange(shape.scratch)
+        kv = (state.cache_k, state.cache_v)
+        tokens_bm = jnp.zeros((batch, shape.nodes), jnp.int32)
+        parents_m = np.asarray(shape.parents)
+
+        def fill(tokens_bm, expanded, token_bfc):  # Children of `expanded` from its top-k.
+            for f, node in enumerate(expanded):
+                row = kids[node][kids[node] >= 0]
+                tokens_bm = tokens_bm.at[:, row].set(token_bfc[:, f, rank_m[row]])
+            return tokens_bm
+
+        root_logp_b1u = jax.nn.log_softmax(state.logits_bu, -1)[:, None]
+        tokens_bm = fill(tokens_bm, [0], self._children(params, root_logp_b1u, shape.branch)[1])
+        hidden_of = {0: state.hidden_bd}
+        offset = 0
+        for level, expanded in enumerate(shape.levels, start=1):
+            if not expanded:
+                break
+            idx = np.asarray(expanded)
+            seen_fn = np.zeros((len(idx), shape.scratch), bool)
+            for f, node in enumerate(idx):
+                on_path = np.flatnonzero(anc_mm[node])
+                seen_fn[f, slot_m[on_path[on_path > 0]]] = True
+            hidden_bfd = jnp.stack([hidden_of[int(parents_m[i])] for i in idx], 1)
+            logp_bfu, out_bfd, kv = self._expand(
+                params, kv, tokens_bm[:, idx], hidden_bfd,
+                jnp.broadcast_to(jnp.asarray(seen_fn), (batch, *seen_fn.shape)),
+                committed_b, level, offset,
+            )  # fmt: skip
+            tokens_bm = fill(tokens_bm, idx, self._children(params, logp_bfu, shape.branch)[1])
+            hidden_of.update({int(i): out_bfd[:, f] for f, i in enumerate(idx)})
+            offset += len(idx)
+        parents_bm = jnp.broadcast_to(jnp.asarray(parents_m, jnp.int32), (batch, shape.nodes))
+        return kv, tokens_bm, parents_bm

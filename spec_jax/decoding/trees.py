@@ -1,0 +1,185 @@
+"""Draft trees of the tree round: their shape, the selection of M nodes from a static
+candidate pool, and the ancestor masks the target and the head read (docs/engine.md,
+"Tree rounds"; EAGLE3.md §1.7 and §5.4-5.8).
+
+A tree of M nodes is node 0, the root (the row's pending token s_C), and M - 1 drafted
+nodes, given by parent pointers [B, M] with parents[i] < i (parents precede children) and
+the children of a node in index order = draft order (descending draft probability), which
+is what `rules.verify_tree` walks.
+
+Dynamic trees (EAGLE-2/3): the head expands `branch` children (its top-k) of every node of
+a frontier of `branch` nodes for `depth` levels; every child is a candidate scored by its
+cumulative draft log-probability, the next frontier is the level's `branch` best, and the
+M - 1 best candidates of the whole pool (branch + (depth - 1) * branch^2 of them) become the
+tree. A child's score is at most its parent's (log-probabilities are <= 0) and a parent
+precedes its children in the pool, so ranking by (score descending, pool index ascending)
+puts every parent before its children, ties included: the selection is ancestor-closed.
+Static trees (EAGLE-1, Medusa) fix the parents: node i is the r-th best child of its parent,
+r its rank among its siblings.
+
+EAGLE's `depth` counts the expansions after the first level, so its (total_token 60,
+depth 5, top_k 10) is `TreeShape(nodes=60, depth=6, branch=10)` here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spec_jax import rules
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeShape:
+    """The shape of a round's draft tree (hashable: part of the engine's static half).
+
+    Attributes:
+      nodes: M, the tree nodes one verification reads, the root included (M = 1: nothing
+        drafted, every round an AR step).
+      depth: the deepest drafted node, so the most drafts one round can accept.
+      branch: children a node expands (the head's top-k) and, in a dynamic tree, the
+        frontier kept per level.
+      parents: () for a dynamic tree; the parent pointers of a static tree (entry 0, the
+        root's, is ignored), whose nodes, depth and branch they determine (`TreeShape.fixed`).
+    """
+
+    nodes: int = 8
+    depth: int = 4
+    branch: int = 2
+    parents: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        for name in ('nodes', 'depth', 'branch'):
+            if getattr(self, name) < 1:
+                raise ValueError(f'tree {name}={getattr(self, name)} must be >= 1')
+        if self.parents:
+            tree = rules.Tree(self.parents)  # Validates the pointers.
+            want = (tree.num_nodes, tree.max_depth, tree.children.shape[1])
+            if (self.nodes, self.depth, self.branch) != want:
+                raise ValueError(
+                    f'a static tree of parents {self.parents} has nodes, depth, branch = {want}, '
+                    f'not {(self.nodes, self.depth, self.branch)}: build it with TreeShape.fixed'
+                )
+        elif self.nodes - 1 > self.pool_size:
+            raise ValueError(
+                f'tree nodes={self.nodes} needs {self.nodes - 1} drafted nodes but the candidate '
+                f'pool of branch={self.branch}, depth={self.depth} holds {self.pool_size} '
+                '(branch + (depth - 1) * branch^2): lower nodes or raise branch or depth'
+            )
+
+    @classmethod
+    def fixed(cls, parents) -> TreeShape:
+        """A static tree from parent pointers (node 0 the root)."""
+        tree = rules.Tree(tuple(parents))
+        if tree.num_nodes < 2:
+            raise ValueError('a static tree needs at least one drafted node besides the root')
+        return cls(tree.num_nodes, tree.max_depth, int(tree.children.shape[1]), tree.parents)
+
+    @classmethod
+    def chain(cls, length: int) -> TreeShape:
+        """A static chain of `length` drafts: the head's greedy chain, verified as a tree."""
+        return cls.fixed(rules.Tree.chain(length).parents)
+
+    @property
+    def static(self) -> bool:
+        return bool(self.parents)
+
+    @property
+    def pool_size(self) -> int:
+        """Candidates a dynamic tree selects from (a static tree: its drafted nodes)."""
+        if self.parents:
+            return self.nodes - 1
+        return self.branch + (self.depth - 1) * self.branch**2
+
+    @property
+    def path_len(self) -> int:
+        """The longest accepted path, in drafted nodes."""
+        return min(self.depth, self.nodes - 1)
+
+    @property
+    def scratch(self) -> int:
+        """Head cache slots one proposal writes past C (the nodes it runs the head on)."""
+        if self.parents:
+            return int(sum(len(level) for level in self.levels))
+        return (self.depth - 1) * self.branch
+
+    @property
+    def room(self) -> int:
+        """Cache slots a round needs past the committed tokens: the M verified nodes, the
+        head's scratch and its window over the accepted path."""
+        return max(self.nodes, self.scratch, self.path_len + 1)
+
+    @functools.cached_property
+    def tree(self) -> rules.Tree:
+        """The static tree (static shapes only)."""
+        return rules.Tree(self.parents)
+
+    @functools.cached_property
+    def levels(self) -> tuple[tuple[int, ...], ...]:
+        """Static trees: levels[d - 1] lists the nodes of depth d that have children, in
+        index order (the head runs on them; their scratch slots follow in this order)."""
+        has_kids = np.zeros(self.nodes, bool)
+        has_kids[list(self.parents[1:])] = True
+        depth = self.tree.depth
+        return tuple(
+            tuple(int(i) for i in np.flatnonzero((depth == d) & has_kids))
+            for d in range(1, self.depth)
+        )
+
+    def describe(self) -> str:
+        if self.parents:
+            return f'static tree of {self.nodes} nodes, depth {self.depth}'
+        return f'dynamic tree: {self.nodes} nodes, depth {self.depth}, branch {self.branch}'
+
+
+def rank(score_bn: jax.Array) -> jax.Array:
+    """Pool indices [B, N] by score descending, ties by index ascending (a stable sort),
+    NaN last."""
+    key = jnp.where(jnp.isnan(score_bn), jnp.inf, -score_bn)
+    return jnp.argsort(key, axis=-1, stable=True).astype(jnp.int32)
+
+
+def select(score_bn: jax.Array, parent_bn: jax.Array, num: int):
+    """The `num` best candidates of a pool as a tree (parents precede children).
+
+    Args:
+      score_bn: [B, N] cumulative draft log-probabilities; a child's is at most its parent's.
+      parent_bn: [B, N] the pool index of each candidate's parent, -1 for the root's
+        children; parents precede children in the pool.
+      num: M - 1, the drafted nodes to keep.
+
+    Returns:
+      (pool index of each drafted node [B, M - 1], ascending; parents [B, M]: node i's parent
+      as a node index, 0 for the root and for node 0).
+    """
+    chosen_bm = jnp.sort(rank(score_bn)[:, :num], axis=-1)
+    parent_pool_bm = jnp.take_along_axis(parent_bn, chosen_bm, axis=-1)
+    found_bm = jax.vmap(jnp.searchsorted)(chosen_bm, parent_pool_bm).astype(jnp.int32)
+    # Ancestor-closed by construction; a parent missing (NaN scores) hangs from the root.
+    known_bm = jnp.take_along_axis(chosen_bm, jnp.minimum(found_bm, num - 1), -1) == parent_pool_bm
+    parents_bm = jnp.where((parent_pool_bm >= 0) & known_bm, found_bm + 1, 0)
+    root_b1 = jnp.zeros((score_bn.shape[0], 1), jnp.int32)
+    return chosen_bm, jnp.concatenate([root_b1, parents_bm], axis=-1)
+
+
+def ancestors(parents_bm: jax.Array, depth: int) -> jax.Array:
+    """[B, M, M] bool: node j is on the path from the root to node i (i itself included),
+    for trees no deeper than `depth` (parents precede children)."""
+    m = parents_bm.shape[-1]
+    eye_mm = jnp.eye(m, dtype=bool)
+    anc_bmm = jnp.broadcast_to(eye_mm, (*parents_bm.shape, m))
+    for _ in range(depth):  # After n steps each row holds its node's n nearest ancestors.
+        anc_bmm = eye_mm | jnp.take_along_axis(anc_bmm, parents_bm[..., None], axis=-2)
+    return anc_bmm
+
+
+def static_ancestors(shape: TreeShape) -> np.ndarray:
+    """[M, M] ancestors of a static tree (host side, numpy)."""
+    anc_mm = np.eye(shape.nodes, dtype=bool)
+    for i in range(1, shape.nodes):  # Parents precede children.
+        anc_mm[i] |= anc_mm[shape.parents[i]]
+    return anc_mm
