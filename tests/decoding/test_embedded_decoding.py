@@ -1,7 +1,10 @@
 """Decoding the embedded default (SmolLM2-135M-Instruct): parity with transformers, and
 greedy speculative decoding equal to greedy AR decoding."""
 
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -9,6 +12,7 @@ import pytest
 from spec_jax import checkpoints, decoding
 from spec_jax.checkpoints import eagle_formats
 from spec_jax.decoding.drafters import Eagle3Drafter, LMDrafter, NgramDrafter
+from spec_jax.jobs import generate
 from spec_jax.models.config import ModelConfig
 from spec_jax.testing import random_params
 
@@ -81,6 +85,38 @@ def test_greedy_speculative_equals_greedy_ar(embedded, prompt_ids, greedy_ar, nu
         single = decoding.generate(chain, both, prompt_ids[:1])
         assert single.tokens == greedy_ar[:1], name
         assert np.isfinite(result.stats['block_efficiency'])
+
+
+def test_greedy_tree_equals_greedy_ar(embedded, prompt_ids, greedy_ar):
+    """The shipped head's trees, one 9 deep (it was trained for 7 steps), batch 5 and 1."""
+    head = eagle_formats.load_head(HEAD_DIR, embedded.cfg)
+    both = decoding.Params(embedded.params, Eagle3Drafter.params_for(head, embedded.params))
+    tree = decoding.Engine(embedded.cfg, DEC, Eagle3Drafter(head.cfg),
+                           tree=decoding.TreeShape(nodes=12, depth=9, branch=2))  # fmt: skip
+    result = decoding.generate(tree, both, prompt_ids)
+    assert result.tokens == greedy_ar
+    assert result.stats['block_efficiency'] > 1.5
+    assert decoding.generate(tree, both, prompt_ids[3:4]).tokens == greedy_ar[3:4]
+
+
+def test_tree_preset_through_the_launcher(tmp_path):
+    """`launch/generate.py --config configs/smollm2_135m_tree.py` (the embedded default, the
+    shipped head, its CPU tree) writes plain greedy decoding's text."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    run = subprocess.run(
+        [sys.executable, os.path.join(root, 'launch', 'generate.py'),
+         f'--config={os.path.join(root, "configs", "smollm2_135m_tree.py")}',
+         '--config.max_new_tokens=48', f'--workdir={tmp_path}'],
+        cwd=root, capture_output=True, text=True,
+        env={**os.environ, 'SPEC_JAX_COMPILATION_CACHE': 'off'},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    with open(os.path.join(tmp_path, 'generations.jsonl')) as f:
+        tree = [json.loads(line) for line in f]
+    plain = generate.default_config()
+    plain.max_new_tokens = 48
+    assert [r['text'] for r in tree] == [r['text'] for r in generate.run(plain)]
+    assert sum(r['emitted'] for r in tree) > 1.5 * sum(r['blocks'] for r in tree)
 
 
 @pytest.mark.parametrize('directory', [DRAFT_DIR, HEAD_DIR])

@@ -102,8 +102,14 @@ def test_generate_with_an_eagle3_head_matches_plain_greedy(tiny_config, tmp_path
 
 def test_bad_spec_options(tiny_config):
     c = generate.default_config(tiny=True)
+    c.spec.mode = 'beam'
+    with pytest.raises(ValueError, match=r"spec.mode='beam' is not one of \('ar', 'chain', 'tree'"):
+        generate.run(c)
     c.spec.mode = 'tree'
-    with pytest.raises(ValueError, match=r"spec.mode='tree' is not one of \('ar', 'chain'\)"):
+    with pytest.raises(ValueError, match="set spec.drafter=eagle3 \\(got 'lm'\\)"):
+        generate.run(c)
+    c.spec.drafter, c.spec.draft, c.spec.tree.static = 'eagle3', 'random', '0,0,x'
+    with pytest.raises(ValueError, match="spec.tree.static='0,0,x': give the parents"):
         generate.run(c)
     c.spec.mode = 'chain'
     c.spec.drafter = 'oracle'
