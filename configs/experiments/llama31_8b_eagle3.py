@@ -4,14 +4,15 @@ T 0.7, max_new_tokens 2048, one run; MATH, MBPP+, INCLUDE and BFCL parallel_mult
 
     python launch/evaluate.py --config configs/experiments/llama31_8b_eagle3.py --dry_run
 
-Tree verification joins the engine with the EAGLE-3 tree issue (19): until then the dry
-run prints the plan (matched baselines in the tree convention: the target truncated, the
-deterministic draft tree not) and a run stops with that message. CoS has no tree form in
-the paper's code and is not in this grid.
+Matched baselines follow the tree convention (the target truncated, the deterministic
+draft tree not). EAGLE's depth 5 counts expansions after the first level: the tree here is
+`tree_config(nodes=60, depth=6, branch=10)`. CoS has no tree form in the paper's code and
+none here (docs/engine.md, "Tree rounds"), so it is not in this grid.
 """
 
 import ml_collections
 
+from spec_jax import decoding
 from spec_jax.eval import paper
 from spec_jax.jobs import evaluate
 
@@ -26,8 +27,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.draft = 'yuhuili/EAGLE3-LLaMA3.1-Instruct-8B'
     c.dtype = 'bfloat16'
     c.mode = 'tree'
-    c.tree.total_tokens, c.tree.depth, c.tree.top_k = 60, 5, 10
-    c.num_draft = 6  # Tree depth in drafted levels (root + 6: "block size 7").
+    c.tree = decoding.tree_config(nodes=60, depth=6, branch=10)  # Root + 6: "block size 7".
     c.grid = paper.grid(('lenience', 'minp_verify', 'eta_verify'))
     c.seeds = (0,)
     return evaluate.paper_setup(c)

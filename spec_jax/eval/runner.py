@@ -106,17 +106,20 @@ def decoding_block(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     block.max_new_tokens = c.max_new_tokens
     block.max_prompt_len, block.prompt_bucket = c.max_prompt_len, c.prompt_bucket
     block.sampling = decoding.sampling_config(c.temperature)
-    block.spec = decoding.spec_config('chain', c.draft)
-    for field in ('drafter', 'num_draft', 'ngram', 'lookup', 'draft_seed'):
+    block.spec = decoding.spec_config(c.mode, c.draft)
+    for field in ('drafter', 'num_draft', 'ngram', 'lookup', 'draft_seed', 'tree'):
         block.spec[field] = c[field]
     block.spec.meter_distortion = c.meter_distortion
     return block
 
 
 def engine_for(base: decoding.Engine, method: plan_lib.Method) -> decoding.Engine:
-    """The engine of one method: AR drops the drafter; the others set rule and baseline."""
+    """The engine of one method: AR drops the drafter (and the tree); the others set rule
+    and baseline."""
     if method.mode == 'ar':
-        return base.replace(drafter=None, num_draft=0, rule=rules.Lossless(), baseline=False)
+        return base.replace(
+            drafter=None, num_draft=0, tree=None, rule=rules.Lossless(), baseline=False
+        )
     return base.replace(rule=rules.make(method.rule), baseline=method.baseline)
 
 
@@ -149,15 +152,9 @@ def run(
       ValueError: a bad config (mode, grid, task names, limits) before any model loads.
       records.ConfigMismatchError: `workdir` holds another config's results and `c.mix`
         is not set.
-      NotImplementedError: tree mode (the EAGLE-3 tree issue); `--dry_run` plans it.
     """
     methods = methods_of(c)
     limits = task_limits(c)
-    if c.mode == 'tree':
-        raise NotImplementedError(
-            'tree mode decodes once EAGLE-3 tree verification lands in the engine (issue '
-            '19); --dry_run prints its plan now'
-        )
     items = load_items(c)
     store = ResultStore(
         workdir, c.to_dict(), [dataclasses.asdict(m) for m in methods], mix=bool(c.mix)

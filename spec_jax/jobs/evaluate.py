@@ -16,6 +16,7 @@ import time
 import ml_collections
 import numpy as np
 
+from spec_jax import decoding
 from spec_jax.eval import metrics, paper, plan, records, report, runner
 from spec_jax.jobs import common
 from spec_jax.rules import theory
@@ -33,14 +34,15 @@ def default_config(tiny: bool = False) -> ml_collections.ConfigDict:
     c.model = 'random:tiny' if tiny else 'embedded'
     c.dtype = 'float32'
     c.seed = 0  # Weights of 'random:' models.
-    c.mode = 'chain'  # 'chain', or 'tree' (EAGLE-3 tree verification, issue 19).
+    c.mode = 'chain'  # 'chain', or 'tree' (EAGLE-3 draft trees: drafter 'eagle3', lookup 0).
     c.drafter = 'lm'  # 'lm' (a draft LM at `draft`), 'eagle3' (a head dir) or 'ngram'.
     c.draft = 'random:tiny' if tiny else ''
     c.draft_seed = 1 if tiny else -1  # Seed of 'random:' draft weights (-1: `seed`).
     c.num_draft = 1  # gamma: drafted tokens per chain round.
     c.ngram = 3
     c.lookup = 0  # k > 0: prompt lookup (n-grams of k..ngram) before the drafter.
-    c.tree = ml_collections.ConfigDict(dict(total_tokens=60, depth=5, top_k=10))  # Tree mode.
+    # Tree mode's shape (decoding.tree_config; configs/smollm2_135m_tree.py): a CPU default.
+    c.tree = decoding.tree_config(nodes=8, depth=4, branch=2)
     c.temperature = 0.7
     # Lossy rules (rules.make specs); the plan adds AR, lossless SD and matched baselines.
     c.grid = ('minp_verify:rho=0.3', 'lenience:l=0.5', 'cos:lam=0.4')
@@ -110,7 +112,7 @@ def dry_run(c: ml_collections.ConfigDict) -> str:
                      f'{samples} samples')  # fmt: skip
     lines.append(f'total: {total} samples')
     if c.mode == 'tree':
-        lines.append('tree mode: runs once EAGLE-3 tree verification lands (issue 19)')
+        lines.append(f'tree mode: {decoding.tree_shape(c.tree).describe()}')
     return '\n'.join(lines)
 
 

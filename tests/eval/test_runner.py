@@ -178,9 +178,26 @@ def test_dry_run_and_bad_configs():
     with pytest.raises(ValueError, match='twice'):
         runner.methods_of(c)
     c.grid, c.mode = ('lenience:l=0.5',), 'tree'
-    assert 'issue 19' in evaluate.dry_run(c)
-    with pytest.raises(NotImplementedError, match='issue 19'):
-        runner.run(c, '/nonexistent')
+    assert 'tree mode: dynamic tree: 8 nodes, depth 4, branch 2' in evaluate.dry_run(c)
+
+
+def test_a_tree_experiment_runs(tmp_path):
+    """Tree mode end to end on random tiny models with a random head: every method of the
+    plan (AR, lossless, the lossy tree rules and their matched baselines) writes its
+    samples, with tree rounds' statistics."""
+    c = tiny_config()
+    c.mode, c.drafter, c.draft, c.lookup = 'tree', 'eagle3', 'random', 0
+    c.grid = ('lenience:l=0.5', 'minp_verify:rho=0.3')
+    c.tasks = {'gsm8k': evaluate.task(2, 8)}
+    c.progress = False
+    store, methods, _ = runner.run(c, str(tmp_path))
+    assert [m.name for m in methods] == ['ar', 'lossless', 'lenience:l=0.5',
+                                         'minp_verify:rho=0.3', 'baseline[min_p=0.3]']  # fmt: skip
+    assert len(store.rows) == 2 * len(methods)
+    for row in store.rows:
+        assert row['stats']['blocks'] >= 1 and row['num_tokens'] >= 1
+        if row['method'] != 'ar':
+            assert row['stats']['metered'] == row['stats']['emitted'] + 1
 
 
 def test_sample_ids_are_stable_and_distinct():
