@@ -3,6 +3,7 @@
   forward  the bandwidth bound of a decode step, the cost of a forward over T new tokens
   ar       AR tokens/s against the bound
   chain    chain speculative decoding against AR (spec_jax.jobs.bench_chain)
+  tree     EAGLE-3 trees against AR and the chain with the same head (bench_tree)
   rules    verify_chain against the target forward (spec_jax.jobs.bench_rules)
 
 Every comparison runs interleaved in one process (rounds of A, B, C, A, B, C, ...) and
@@ -20,7 +21,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from spec_jax import checkpoints, decoding
-from spec_jax.jobs import bench_chain, bench_rules, common
+from spec_jax.jobs import bench_chain, bench_rules, bench_tree, common
 from spec_jax.jobs.timing import interleaved_medians
 from spec_jax.models.cache import KVCache
 from spec_jax.models.llama import forward
@@ -142,6 +143,7 @@ BENCHES = {
     'forward': _on_model(bandwidth_and_forward),
     'ar': _on_model(ar),
     'chain': bench_chain.run,
+    'tree': bench_tree.run,
     'rules': bench_rules.run,
 }
 

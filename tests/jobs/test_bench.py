@@ -20,8 +20,8 @@ def test_forward_and_ar_benches_report_bound_and_ratios(tmp_path):
     assert fwd['verify_cost_ratio'][1] == 1.0
     assert ar['ar_tokens_per_s_b1'] > 0
     assert os.path.exists(os.path.join(tmp_path, 'bench.json'))
-    c.kinds = ('forward', 'tree')
-    with pytest.raises(ValueError, match=r"unknown bench kinds \['tree'\]; valid: \['ar', "):
+    c.kinds = ('forward', 'beam')
+    with pytest.raises(ValueError, match=r"unknown bench kinds \['beam'\]; valid: \['ar', "):
         bench.run(c)
 
 
@@ -44,6 +44,25 @@ def test_chain_bench_reports_speedup_overhead_and_one_compile_sweeps(tmp_path):
     sweep = report['sweep']
     assert sweep['runs'] == len(c.sweep_values) + 1 and sweep['compiles'] == 1
     assert os.path.exists(os.path.join(tmp_path, 'bench_chain.json'))
+
+
+def test_tree_bench_reports_speed_overhead_equal_width_and_shapes(tmp_path):
+    c = load_config(os.path.join(CONFIGS, 'bench_tree.py'), 'tiny')
+    report = bench.run(c, str(tmp_path))['tree']
+    (row,) = report['rows']
+    for name in ('chain', 'tree'):
+        assert row[f'{name}_speedup'] > 0 and row[f'{name}_accept_length'] >= 1
+        # speedup = acceptance length / round cost.
+        assert row[f'{name}_speedup'] * row[f'{name}_round_cost'] == pytest.approx(
+            row[f'{name}_accept_length']
+        )
+    assert row['tree_over_chain'] == pytest.approx(row['tree_speedup'] / row['chain_speedup'])
+    assert 0 < report['overhead']['forward_ms'] < report['overhead']['round_ms']
+    (width,) = report['equal_width']
+    assert width['num_draft'] == 3 and 'dynamic tree: 4 nodes' in width['tree']
+    assert width['gain'] == pytest.approx(width['tree_length'] - width['chain'])
+    assert report['shapes']['best'] == '4/3/2'
+    assert os.path.exists(os.path.join(tmp_path, 'bench_tree.json'))
 
 
 def test_rules_bench_sets_each_rule_against_the_forward():

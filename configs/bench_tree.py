@@ -1,0 +1,55 @@
+"""Benchmark EAGLE-3 tree decoding against AR and chain decoding with the same head.
+
+    python launch/bench.py --config configs/bench_tree.py
+    python launch/bench.py --config configs/bench_tree.py --config.data_root=/path/to/data
+    python launch/bench.py --config configs/bench_tree.py:tiny    # random models, seconds
+
+Prints, per temperature (0, 0.7) and batch (1, 4): AR, chain and tree tokens/s, the tree's
+speedup over AR and over the chain, acceptance lengths (tokens per target forward, the
+bonus counted), the cost of a round in AR tokens and the speedup ceiling; the tree round's
+engine overhead; then, at equal verified width (tree M = chain A + 1 for A = 3, 5, 7),
+acceptance lengths with 95% intervals over the prompts and of their per-prompt difference;
+then tokens/s of a few tree shapes (the best one on this machine). On this CPU verifying M
+tokens costs 1.5x (M 2) to 2.3x (M 16) a one-token step, so a tree's speedup over AR is
+capped near its ceiling, not its acceptance length (docs/performance.md).
+"""
+
+import ml_collections
+
+from spec_jax import checkpoints, decoding
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    if arg not in (None, '', 'tiny'):
+        raise ValueError(f"unknown config arg {arg!r}; valid: '', 'tiny'")
+    tiny = arg == 'tiny'
+    c = ml_collections.ConfigDict()
+    c.kinds = ('tree',)  # spec_jax.jobs.bench.BENCHES
+    c.model = 'random:tiny' if tiny else 'embedded'
+    c.dtype = 'float32'
+    c.seed = 0
+    c.draft = 'random' if tiny else checkpoints.EAGLE3_HEAD  # An EAGLE-3 head directory.
+    c.rule = 'lossless'
+    c.num_draft = 3  # The chain's gamma in the speed table.
+    # The tree in the speed table (tiny: the equal-width tree, so its loop is reused).
+    c.tree = decoding.tree_config(*((4, 3, 2) if tiny else (8, 4, 2)))
+    c.data_root = ''  # speed/<set>.jsonl (spec_jax/data_files.py); '' = bundled samples.
+    c.sets = ('mt_bench', 'humaneval', 'gsm8k', 'alpaca', 'sum', 'qa')
+    if tiny:  # The tiny model's context (512) is shorter than a CNN/DM article.
+        c.sets = ('mt_bench', 'gsm8k')
+    c.prompts_per_set = 1 if tiny else 2
+    c.max_new_tokens = 8 if tiny else 96
+    c.max_prompt_len = 1024
+    c.prompt_bucket = 64
+    c.temperatures = (0.0,) if tiny else (0.0, 0.7)
+    c.batches = (1,) if tiny else (1, 4)
+    c.rounds = 1 if tiny else 2
+    c.overhead = True
+    # Equal verified width: chain A against a tree of A + 1 nodes of (depth, branch).
+    c.widths = (3,) if tiny else (3, 5, 7)
+    c.width_trees = ((3, 2),) if tiny else ((3, 2), (4, 2), (5, 2))
+    # Tree shapes (nodes, depth, branch) timed at T 0, batch 1.
+    c.shapes = ((4, 3, 2),) if tiny else (
+        (4, 3, 2), (6, 4, 2), (8, 4, 2), (8, 6, 2), (12, 5, 3), (16, 6, 4)
+    )  # fmt: skip
+    return c

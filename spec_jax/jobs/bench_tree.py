@@ -1,0 +1,259 @@
+"""EAGLE-3 tree decoding against spec_jax's own AR and chain decoding with the same head.
+
+Three parts (configs/bench_tree.py):
+  speed        AR, chain and tree side by side per (temperature, batch), in interleaved
+               rounds: tokens/s, speedups over AR and over the chain, acceptance length
+               (tokens per target forward, the bonus counted), the round cost in AR tokens
+               and the speedup ceiling; then the tree round's engine overhead.
+  equal width  tree M = chain A + 1 for each A of `c.widths`, same head, prompts, seeds:
+               acceptance length of each with a 95% interval over prompts, and of their
+               per-prompt difference (the tree beats the chain when its lower end is > 0).
+  shapes       tokens/s of each tree of `c.shapes` at T 0 and batch 1: the best here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from spec_jax import checkpoints, data_files, decoding, rules
+from spec_jax.decoding import batching, drafters, trees
+from spec_jax.decoding import engine as eng
+from spec_jax.jobs.bench_chain import summarize_runs
+from spec_jax.jobs.timing import interleaved_medians
+from spec_jax.models.cache import tree_mask
+from spec_jax.models.llama import forward
+from spec_jax.sampling import Sampler
+
+Z95 = 1.96
+
+
+def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
+    """Runs the tree benchmark of config `c` (configs/bench_tree.py)."""
+    data_files.require(data_files.speed_files(c.sets), c.data_root, 'data_root')
+    target = checkpoints.load(c.model, c.dtype, c.seed)
+    tok = target.tokenizer
+    prompts = data_files.speed_prompts(c.sets, c.prompts_per_set, c.data_root, 'data_root')
+    ids = [tok.encode_chat([{'role': 'user', 'content': text}]) for _, text in prompts]
+    dec = decoding.DecodeSettings(
+        max_new_tokens=c.max_new_tokens,
+        stop_tokens=tok.stop_ids,
+        max_prompt_len=c.max_prompt_len,
+        prompt_bucket=c.prompt_bucket,
+    )
+    built = drafters.make('eagle3', target, c.draft, dtype=c.dtype, seed=c.seed)
+    params = decoding.Params(target.params, built.params)
+    shape = decoding.tree_shape(c.tree)
+    chain = decoding.Engine(target.cfg, dec, built.drafter, c.num_draft, rules.make(c.rule))
+    engines = {
+        'ar': decoding.Engine(target.cfg, dec),
+        'chain': chain,
+        'tree': chain.replace(tree=shape),
+    }
+    print(
+        f'{len(prompts)} prompts ({c.prompts_per_set} from each of {", ".join(c.sets)}), '
+        f'{c.max_new_tokens} new tokens max, head {c.draft}, rule {c.rule}; chain gamma '
+        f'{c.num_draft}, {shape.describe()}'
+    )
+    report = {'rows': []}
+    for temperature in c.temperatures:
+        for batch in c.batches:
+            row = speed_row(engines, params, ids, temperature, batch, c.rounds)
+            report['rows'].append(row)
+            print(
+                f'T={temperature} batch {batch}: AR {row["ar_tokens_per_s"]:.1f} tok/s, chain '
+                f'{row["chain_tokens_per_s"]:.1f} ({row["chain_speedup"]:.2f}x, acceptance '
+                f'length {row["chain_accept_length"]:.2f}), tree {row["tree_tokens_per_s"]:.1f}'
+                f' ({row["tree_speedup"]:.2f}x AR, {row["tree_over_chain"]:.2f}x chain; '
+                f'acceptance length {row["tree_accept_length"]:.2f}); a tree round costs '
+                f'{row["tree_round_cost"]:.2f} AR tokens: ceiling {row["tree_ceiling"]:.2f}x'
+            )
+    if c.overhead:
+        report['overhead'] = tree_overhead(engines['tree'], params, ids[:1], c.rounds)
+    if c.widths:
+        report['equal_width'] = equal_width(c, chain, params, ids)
+    if c.shapes:
+        report['shapes'] = shape_search(c, chain, params, ids)
+    if workdir:
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, 'bench_tree.json'), 'w') as f:
+            json.dump(report, f, indent=2)
+    return report
+
+
+def speed_row(engines, params, ids, temperature, batch, rounds) -> dict:
+    """Median-round tokens/s of AR, chain and tree at one (temperature, batch)."""
+    sampler = Sampler(temperature=temperature)
+    groups = [ids[i : i + batch] for i in range(0, len(ids), batch)]
+    runners = {
+        name: partial(decoding.generate, engine.replace(sampler=sampler), params)
+        for name, engine in engines.items()
+    }
+    for run_group in runners.values():  # Compile every shape first.
+        [run_group(g, seed=0) for g in groups]
+    times = {name: [] for name in runners}
+    for r in range(rounds):
+        for name, run_group in runners.items():
+            results = [run_group(g, seed=r + 1) for g in groups]
+            tokens = sum(res.num_tokens for res in results)
+            times[name].append((sum(res.seconds for res in results), tokens, results))
+    row = dict(temperature=temperature, batch=batch)
+    for name in ('chain', 'tree'):
+        width = engines[name].tree.nodes - 1 if name == 'tree' else engines[name].num_draft
+        part = summarize_runs(temperature, batch, {'ar': times['ar'], 'spec': times[name]},
+                              width)  # fmt: skip
+        row['ar_tokens_per_s'] = part['ar_tokens_per_s']
+        row[f'{name}_tokens_per_s'] = part['spec_tokens_per_s']
+        row[f'{name}_speedup'] = part['speedup']
+        row[f'{name}_accept_length'] = part['block_efficiency']
+        row[f'{name}_round_cost'] = part['round_cost']
+        path = engines[name].num_draft  # The most a round emits is its longest path + 1.
+        row[f'{name}_ceiling'] = (path + 1) / part['round_cost']
+    row['tree_over_chain'] = row['tree_tokens_per_s'] / row['chain_tokens_per_s']
+    return row
+
+
+def tree_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
+    """The share of a tree round outside the target forward over its M nodes and the head
+    (its tree and its window over the path), on the state after prefill, each part jitted
+    alone and timed interleaved (as `bench_chain.round_overhead` times a chain round)."""
+    shape, d = engine.tree, engine.drafter
+    batch = batching.pack_prompts(
+        ids, prompt_bucket=engine.decode.prompt_bucket, max_prompt_len=engine.decode.max_prompt_len
+    )
+    args = (
+        jnp.asarray(batch.tokens),
+        jnp.asarray(batch.lengths),
+        jnp.full((len(ids),), engine.decode.max_new_tokens, jnp.int32),
+        jnp.arange(len(ids), dtype=jnp.int32),
+        jax.random.PRNGKey(0),
+    )
+    init = jax.jit(eng.init_state)
+    whole = jax.jit(eng.tree_round, donate_argnums=3)
+
+    @partial(jax.jit, donate_argnums=2)
+    def target_forward(engine, params, s):
+        x_bm = jnp.broadcast_to(s.pending_b()[:, None], (len(ids), shape.nodes))
+        parents_bm = jnp.broadcast_to(jnp.maximum(jnp.arange(shape.nodes) - 1, 0), x_bm.shape)
+        anc_bmm = trees.ancestors(parents_bm, shape.nodes)  # A chain: M positions.
+        c = s.cache
+        positions = s.committed_b[:, None] + jnp.arange(shape.nodes)[None, :]
+        logits, taps, cache = forward(engine.cfg, params, x_bm, positions, c,
+                                      tree_mask(c.lengths, anc_bmm, c.max_len),
+                                      tap_layers=d.tap_layers)  # fmt: skip
+        return s.replace(cache=cache), (logits, taps)  # Returned: else XLA drops them.
+
+    @partial(jax.jit, donate_argnums=2)
+    def drafter_only(engine, draft_params, s):
+        state, tokens, parents = d.propose_tree(draft_params, s.draft, s.committed_b, shape)
+        taps = jnp.zeros((len(ids), shape.path_len + 1, len(d.tap_layers), engine.cfg.width))
+        state = d.observe(draft_params, state, s.history_bs, s.committed_b, s.committed_b, taps)
+        return s.replace(draft=state), (tokens, parents)
+
+    calls = {
+        'round': lambda s: (whole(engine, params.target, params.draft, s), None),
+        'forward': lambda s: target_forward(engine, params.target, s),
+        'drafter': lambda s: drafter_only(engine, params.draft, s),
+    }
+    states = {}
+
+    def timed(name):
+        def go():
+            for _ in range(5):
+                states[name], out = calls[name](states[name])
+            return states[name].committed_b, out
+
+        return go
+
+    for name in calls:
+        states[name] = init(engine, params.target, params.draft, *args)
+        timed(name)()  # Compile.
+    med = {k: v / 5 for k, v in interleaved_medians({k: timed(k) for k in calls}, rounds).items()}
+    share = 1.0 - (med['forward'] + med['drafter']) / med['round']
+    print(
+        f'a tree round at batch 1: {med["round"] * 1e3:.2f} ms = target forward over '
+        f'{shape.nodes} nodes {med["forward"] * 1e3:.2f} ms + head {med["drafter"] * 1e3:.2f} '
+        f'ms + engine {(med["round"] - med["forward"] - med["drafter"]) * 1e3:.2f} ms: '
+        f'overhead {100 * share:.1f}% of the round (goal < 10%)'
+    )
+    return dict(round_ms=med['round'] * 1e3, forward_ms=med['forward'] * 1e3,
+                drafter_ms=med['drafter'] * 1e3, overhead=share)  # fmt: skip
+
+
+def mean_interval(x) -> tuple[float, float]:
+    """Mean and its 95% half-width (normal, over independent prompts)."""
+    x = np.asarray(x, np.float64)
+    half = Z95 * x.std(ddof=1) / np.sqrt(len(x)) if len(x) > 1 else float('inf')
+    return float(x.mean()), float(half)
+
+
+def per_prompt_length(result) -> np.ndarray:
+    rows = result.stats['per_row']
+    return np.asarray(rows['emitted'], np.float64) / np.maximum(rows['blocks'], 1)
+
+
+def equal_width(c, chain: decoding.Engine, params, ids) -> list[dict]:
+    """Acceptance length of chain A against a tree of M = A + 1 nodes (`c.width_tree`:
+    depth and branch per A) on the same prompts and seeds, per temperature."""
+    out = []
+    for temperature in c.temperatures:
+        sampler = Sampler(temperature=temperature)
+        for a, (depth, branch) in zip(c.widths, c.width_trees, strict=True):
+            shape = trees.TreeShape(a + 1, depth, branch)
+            runs = {
+                'chain': chain.replace(num_draft=a, sampler=sampler),
+                'tree': chain.replace(tree=shape, sampler=sampler),
+            }
+            lengths = {
+                name: per_prompt_length(decoding.generate(engine, params, ids, seed=1))
+                for name, engine in runs.items()
+            }
+            (cm, ch), (tm, th) = (mean_interval(lengths[k]) for k in ('chain', 'tree'))
+            dm, dh = mean_interval(lengths['tree'] - lengths['chain'])
+            row = dict(temperature=temperature, num_draft=a, tree=shape.describe(),
+                       chain=cm, chain_ci=ch, tree_length=tm, tree_ci=th, gain=dm, gain_ci=dh,
+                       tree_wins=dm - dh > 0)  # fmt: skip
+            out.append(row)
+            print(
+                f'T={temperature} width {a + 1}: chain A={a} {cm:.2f} +- {ch:.2f}, '
+                f'{shape.describe()} {tm:.2f} +- {th:.2f}; tree - chain {dm:+.2f} +- {dh:.2f} '
+                f'per prompt ({"tree wins" if row["tree_wins"] else "no clear win"})'
+            )
+    return out
+
+
+def shape_search(c, chain: decoding.Engine, params, ids) -> dict:
+    """Tokens/s of each tree of `c.shapes` ((nodes, depth, branch)) at T 0, batch 1."""
+    engines = {f'{m}/{d}/{k}': chain.replace(tree=trees.TreeShape(m, d, k))
+               for m, d, k in c.shapes}  # fmt: skip
+    runs = {name: partial(decoding.generate, engine, params) for name, engine in engines.items()}
+    for run_one in runs.values():  # Compile.
+        run_one(ids[:1])
+    rates, lengths = {}, {}
+
+    def timed(name):
+        def go():
+            results = [runs[name]([p]) for p in ids]
+            rates.setdefault(name, []).append(
+                sum(r.num_tokens for r in results) / sum(r.seconds for r in results)
+            )
+            lengths[name] = np.mean([per_prompt_length(r)[0] for r in results])
+            return 0
+
+        return go
+
+    interleaved_medians({name: timed(name) for name in runs}, c.rounds)
+    table = {name: dict(tokens_per_s=float(np.median(rates[name])),
+                        accept_length=float(lengths[name])) for name in runs}  # fmt: skip
+    best = max(table, key=lambda n: table[n]['tokens_per_s'])
+    for name, row in table.items():
+        mark = '  <- best here' if name == best else ''
+        print(f'tree nodes/depth/branch {name}: {row["tokens_per_s"]:.1f} tok/s, acceptance '
+              f'length {row["accept_length"]:.2f}{mark}')  # fmt: skip
+    return dict(table=table, best=best)
