@@ -18,7 +18,13 @@ from absl import logging
 
 from spec_jax import checkpoints
 from spec_jax.checkpoints import eagle_formats
-from spec_jax.decoding.drafters.base import OUTSIDE_DRAFT_VOCAB, Drafter, NoDrafter, fit_vocab
+from spec_jax.decoding.drafters.base import (
+    OUTSIDE_DRAFT_VOCAB,
+    Drafter,
+    NoDrafter,
+    TreeDrafter,
+    fit_vocab,
+)
 from spec_jax.decoding.drafters.eagle3 import Eagle3Drafter, Eagle3State
 from spec_jax.decoding.drafters.lm import LMDrafter
 from spec_jax.decoding.drafters.lookup import NgramDrafter, PromptLookup, lookup
@@ -35,6 +41,7 @@ __all__ = [
     'NgramDrafter',
     'NoDrafter',
     'PromptLookup',
+    'TreeDrafter',
     'check_same_tokenizer',
     'fit_vocab',
     'lookup',

@@ -69,6 +69,16 @@ class Drafter(Protocol):
         """[B] how many of the next `num_draft` proposals are real."""
 
 
+class TreeDrafter(Drafter, Protocol):
+    """A drafter that also builds draft trees (tree rounds; docs/engine.md, "Tree rounds")."""
+
+    def propose_tree(self, params, state, committed_b, shape) -> tuple[Any, jax.Array, jax.Array]:
+        """(state, node tokens [B, M] (entry 0, the root, is the caller's), parents [B, M])
+        for a tree of `shape` (`decoding.trees.TreeShape`) after each row's pending token;
+        parents precede children, and a node's children in index order are its draft
+        order."""
+
+
 def gather_tokens(history_bs: jax.Array, index_bt: jax.Array) -> jax.Array:
     return jnp.take_along_axis(history_bs, jnp.clip(index_bt, 0, history_bs.shape[1] - 1), 1)
 
