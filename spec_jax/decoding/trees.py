@@ -89,23 +89,29 @@ class TreeShape:
         return bool(self.parents)
 
     @property
+    def path_len(self) -> int:
+        """The longest accepted path, in drafted nodes."""
+        return min(self.depth, self.nodes - 1)
+
+    @property
+    def levels_drafted(self) -> int:
+        """Candidate levels a dynamic tree drafts: no deeper than M - 1 nodes can reach (an
+        ancestor-closed selection of M - 1 nodes is at most M - 1 deep); at least one."""
+        return max(1, self.path_len)
+
+    @property
     def pool_size(self) -> int:
         """Candidates a dynamic tree selects from (a static tree: its drafted nodes)."""
         if self.parents:
             return self.nodes - 1
-        return self.branch + (self.depth - 1) * self.branch**2
-
-    @property
-    def path_len(self) -> int:
-        """The longest accepted path, in drafted nodes."""
-        return min(self.depth, self.nodes - 1)
+        return self.branch + (self.levels_drafted - 1) * self.branch**2
 
     @property
     def scratch(self) -> int:
         """Head cache slots one proposal writes past C (the nodes it runs the head on)."""
         if self.parents:
             return int(sum(len(level) for level in self.levels))
-        return (self.depth - 1) * self.branch
+        return (self.levels_drafted - 1) * self.branch
 
     @property
     def room(self) -> int:
@@ -137,8 +143,8 @@ class TreeShape:
 
 
 def rank(score_bn: jax.Array) -> jax.Array:
-    """Pool indices [B, N] by score descending, ties by index ascending (a stable sort),
-    NaN last."""
+    """Pool indices [B, N] by score descending, ties by index ascending (a stable sort);
+    NaN ranks as -inf."""
     key = jnp.where(jnp.isnan(score_bn), jnp.inf, -score_bn)
     return jnp.argsort(key, axis=-1, stable=True).astype(jnp.int32)
 

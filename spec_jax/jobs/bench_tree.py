@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import scipy.stats
 
 from spec_jax import checkpoints, data_files, decoding, rules
 from spec_jax.decoding import batching, drafters, trees
@@ -30,8 +31,6 @@ from spec_jax.jobs.timing import interleaved_medians
 from spec_jax.models.cache import tree_mask
 from spec_jax.models.llama import forward
 from spec_jax.sampling import Sampler
-
-Z95 = 1.96
 
 
 def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
@@ -187,9 +186,11 @@ def tree_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
 
 
 def mean_interval(x) -> tuple[float, float]:
-    """Mean and its 95% half-width (normal, over independent prompts)."""
+    """Mean and its 95% half-width over independent prompts (Student's t, n - 1 degrees)."""
     x = np.asarray(x, np.float64)
-    half = Z95 * x.std(ddof=1) / np.sqrt(len(x)) if len(x) > 1 else float('inf')
+    if len(x) < 2:
+        return float(x.mean()), float('inf')
+    half = scipy.stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
     return float(x.mean()), float(half)
 
 
@@ -233,8 +234,8 @@ def shape_search(c, chain: decoding.Engine, params, ids) -> dict:
     engines = {f'{m}/{d}/{k}': chain.replace(tree=trees.TreeShape(m, d, k))
                for m, d, k in c.shapes}  # fmt: skip
     runs = {name: partial(decoding.generate, engine, params) for name, engine in engines.items()}
-    for run_one in runs.values():  # Compile.
-        run_one(ids[:1])
+    for run_one in runs.values():  # Compile every prompt bucket.
+        [run_one([p]) for p in ids]
     rates, lengths = {}, {}
 
     def timed(name):
@@ -243,7 +244,8 @@ def shape_search(c, chain: decoding.Engine, params, ids) -> dict:
             rates.setdefault(name, []).append(
                 sum(r.num_tokens for r in results) / sum(r.seconds for r in results)
             )
-            lengths[name] = np.mean([per_prompt_length(r)[0] for r in results])
+            emitted = sum(sum(r.stats['per_row']['emitted']) for r in results)
+            lengths[name] = emitted / max(sum(r.stats['blocks'] for r in results), 1)
             return 0
 
         return go

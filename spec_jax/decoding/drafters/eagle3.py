@@ -218,7 +218,7 @@ class Eagle3Drafter:
         hidden_bkd = jnp.repeat(state.hidden_bd[:, None], k, axis=1)
         seen_bkn = jnp.zeros((batch, k, shape.scratch), bool)
         start = k  # Pool index of the level's first candidate.
-        for level in range(1, shape.depth):
+        for level in range(1, shape.levels_drafted):
             offset = (level - 1) * k
             own_kn = jnp.arange(shape.scratch)[None, :] == offset + jnp.arange(k)[:, None]
             seen_bkn = seen_bkn | own_kn
@@ -231,7 +231,7 @@ class Eagle3Drafter:
             pool_score.append(child_score_bn)
             pool_token.append(child_token_bn)
             pool_parent.append(jnp.repeat(front_pool_bk, k, axis=1))
-            if level < shape.depth - 1:  # The next frontier: the level's k best.
+            if level < shape.levels_drafted - 1:  # The next frontier: the level's k best.
                 best_bk = trees.rank(child_score_bn)[:, :k]
                 parent_bk = best_bk // k
                 score_bk = jnp.take_along_axis(child_score_bn, best_bk, 1)
