@@ -19,7 +19,12 @@ package uses these letters, so that `x_btd` always means an array of shape
   C  children (siblings) of one tree node, in draft order
   M  tree nodes verified in one call
   L  layers
+  P  prompt positions (the prompt bucket, in prefill)
+  U  an EAGLE-3 head's draft vocabulary (U <= V; `d2t` maps it into V)
   E  EAGLE-3 feature taps (3: low, middle, high)
+  Y  a draft tree's frontier: the nodes one head call expands (`branch` per level)
+  W  a dynamic draft tree's candidate pool (branch + (levels - 1) * branch^2)
+  Z  the head's scratch slots past C in one tree proposal
   R  attention rows: one per (batch row, KV head), R = B * K, batch-major (the KV cache's
      leading axis; spec_jax.models.attention)
   Q  queries of one KV head in one call, Q = T * G, token-major

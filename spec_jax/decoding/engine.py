@@ -335,20 +335,20 @@ def tree_round(engine: Engine, params: dict, draft_params, s: DecodeState) -> De
     kids_bmc = rules.children_from_parents(parents_bm, shape.branch)
     metered = None
     if engine.meter_distortion:  # The law each depth of the path emitted, given it was reached.
-        kids_bdc = jnp.take_along_axis(kids_bmc, out.path[..., None], axis=1)
-        sibs_bdc = jnp.where(kids_bdc >= 0, jnp.take_along_axis(
-            tokens_bm[:, None], jnp.maximum(kids_bdc, 0), axis=-1), -1)  # fmt: skip
-        raw_bdv = jnp.take_along_axis(raw_bmv, out.path[..., None], axis=1)
-        metered = verification.meter(verification.tree_node_law(raw_bdv, sibs_bdc), raw_bdv)
+        kids_btc = jnp.take_along_axis(kids_bmc, out.path[..., None], axis=1)
+        sibs_btc = jnp.where(kids_btc >= 0, jnp.take_along_axis(
+            tokens_bm[:, None], jnp.maximum(kids_btc, 0), axis=-1), -1)  # fmt: skip
+        raw_btv = jnp.take_along_axis(raw_bmv, out.path[..., None], axis=1)
+        metered = verification.meter(verification.tree_node_law(raw_btv, sibs_btc), raw_btv)
     start_b = s.committed_b
     s = s.replace(key_b=key_b, stats=s.stats.update(path_result(out, kids_bmc), live_b, metered))
     s = s.commit(out.tokens, out.num_emitted, engine.decode.stop_tokens)
     # The root and the accepted nodes kept (C advanced by their count) move into place.
     s = s.replace(cache=cache.commit_path(out.path, s.committed_b - start_b))
-    taps_bped = None
+    taps_bted = None
     if taps_bmed is not None:
-        taps_bped = jnp.take_along_axis(taps_bmed, out.path[:, :, None, None], axis=1)
-    draft = drafter.observe(draft_params, draft, s.history_bs, start_b, s.committed_b, taps_bped)
+        taps_bted = jnp.take_along_axis(taps_bmed, out.path[:, :, None, None], axis=1)
+    draft = drafter.observe(draft_params, draft, s.history_bs, start_b, s.committed_b, taps_bted)
     return s.replace(draft=draft)
 
 
@@ -356,15 +356,15 @@ def path_result(out: rules.TreeResult, kids_bmc: jax.Array) -> rules.ChainResult
     """A tree round's outcome in the chain's per-position form, for `Stats.update`: entry d
     is drafted depth d + 1, examined when the walk stood at depth d on a node with children
     (`kids_bmc` [B, M, C], -1 padded): a walk that stops at a leaf examined nothing deeper."""
-    depth_bd = jnp.arange(out.path.shape[1] - 1)[None, :]
+    depth_1a = jnp.arange(out.path.shape[1] - 1)[None, :]
     n_b1 = out.num_accepted[:, None]
     leaf_b1 = jnp.take_along_axis(kids_bmc[:, :, 0], out.last_node[:, None], axis=1) < 0
     return rules.ChainResult(
         num_accepted=out.num_accepted,
         tokens=out.tokens,
-        accepted=depth_bd < n_b1,
+        accepted=depth_1a < n_b1,
         num_emitted=out.num_emitted,
         accept_probs=jnp.zeros(out.path[:, 1:].shape, jnp.float32),
-        reached=(depth_bd < n_b1) | ((depth_bd == n_b1) & ~leaf_b1),
+        reached=(depth_1a < n_b1) | ((depth_1a == n_b1) & ~leaf_b1),
         final_token=out.final_token,
     )

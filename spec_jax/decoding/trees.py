@@ -142,19 +142,19 @@ class TreeShape:
         return f'dynamic tree: {self.nodes} nodes, depth {self.depth}, branch {self.branch}'
 
 
-def rank(score_bn: jax.Array) -> jax.Array:
-    """Pool indices [B, N] by score descending, ties by index ascending (a stable sort);
+def rank(score_bw: jax.Array) -> jax.Array:
+    """Pool indices [B, W] by score descending, ties by index ascending (a stable sort);
     NaN ranks as -inf."""
-    key = jnp.where(jnp.isnan(score_bn), jnp.inf, -score_bn)
+    key = jnp.where(jnp.isnan(score_bw), jnp.inf, -score_bw)
     return jnp.argsort(key, axis=-1, stable=True).astype(jnp.int32)
 
 
-def select(score_bn: jax.Array, parent_bn: jax.Array, num: int):
+def select(score_bw: jax.Array, parent_bw: jax.Array, num: int):
     """The `num` best candidates of a pool as a tree (parents precede children).
 
     Args:
-      score_bn: [B, N] cumulative draft log-probabilities; a child's is at most its parent's.
-      parent_bn: [B, N] the pool index of each candidate's parent, -1 for the root's
+      score_bw: [B, W] cumulative draft log-probabilities; a child's is at most its parent's.
+      parent_bw: [B, W] the pool index of each candidate's parent, -1 for the root's
         children; parents precede children in the pool.
       num: M - 1, the drafted nodes to keep.
 
@@ -162,13 +162,13 @@ def select(score_bn: jax.Array, parent_bn: jax.Array, num: int):
       (pool index of each drafted node [B, M - 1], ascending; parents [B, M]: node i's parent
       as a node index, 0 for the root and for node 0).
     """
-    chosen_bm = jnp.sort(rank(score_bn)[:, :num], axis=-1)
-    parent_pool_bm = jnp.take_along_axis(parent_bn, chosen_bm, axis=-1)
+    chosen_bm = jnp.sort(rank(score_bw)[:, :num], axis=-1)
+    parent_pool_bm = jnp.take_along_axis(parent_bw, chosen_bm, axis=-1)
     found_bm = jax.vmap(jnp.searchsorted)(chosen_bm, parent_pool_bm).astype(jnp.int32)
     # Ancestor-closed by construction; a parent missing (NaN scores) hangs from the root.
     known_bm = jnp.take_along_axis(chosen_bm, jnp.minimum(found_bm, num - 1), -1) == parent_pool_bm
     parents_bm = jnp.where((parent_pool_bm >= 0) & known_bm, found_bm + 1, 0)
-    root_b1 = jnp.zeros((score_bn.shape[0], 1), jnp.int32)
+    root_b1 = jnp.zeros((score_bw.shape[0], 1), jnp.int32)
     return chosen_bm, jnp.concatenate([root_b1, parents_bm], axis=-1)
 
 

@@ -90,9 +90,10 @@ class Verification:
     def tree_final(self, residual):
         return jnp.where(self.baseline, residual, self.rule.tree_final(residual))
 
-    def tree_node_law(self, p_bdv: jax.Array, siblings_bdc: jax.Array) -> jax.Array:
-        """The law [B, D, V] of the token emitted at tree nodes with temperature-processed
-        target p_bdv and ordered siblings [B, D, C] (-1 padded; none: the bonus law), given
-        that the walk reached them; a baseline emits its truncated target p_A."""
-        pi = self.rule.induced_tree_node(p_bdv, siblings_bdc)
-        return jnp.where(self.baseline, rules.matched_baseline(self.rule).law(p_bdv), pi)
+    def tree_node_law(self, p_btv: jax.Array, siblings_btc: jax.Array) -> jax.Array:
+        """The law [B, T, V] of the token emitted at the T nodes of a path, with
+        temperature-processed target p_btv and ordered siblings [B, T, C] (-1 padded; none:
+        the bonus law), given that the walk reached them; a baseline emits its truncated
+        target p_A."""
+        pi = self.rule.induced_tree_node(p_btv, siblings_btc)
+        return jnp.where(self.baseline, rules.matched_baseline(self.rule).law(p_btv), pi)

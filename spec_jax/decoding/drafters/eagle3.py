@@ -183,62 +183,62 @@ class Eagle3Drafter:
         kv, tokens_bm, parents_bm = build(params, state, committed_b, shape)
         return state.replace(cache_k=kv[0], cache_v=kv[1]), tokens_bm, parents_bm
 
-    def _expand(self, params, kv, tokens_bf, hidden_bfd, seen_bfn, committed_b, level, offset):
-        """The head on F frontier nodes of depth `level` written at slots C + offset + i;
-        `seen_bfn` [B, F, scratch] marks the scratch entries each one attends (its ancestors
-        and itself). Returns (log-probabilities over the draft vocabulary [B, F, U], output
-        hidden [B, F, D], kv)."""
-        pos_bf = jnp.broadcast_to((committed_b - 1 + level)[:, None], tokens_bf.shape)
-        logits_bfu, hidden_bfd, kv = e3.eagle3_forward(
+    def _expand(self, params, kv, tokens_by, hidden_byd, seen_byz, committed_b, level, offset):
+        """The head on the Y frontier nodes of depth `level` written at slots C + offset + i;
+        `seen_byz` [B, Y, Z] marks the scratch entries each one attends (its ancestors
+        and itself). Returns (log-probabilities over the draft vocabulary [B, Y, U], output
+        hidden [B, Y, D], kv)."""
+        pos_by = jnp.broadcast_to((committed_b - 1 + level)[:, None], tokens_by.shape)
+        logits_byu, hidden_byd, kv = e3.eagle3_forward(
             self.cfg,
             params['head'],
-            e3.embed(self.cfg, params['head'], params['embed_vd'], tokens_bf),
-            hidden_bfd,
-            pos_bf,
-            tree_mask(committed_b, seen_bfn, kv[0].shape[1]),
+            e3.embed(self.cfg, params['head'], params['embed_vd'], tokens_by),
+            hidden_byd,
+            pos_by,
+            tree_mask(committed_b, seen_byz, kv[0].shape[1]),
             kv=(*kv, committed_b + offset),
             apply_fc=False,
         )
-        return jax.nn.log_softmax(logits_bfu, -1), hidden_bfd, kv[:2]
+        return jax.nn.log_softmax(logits_byu, -1), hidden_byd, kv[:2]
 
-    def _children(self, params, logp_bfu, branch):
-        """The `branch` best children of each node: (log-probabilities <= 0 [B, F, branch],
-        target ids [B, F, branch]), best first."""
-        logp_bfc, ids_bfc = jax.lax.top_k(logp_bfu, branch)
-        return jnp.minimum(logp_bfc, 0.0), params['draft_ids_u'][ids_bfc]
+    def _children(self, params, logp_byu, branch):
+        """The `branch` best children of each node: (log-probabilities <= 0 [B, Y, C],
+        target ids [B, Y, C], C = branch), best first."""
+        logp_byc, ids_byc = jax.lax.top_k(logp_byu, branch)
+        return jnp.minimum(logp_byc, 0.0), params['draft_ids_u'][ids_byc]
 
     def _dynamic_tree(self, params, state, committed_b, shape):
         k, batch = shape.branch, committed_b.shape[0]
         kv = (state.cache_k, state.cache_v)
         root_logp_b1u = jax.nn.log_softmax(state.logits_bu, -1)[:, None]
-        score_bk, token_bk = (x[:, 0] for x in self._children(params, root_logp_b1u, k))
-        pool_score, pool_token = [score_bk], [token_bk]
+        score_by, token_by = (x[:, 0] for x in self._children(params, root_logp_b1u, k))
+        pool_score, pool_token = [score_by], [token_by]
         pool_parent = [jnp.full((batch, k), -1, jnp.int32)]
-        front_pool_bk = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (batch, k))
-        hidden_bkd = jnp.repeat(state.hidden_bd[:, None], k, axis=1)
-        seen_bkn = jnp.zeros((batch, k, shape.scratch), bool)
+        front_pool_by = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (batch, k))
+        hidden_byd = jnp.repeat(state.hidden_bd[:, None], k, axis=1)
+        seen_byz = jnp.zeros((batch, k, shape.scratch), bool)
         start = k  # Pool index of the level's first candidate.
         for level in range(1, shape.levels_drafted):
             offset = (level - 1) * k
-            own_kn = jnp.arange(shape.scratch)[None, :] == offset + jnp.arange(k)[:, None]
-            seen_bkn = seen_bkn | own_kn
-            logp_bku, out_bkd, kv = self._expand(
-                params, kv, token_bk, hidden_bkd, seen_bkn, committed_b, level, offset
+            own_yz = jnp.arange(shape.scratch)[None, :] == offset + jnp.arange(k)[:, None]
+            seen_byz = seen_byz | own_yz
+            logp_byu, out_byd, kv = self._expand(
+                params, kv, token_by, hidden_byd, seen_byz, committed_b, level, offset
             )
-            logp_bkc, child_bkc = self._children(params, logp_bku, k)
-            child_score_bn = (score_bk[..., None] + logp_bkc).reshape(batch, k * k)
-            child_token_bn = child_bkc.reshape(batch, k * k)
-            pool_score.append(child_score_bn)
-            pool_token.append(child_token_bn)
-            pool_parent.append(jnp.repeat(front_pool_bk, k, axis=1))
+            logp_byc, child_byc = self._children(params, logp_byu, k)
+            child_score_bw = (score_by[..., None] + logp_byc).reshape(batch, k * k)
+            child_token_bw = child_byc.reshape(batch, k * k)
+            pool_score.append(child_score_bw)
+            pool_token.append(child_token_bw)
+            pool_parent.append(jnp.repeat(front_pool_by, k, axis=1))
             if level < shape.levels_drafted - 1:  # The next frontier: the level's k best.
-                best_bk = trees.rank(child_score_bn)[:, :k]
-                parent_bk = best_bk // k
-                score_bk = jnp.take_along_axis(child_score_bn, best_bk, 1)
-                token_bk = jnp.take_along_axis(child_token_bn, best_bk, 1)
-                hidden_bkd = jnp.take_along_axis(out_bkd, parent_bk[..., None], 1)
-                seen_bkn = jnp.take_along_axis(seen_bkn, parent_bk[..., None], 1)
-                front_pool_bk = start + best_bk
+                best_by = trees.rank(child_score_bw)[:, :k]
+                parent_by = best_by // k
+                score_by = jnp.take_along_axis(child_score_bw, best_by, 1)
+                token_by = jnp.take_along_axis(child_token_bw, best_by, 1)
+                hidden_byd = jnp.take_along_axis(out_byd, parent_by[..., None], 1)
+                seen_byz = jnp.take_along_axis(seen_byz, parent_by[..., None], 1)
+                front_pool_by = start + best_by
             start += k * k
         chosen_bm, parents_bm = trees.select(
             jnp.concatenate(pool_score, 1), jnp.concatenate(pool_parent, 1), shape.nodes - 1
@@ -259,10 +259,10 @@ class Eagle3Drafter:
         tokens_bm = jnp.zeros((batch, shape.nodes), jnp.int32)
         parents_m = np.asarray(shape.parents)
 
-        def fill(tokens_bm, expanded, token_bfc):  # Children of `expanded` from its top-k.
+        def fill(tokens_bm, expanded, token_byc):  # Children of `expanded` from its top-k.
             for f, node in enumerate(expanded):
                 row = kids[node][kids[node] >= 0]
-                tokens_bm = tokens_bm.at[:, row].set(token_bfc[:, f, rank_m[row]])
+                tokens_bm = tokens_bm.at[:, row].set(token_byc[:, f, rank_m[row]])
             return tokens_bm
 
         root_logp_b1u = jax.nn.log_softmax(state.logits_bu, -1)[:, None]
@@ -273,18 +273,18 @@ class Eagle3Drafter:
             if not expanded:
                 break
             idx = np.asarray(expanded)
-            seen_fn = np.zeros((len(idx), shape.scratch), bool)
+            seen_yz = np.zeros((len(idx), shape.scratch), bool)
             for f, node in enumerate(idx):
                 on_path = np.flatnonzero(anc_mm[node])
-                seen_fn[f, slot_m[on_path[on_path > 0]]] = True
-            hidden_bfd = jnp.stack([hidden_of[int(parents_m[i])] for i in idx], 1)
-            logp_bfu, out_bfd, kv = self._expand(
-                params, kv, tokens_bm[:, idx], hidden_bfd,
-                jnp.broadcast_to(jnp.asarray(seen_fn), (batch, *seen_fn.shape)),
+                seen_yz[f, slot_m[on_path[on_path > 0]]] = True
+            hidden_byd = jnp.stack([hidden_of[int(parents_m[i])] for i in idx], 1)
+            logp_byu, out_byd, kv = self._expand(
+                params, kv, tokens_bm[:, idx], hidden_byd,
+                jnp.broadcast_to(jnp.asarray(seen_yz), (batch, *seen_yz.shape)),
                 committed_b, level, offset,
             )  # fmt: skip
-            tokens_bm = fill(tokens_bm, idx, self._children(params, logp_bfu, shape.branch)[1])
-            hidden_of.update({int(i): out_bfd[:, f] for f, i in enumerate(idx)})
+            tokens_bm = fill(tokens_bm, idx, self._children(params, logp_byu, shape.branch)[1])
+            hidden_of.update({int(i): out_byd[:, f] for f, i in enumerate(idx)})
             offset += len(idx)
         parents_bm = jnp.broadcast_to(jnp.asarray(parents_m, jnp.int32), (batch, shape.nodes))
         return kv, tokens_bm, parents_bm
