@@ -30,17 +30,7 @@ from spec_jax.sampling import Sampler
 
 def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     """Runs the chain benchmark of config `c` (configs/bench_chain.py)."""
-    data_files.require(data_files.speed_files(c.sets), c.data_root, 'data_root')
-    target = checkpoints.load(c.model, c.dtype, c.seed)
-    tok = target.tokenizer
-    prompts = data_files.speed_prompts(c.sets, c.prompts_per_set, c.data_root, 'data_root')
-    ids = [tok.encode_chat([{'role': 'user', 'content': text}]) for _, text in prompts]
-    dec = decoding.DecodeSettings(
-        max_new_tokens=c.max_new_tokens,
-        stop_tokens=tok.stop_ids,
-        max_prompt_len=c.max_prompt_len,
-        prompt_bucket=c.prompt_bucket,
-    )
+    target, prompts, ids, dec = speed_setup(c)
     built = drafters.make(
         c.drafter, target, c.draft, ngram=c.ngram, lookup=c.lookup, dtype=c.dtype, seed=c.seed
     )
@@ -61,21 +51,8 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
 
     report = {'rows': []}
     for temperature in c.temperatures:
-        sampler = Sampler(temperature=temperature)
         for batch in c.batches:
-            groups = [ids[i : i + batch] for i in range(0, len(ids), batch)]
-            runners = {
-                name: partial(decoding.generate, engine.replace(sampler=sampler), params)
-                for name, engine in engines.items()
-            }
-            for run_group in runners.values():  # Compile every shape first.
-                [run_group(g, seed=0) for g in groups]
-            times = {'ar': [], 'spec': []}
-            for r in range(c.rounds):
-                for name, run_group in runners.items():
-                    results = [run_group(g, seed=r + 1) for g in groups]
-                    tokens = sum(res.num_tokens for res in results)
-                    times[name].append((sum(res.seconds for res in results), tokens, results))
+            times = interleaved_runs(engines, params, ids, temperature, batch, c.rounds)
             row = summarize_runs(temperature, batch, times, c.num_draft)
             report['rows'].append(row)
             print(
@@ -98,6 +75,43 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
         with open(os.path.join(workdir, 'bench_chain.json'), 'w') as f:
             json.dump(report, f, indent=2)
     return report
+
+
+def speed_setup(c: ml_collections.ConfigDict):
+    """The target, the speed prompts of `c.sets` and their chat ids, and the decode
+    settings of a speed bench: (target, prompts, ids, DecodeSettings)."""
+    data_files.require(data_files.speed_files(c.sets), c.data_root, 'data_root')
+    target = checkpoints.load(c.model, c.dtype, c.seed)
+    tok = target.tokenizer
+    prompts = data_files.speed_prompts(c.sets, c.prompts_per_set, c.data_root, 'data_root')
+    ids = [tok.encode_chat([{'role': 'user', 'content': text}]) for _, text in prompts]
+    dec = decoding.DecodeSettings(
+        max_new_tokens=c.max_new_tokens,
+        stop_tokens=tok.stop_ids,
+        max_prompt_len=c.max_prompt_len,
+        prompt_bucket=c.prompt_bucket,
+    )
+    return target, prompts, ids, dec
+
+
+def interleaved_runs(engines: dict, params, ids, temperature, batch, rounds) -> dict:
+    """Every engine over `ids` in groups of `batch` at `temperature`: compiled first, then
+    `rounds` interleaved rounds; {name: [(seconds, tokens, results) per round]}."""
+    sampler = Sampler(temperature=temperature)
+    groups = [ids[i : i + batch] for i in range(0, len(ids), batch)]
+    runners = {
+        name: partial(decoding.generate, engine.replace(sampler=sampler), params)
+        for name, engine in engines.items()
+    }
+    for run_group in runners.values():  # Compile every shape first.
+        [run_group(g, seed=0) for g in groups]
+    times = {name: [] for name in runners}
+    for r in range(rounds):
+        for name, run_group in runners.items():
+            results = [run_group(g, seed=r + 1) for g in groups]
+            tokens = sum(res.num_tokens for res in results)
+            times[name].append((sum(res.seconds for res in results), tokens, results))
+    return times
 
 
 def summarize_runs(temperature, batch, times, num_draft: int) -> dict:
@@ -147,17 +161,6 @@ def round_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
     timed without its LM head (XLA drops dead code), which once read as 25 % overhead.
     """
     a = engine.num_draft
-    batch = batching.pack_prompts(
-        ids, prompt_bucket=engine.decode.prompt_bucket, max_prompt_len=engine.decode.max_prompt_len
-    )
-    args = (
-        jnp.asarray(batch.tokens),
-        jnp.asarray(batch.lengths),
-        jnp.full((len(ids),), engine.decode.max_new_tokens, jnp.int32),
-        jnp.arange(len(ids), dtype=jnp.int32),
-        jax.random.PRNGKey(0),
-    )
-    init = jax.jit(eng.init_state)
     whole = jax.jit(partial(eng.chain_round, a_round=a), donate_argnums=3)
 
     @partial(jax.jit, donate_argnums=2)
@@ -181,12 +184,31 @@ def round_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
         state = d.observe(draft_params, state, s.history_bs, s.committed_b, s.committed_b, taps)
         return s.replace(draft=state), (x_ba, q_bav)  # Returned, so nothing is dropped.
 
-    states = {}
     calls = {
         'round': lambda s: (whole(engine, params.target, params.draft, s), None),
         'forward': lambda s: target_forward(engine, params.target, s),
         'drafter': lambda s: drafter_only(engine, params.draft, s),
     }
+    return overhead_report('a chain round', 'target forward', time_parts(
+        calls, engine, params, ids, rounds))  # fmt: skip
+
+
+def time_parts(calls: dict, engine: decoding.Engine, params, ids, rounds: int) -> dict:
+    """Median seconds per call of each part of a round, on the state after prefilling `ids`:
+    each part jitted alone (state donated), run 5 times per timing carrying its state, timed
+    in `rounds` interleaved rounds after a compile run."""
+    batch = batching.pack_prompts(
+        ids, prompt_bucket=engine.decode.prompt_bucket, max_prompt_len=engine.decode.max_prompt_len
+    )
+    args = (
+        jnp.asarray(batch.tokens),
+        jnp.asarray(batch.lengths),
+        jnp.full((len(ids),), engine.decode.max_new_tokens, jnp.int32),
+        jnp.arange(len(ids), dtype=jnp.int32),
+        jax.random.PRNGKey(0),
+    )
+    init = jax.jit(eng.init_state)
+    states = {}
 
     def timed(name):
         def go():
@@ -199,10 +221,14 @@ def round_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
     for name in calls:
         states[name] = init(engine, params.target, params.draft, *args)
         timed(name)()  # Compile.
-    med = {k: v / 5 for k, v in interleaved_medians({k: timed(k) for k in calls}, rounds).items()}
+    return {k: v / 5 for k, v in interleaved_medians({k: timed(k) for k in calls}, rounds).items()}
+
+
+def overhead_report(what: str, forward_label: str, med: dict) -> dict:
+    """Prints and returns a round's split: target forward + drafter + the engine's rest."""
     share = 1.0 - (med['forward'] + med['drafter']) / med['round']
     print(
-        f'a chain round at batch 1: {med["round"] * 1e3:.2f} ms = target forward '
+        f'{what} at batch 1: {med["round"] * 1e3:.2f} ms = {forward_label} '
         f'{med["forward"] * 1e3:.2f} ms + drafter {med["drafter"] * 1e3:.2f} ms + engine '
         f'{(med["round"] - med["forward"] - med["drafter"]) * 1e3:.2f} ms: overhead '
         f'{100 * share:.1f}% of the round (goal < 10%)'

@@ -23,10 +23,16 @@ import ml_collections
 import numpy as np
 import scipy.stats
 
-from spec_jax import checkpoints, data_files, decoding, rules
-from spec_jax.decoding import batching, drafters, trees
+from spec_jax import decoding, rules
+from spec_jax.decoding import drafters, trees
 from spec_jax.decoding import engine as eng
-from spec_jax.jobs.bench_chain import summarize_runs
+from spec_jax.jobs.bench_chain import (
+    interleaved_runs,
+    overhead_report,
+    speed_setup,
+    summarize_runs,
+    time_parts,
+)
 from spec_jax.jobs.timing import interleaved_medians
 from spec_jax.models.cache import tree_mask
 from spec_jax.models.llama import forward
@@ -35,17 +41,7 @@ from spec_jax.sampling import Sampler
 
 def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     """Runs the tree benchmark of config `c` (configs/bench_tree.py)."""
-    data_files.require(data_files.speed_files(c.sets), c.data_root, 'data_root')
-    target = checkpoints.load(c.model, c.dtype, c.seed)
-    tok = target.tokenizer
-    prompts = data_files.speed_prompts(c.sets, c.prompts_per_set, c.data_root, 'data_root')
-    ids = [tok.encode_chat([{'role': 'user', 'content': text}]) for _, text in prompts]
-    dec = decoding.DecodeSettings(
-        max_new_tokens=c.max_new_tokens,
-        stop_tokens=tok.stop_ids,
-        max_prompt_len=c.max_prompt_len,
-        prompt_bucket=c.prompt_bucket,
-    )
+    target, prompts, ids, dec = speed_setup(c)
     built = drafters.make('eagle3', target, c.draft, dtype=c.dtype, seed=c.seed)
     params = decoding.Params(target.params, built.params)
     shape = decoding.tree_shape(c.tree)
@@ -88,32 +84,18 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
 
 def speed_row(engines, params, ids, temperature, batch, rounds) -> dict:
     """Median-round tokens/s of AR, chain and tree at one (temperature, batch)."""
-    sampler = Sampler(temperature=temperature)
-    groups = [ids[i : i + batch] for i in range(0, len(ids), batch)]
-    runners = {
-        name: partial(decoding.generate, engine.replace(sampler=sampler), params)
-        for name, engine in engines.items()
-    }
-    for run_group in runners.values():  # Compile every shape first.
-        [run_group(g, seed=0) for g in groups]
-    times = {name: [] for name in runners}
-    for r in range(rounds):
-        for name, run_group in runners.items():
-            results = [run_group(g, seed=r + 1) for g in groups]
-            tokens = sum(res.num_tokens for res in results)
-            times[name].append((sum(res.seconds for res in results), tokens, results))
+    times = interleaved_runs(engines, params, ids, temperature, batch, rounds)
     row = dict(temperature=temperature, batch=batch)
     for name in ('chain', 'tree'):
-        width = engines[name].tree.nodes - 1 if name == 'tree' else engines[name].num_draft
+        # A round emits at most its longest path + 1: num_draft (the tree's path) + 1.
         part = summarize_runs(temperature, batch, {'ar': times['ar'], 'spec': times[name]},
-                              width)  # fmt: skip
+                              engines[name].num_draft)  # fmt: skip
         row['ar_tokens_per_s'] = part['ar_tokens_per_s']
         row[f'{name}_tokens_per_s'] = part['spec_tokens_per_s']
         row[f'{name}_speedup'] = part['speedup']
         row[f'{name}_accept_length'] = part['block_efficiency']
         row[f'{name}_round_cost'] = part['round_cost']
-        path = engines[name].num_draft  # The most a round emits is its longest path + 1.
-        row[f'{name}_ceiling'] = (path + 1) / part['round_cost']
+        row[f'{name}_ceiling'] = part['speedup_ceiling']
     row['tree_over_chain'] = row['tree_tokens_per_s'] / row['chain_tokens_per_s']
     return row
 
@@ -121,26 +103,15 @@ def speed_row(engines, params, ids, temperature, batch, rounds) -> dict:
 def tree_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
     """The share of a tree round outside the target forward over its M nodes and the head
     (its tree and its window over the path), on the state after prefill, each part jitted
-    alone and timed interleaved (as `bench_chain.round_overhead` times a chain round)."""
+    alone and timed interleaved (`bench_chain.time_parts`)."""
     shape, d = engine.tree, engine.drafter
-    batch = batching.pack_prompts(
-        ids, prompt_bucket=engine.decode.prompt_bucket, max_prompt_len=engine.decode.max_prompt_len
-    )
-    args = (
-        jnp.asarray(batch.tokens),
-        jnp.asarray(batch.lengths),
-        jnp.full((len(ids),), engine.decode.max_new_tokens, jnp.int32),
-        jnp.arange(len(ids), dtype=jnp.int32),
-        jax.random.PRNGKey(0),
-    )
-    init = jax.jit(eng.init_state)
     whole = jax.jit(eng.tree_round, donate_argnums=3)
 
     @partial(jax.jit, donate_argnums=2)
     def target_forward(engine, params, s):
         x_bm = jnp.broadcast_to(s.pending_b()[:, None], (len(ids), shape.nodes))
         parents_bm = jnp.broadcast_to(jnp.maximum(jnp.arange(shape.nodes) - 1, 0), x_bm.shape)
-        anc_bmm = trees.ancestors(parents_bm, shape.nodes)  # A chain: M positions.
+        anc_bmm = trees.ancestors(parents_bm, shape.nodes)  # A chain: the same cost.
         c = s.cache
         positions = s.committed_b[:, None] + jnp.arange(shape.nodes)[None, :]
         logits, taps, cache = forward(engine.cfg, params, x_bm, positions, c,
@@ -160,29 +131,8 @@ def tree_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
         'forward': lambda s: target_forward(engine, params.target, s),
         'drafter': lambda s: drafter_only(engine, params.draft, s),
     }
-    states = {}
-
-    def timed(name):
-        def go():
-            for _ in range(5):
-                states[name], out = calls[name](states[name])
-            return states[name].committed_b, out
-
-        return go
-
-    for name in calls:
-        states[name] = init(engine, params.target, params.draft, *args)
-        timed(name)()  # Compile.
-    med = {k: v / 5 for k, v in interleaved_medians({k: timed(k) for k in calls}, rounds).items()}
-    share = 1.0 - (med['forward'] + med['drafter']) / med['round']
-    print(
-        f'a tree round at batch 1: {med["round"] * 1e3:.2f} ms = target forward over '
-        f'{shape.nodes} nodes {med["forward"] * 1e3:.2f} ms + head {med["drafter"] * 1e3:.2f} '
-        f'ms + engine {(med["round"] - med["forward"] - med["drafter"]) * 1e3:.2f} ms: '
-        f'overhead {100 * share:.1f}% of the round (goal < 10%)'
-    )
-    return dict(round_ms=med['round'] * 1e3, forward_ms=med['forward'] * 1e3,
-                drafter_ms=med['drafter'] * 1e3, overhead=share)  # fmt: skip
+    med = time_parts(calls, engine, params, ids, rounds)
+    return overhead_report('a tree round', f'target forward over {shape.nodes} nodes', med)
 
 
 def mean_interval(x) -> tuple[float, float]:
