@@ -190,7 +190,8 @@ def test_a_tree_experiment_runs(tmp_path):
     c.grid = ('lenience:l=0.5', 'minp_verify:rho=0.3')
     c.tasks = {'gsm8k': evaluate.task(2, 8)}
     c.progress = False
-    store, methods, _ = runner.run(c, str(tmp_path))
+    evaluate.run(c, str(tmp_path))
+    store, methods, _ = runner.run(c, str(tmp_path))  # Resumed: everything is there.
     assert [m.name for m in methods] == ['ar', 'lossless', 'lenience:l=0.5',
                                          'minp_verify:rho=0.3', 'baseline[min_p=0.3]']  # fmt: skip
     assert len(store.rows) == 2 * len(methods)
@@ -198,6 +199,8 @@ def test_a_tree_experiment_runs(tmp_path):
         assert row['stats']['blocks'] >= 1 and row['num_tokens'] >= 1
         if row['method'] != 'ar':
             assert row['stats']['metered'] == row['stats']['emitted'] + 1
+    with open(tmp_path / 'report' / 'report.md') as f:
+        assert 'Mode: tree (matched baselines: target truncated)' in f.read()
 
 
 def test_sample_ids_are_stable_and_distinct():
