@@ -45,9 +45,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.batches = (1,) if tiny else (1, 4)
     c.rounds = 1 if tiny else 2
     c.overhead = True
-    # Equal verified width: chain A against a tree of A + 1 nodes of (depth, branch).
-    c.widths = (3,) if tiny else (3, 5, 7)
-    c.width_trees = ((3, 2),) if tiny else ((3, 2), (4, 2), (5, 2))
+    # Equal verified width: chain A against a tree of A + 1 nodes: (A, the tree at T 0, the
+    # tree at T > 0) as 'dynamic:depth,branch' or 'sampled:parents of nodes 1..A'. At T > 0
+    # EAGLE's deterministic siblings accept c with P(c), a chain's sampled draft with
+    # min(1, p/q), so there the tree is SpecInfer's (i.i.d. siblings from q): the chain of
+    # A - 1 with a second draw for the first token.
+    c.width_trees = (
+        (3, 'dynamic:3,2', 'sampled:0,1,0'),
+        (5, 'dynamic:4,2', 'sampled:0,1,2,3,0'),
+        (7, 'dynamic:5,2', 'sampled:0,1,2,3,4,5,0'),
+    )
+    if tiny:
+        c.width_trees = c.width_trees[:1]
+    c.width_prompts_per_set = 1 if tiny else 4  # More prompts for the intervals.
+    c.width_seeds = (1,) if tiny else (1, 2)
     # Tree shapes (nodes, depth, branch) timed at T 0, batch 1.
     c.shapes = ((4, 3, 2),) if tiny else (
         (4, 3, 2), (6, 4, 2), (8, 4, 2), (8, 6, 2), (12, 5, 3), (16, 6, 4)

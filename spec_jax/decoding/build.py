@@ -45,7 +45,9 @@ def sampler_from_config(c: ml_collections.ConfigDict) -> Sampler:
     )
 
 
-def tree_config(nodes: int = 8, depth: int = 4, branch: int = 2, static: str = ''):
+def tree_config(
+    nodes: int = 8, depth: int = 4, branch: int = 2, static: str = '', sampled: bool = False
+):
     """The tree block of `spec_config` (tree mode; configs/smollm2_135m_tree.py)."""
     return ml_collections.ConfigDict(
         dict(
@@ -56,6 +58,9 @@ def tree_config(nodes: int = 8, depth: int = 4, branch: int = 2, static: str = '
             # separated ('0,0,1,1,2': two root children, two under the first, one under the
             # second); 'chain:A' for a chain of A. nodes, depth and branch then follow from it.
             static=static,
+            # A static tree's children drawn i.i.d. from the head's processed law (SpecInfer;
+            # lossless rule only) instead of its top-ranked tokens (EAGLE).
+            sampled=sampled,
         )
     )
 
@@ -63,9 +68,11 @@ def tree_config(nodes: int = 8, depth: int = 4, branch: int = 2, static: str = '
 def tree_shape(c: ml_collections.ConfigDict) -> trees.TreeShape:
     """A TreeShape from a tree block (ValueError naming the bad field)."""
     if not c.static:
+        if c.sampled:
+            raise ValueError('spec.tree.sampled=True needs a static tree (spec.tree.static)')
         return trees.TreeShape(c.nodes, c.depth, c.branch)
     if c.static.startswith('chain:'):
-        return trees.TreeShape.chain(int(c.static.split(':', 1)[1]))
+        return trees.TreeShape.chain(int(c.static.split(':', 1)[1]), c.sampled)
     try:
         parents = [int(v) for v in c.static.split(',')]
     except ValueError:
@@ -73,7 +80,7 @@ def tree_shape(c: ml_collections.ConfigDict) -> trees.TreeShape:
             f'spec.tree.static={c.static!r}: give the parents of nodes 1..M-1 as '
             "comma-separated ints ('0,0,1'), or 'chain:A'"
         ) from None
-    return trees.TreeShape.fixed([0] + parents)
+    return trees.TreeShape.fixed([0] + parents, c.sampled)
 
 
 def spec_config(mode: str = 'ar', draft: str = '') -> ml_collections.ConfigDict:

@@ -138,10 +138,12 @@ class Engine:
                 f'tree mode needs a drafter that builds trees (the EAGLE-3 head: drafter '
                 f"'eagle3', lookup 0); {type(self.drafter).__name__} drafts chains only"
             )
-        if 'deterministic' not in self.rule.tree_modes:
-            with_trees = [n for n in rules.names() if 'deterministic' in rules.make(n).tree_modes]
+        mode = self.tree.mode
+        if mode not in self.rule.tree_modes:
+            with_trees = [n for n in rules.names() if mode in rules.make(n).tree_modes]
+            what = 'sampled-sibling (SpecInfer)' if self.tree.sampled else 'tree'
             raise ValueError(
-                f'rule {self.rule.name!r} has no tree form; the rules with one: {with_trees}'
+                f'rule {self.rule.name!r} has no {what} form; the rules with one: {with_trees}'
             )
 
     def tree_flatten(self):
@@ -303,9 +305,11 @@ def tree_round(engine: Engine, params: dict, draft_params, s: DecodeState) -> De
     """One round over a draft tree of `engine.tree`'s shape (docs/engine.md, "Tree rounds")."""
     cfg, drafter, shape = engine.cfg, engine.drafter, engine.tree
     verification = Verification(engine.rule, engine.baseline)
-    key_b, k_verify_b = s.split_keys(2)
+    key_b, k_draft_b, k_verify_b = s.split_keys(3)
     live_b = ~s.done_b
-    draft, tokens_bm, parents_bm = drafter.propose_tree(draft_params, s.draft, s.committed_b, shape)
+    draft, tokens_bm, parents_bm, q_bmv = drafter.propose_tree(
+        draft_params, s.draft, s.committed_b, shape, k_draft_b, probs_fn(engine, verification)
+    )
     tokens_bm = tokens_bm.at[:, 0].set(s.pending_b())
     if shape.static:
         anc_bmm = jnp.broadcast_to(trees.static_ancestors(shape), (*tokens_bm.shape, shape.nodes))
@@ -328,6 +332,7 @@ def tree_round(engine: Engine, params: dict, draft_params, s: DecodeState) -> De
         shape.tree if shape.static else parents_bm,
         tokens_bm,
         p_bmv,
+        q_bmv,
         max_depth=shape.path_len,
         max_children=shape.branch,
         pad_id=engine.decode.pad_id,

@@ -15,7 +15,9 @@ tree. A child's score is at most its parent's (log-probabilities are <= 0) and a
 precedes its children in the pool, so ranking by (score descending, pool index ascending)
 puts every parent before its children, ties included: the selection is ancestor-closed.
 Static trees (EAGLE-1, Medusa) fix the parents: node i is the r-th best child of its parent,
-r its rank among its siblings.
+r its rank among its siblings. Sampled static trees (SpecInfer, PAPER.md §2.3) draw each
+node's children i.i.d. from the head's processed law q there, which the verifier then
+needs: lossless verification with min(1, P(c)/q(c)) and the residual norm((P - q)_+).
 
 EAGLE's `depth` counts the expansions after the first level, so its (total_token 60,
 depth 5, top_k 10) is `TreeShape(nodes=60, depth=6, branch=10)` here.
@@ -45,17 +47,25 @@ class TreeShape:
         frontier kept per level.
       parents: () for a dynamic tree; the parent pointers of a static tree (entry 0, the
         root's, is ignored), whose nodes, depth and branch they determine (`TreeShape.fixed`).
+      sampled: a static tree's children are drawn i.i.d. from the head's processed law
+        (SpecInfer) instead of being its top-ranked tokens (EAGLE).
     """
 
     nodes: int = 8
     depth: int = 4
     branch: int = 2
     parents: tuple[int, ...] = ()
+    sampled: bool = False
 
     def __post_init__(self):
         for name in ('nodes', 'depth', 'branch'):
             if getattr(self, name) < 1:
                 raise ValueError(f'tree {name}={getattr(self, name)} must be >= 1')
+        if self.sampled and not self.parents:
+            raise ValueError(
+                'sampled=True needs a static tree (parents): a dynamic tree selects nodes by '
+                "their draft scores, and sampled siblings must be i.i.d. draws from q"
+            )
         if self.parents:
             tree = rules.Tree(self.parents)  # Validates the pointers.
             want = (tree.num_nodes, tree.max_depth, tree.children.shape[1])
@@ -72,21 +82,28 @@ class TreeShape:
             )
 
     @classmethod
-    def fixed(cls, parents) -> TreeShape:
-        """A static tree from parent pointers (node 0 the root)."""
+    def fixed(cls, parents, sampled: bool = False) -> TreeShape:
+        """A static tree from parent pointers (node 0 the root); `sampled`: SpecInfer's."""
         tree = rules.Tree(tuple(parents))
         if tree.num_nodes < 2:
             raise ValueError('a static tree needs at least one drafted node besides the root')
-        return cls(tree.num_nodes, tree.max_depth, int(tree.children.shape[1]), tree.parents)
+        width = int(tree.children.shape[1])
+        return cls(tree.num_nodes, tree.max_depth, width, tree.parents, sampled)
 
     @classmethod
-    def chain(cls, length: int) -> TreeShape:
-        """A static chain of `length` drafts: the head's greedy chain, verified as a tree."""
-        return cls.fixed(rules.Tree.chain(length).parents)
+    def chain(cls, length: int, sampled: bool = False) -> TreeShape:
+        """A static chain of `length` drafts: the head's greedy (or sampled) chain, verified
+        as a tree."""
+        return cls.fixed(rules.Tree.chain(length).parents, sampled)
 
     @property
     def static(self) -> bool:
         return bool(self.parents)
+
+    @property
+    def mode(self) -> str:
+        """The `rules.verify_tree` sibling mode: 'sampled' or 'deterministic'."""
+        return 'sampled' if self.sampled else 'deterministic'
 
     @property
     def path_len(self) -> int:
@@ -138,7 +155,8 @@ class TreeShape:
 
     def describe(self) -> str:
         if self.parents:
-            return f'static tree of {self.nodes} nodes, depth {self.depth}'
+            kind = 'sampled static' if self.sampled else 'static'
+            return f'{kind} tree of {self.nodes} nodes, depth {self.depth}'
         return f'dynamic tree: {self.nodes} nodes, depth {self.depth}, branch {self.branch}'
 
 

@@ -80,8 +80,9 @@ class Verification:
 
     @property
     def tree_modes(self) -> tuple[str, ...]:
-        """Deterministic siblings (EAGLE's draft tree), where the rule has a tree form."""
-        return tuple(m for m in self.rule.tree_modes if m == 'deterministic')
+        """The rule's: a baseline verifies losslessly, which has every mode, but the flag is
+        traced, so the rule's own modes bound the loop."""
+        return self.rule.tree_modes
 
     def tree_gate(self, pc, c, state):
         lossless = _LOSSLESS.tree_gate(pc, c, state)

@@ -78,13 +78,11 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
 
 
 def speed_setup(c: ml_collections.ConfigDict):
-    """The target, the speed prompts of `c.sets` and their chat ids, and the decode
-    settings of a speed bench: (target, prompts, ids, DecodeSettings)."""
-    data_files.require(data_files.speed_files(c.sets), c.data_root, 'data_root')
+    """The target, the speed prompts of `c.sets` (`c.prompts_per_set` of each) and their
+    chat ids, and the decode settings of a speed bench: (target, prompts, ids, settings)."""
     target = checkpoints.load(c.model, c.dtype, c.seed)
     tok = target.tokenizer
-    prompts = data_files.speed_prompts(c.sets, c.prompts_per_set, c.data_root, 'data_root')
-    ids = [tok.encode_chat([{'role': 'user', 'content': text}]) for _, text in prompts]
+    prompts, ids = speed_ids(c, tok, c.prompts_per_set)
     dec = decoding.DecodeSettings(
         max_new_tokens=c.max_new_tokens,
         stop_tokens=tok.stop_ids,
@@ -92,6 +90,13 @@ def speed_setup(c: ml_collections.ConfigDict):
         prompt_bucket=c.prompt_bucket,
     )
     return target, prompts, ids, dec
+
+
+def speed_ids(c: ml_collections.ConfigDict, tok, per_set: int):
+    """The first `per_set` prompts of each speed set of `c.sets` and their chat ids."""
+    data_files.require(data_files.speed_files(c.sets), c.data_root, 'data_root')
+    prompts = data_files.speed_prompts(c.sets, per_set, c.data_root, 'data_root')
+    return prompts, [tok.encode_chat([{'role': 'user', 'content': t}]) for _, t in prompts]
 
 
 def interleaved_runs(engines: dict, params, ids, temperature, batch, rounds) -> dict:

@@ -5,7 +5,8 @@ Three parts (configs/bench_tree.py):
                rounds: tokens/s, speedups over AR and over the chain, acceptance length
                (tokens per target forward, the bonus counted), the round cost in AR tokens
                and the speedup ceiling; then the tree round's engine overhead.
-  equal width  tree M = chain A + 1 for each A of `c.widths`, same head, prompts, seeds:
+  equal width  tree M = chain A + 1 for each A of `c.width_trees`, same head, prompts and
+               seeds (a dynamic tree at T 0, SpecInfer's sampled static tree at T > 0):
                acceptance length of each with a 95% interval over prompts, and of their
                per-prompt difference (the tree beats the chain when its lower end is > 0).
   shapes       tokens/s of each tree of `c.shapes` at T 0 and batch 1: the best here.
@@ -29,6 +30,7 @@ from spec_jax.decoding import engine as eng
 from spec_jax.jobs.bench_chain import (
     interleaved_runs,
     overhead_report,
+    speed_ids,
     speed_setup,
     summarize_runs,
     time_parts,
@@ -71,8 +73,11 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
             )
     if c.overhead:
         report['overhead'] = tree_overhead(engines['tree'], params, ids[:1], c.rounds)
-    if c.widths:
-        report['equal_width'] = equal_width(c, chain, params, ids)
+    if c.width_trees:
+        width_ids = ids
+        if c.width_prompts_per_set != c.prompts_per_set:
+            width_ids = speed_ids(c, target.tokenizer, c.width_prompts_per_set)[1]
+        report['equal_width'] = equal_width(c, chain, params, width_ids)
     if c.shapes:
         report['shapes'] = shape_search(c, chain, params, ids)
     if workdir:
@@ -121,10 +126,12 @@ def tree_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
 
     @partial(jax.jit, donate_argnums=2)
     def drafter_only(engine, draft_params, s):
-        state, tokens, parents = d.propose_tree(draft_params, s.draft, s.committed_b, shape)
+        verification = eng.Verification(engine.rule, engine.baseline)
+        state, tokens, parents, q = d.propose_tree(draft_params, s.draft, s.committed_b, shape,
+                                                   s.key_b, eng.probs_fn(engine, verification))
         taps = jnp.zeros((len(ids), shape.path_len + 1, len(d.tap_layers), engine.cfg.width))
         state = d.observe(draft_params, state, s.history_bs, s.committed_b, s.committed_b, taps)
-        return s.replace(draft=state), (tokens, parents)
+        return s.replace(draft=state), (tokens, parents, q)
 
     calls = {
         'round': lambda s: (whole(engine, params.target, params.draft, s), None),
@@ -149,22 +156,39 @@ def per_prompt_length(result) -> np.ndarray:
     return np.asarray(rows['emitted'], np.float64) / np.maximum(rows['blocks'], 1)
 
 
+def width_tree(spec: str, nodes: int) -> trees.TreeShape:
+    """A tree of `nodes` nodes from a bench spec: 'dynamic:depth,branch' or
+    'sampled:p1,...,pM-1' / 'static:p1,...' (the parents of nodes 1..M-1)."""
+    kind, _, values = spec.partition(':')
+    numbers = [int(v) for v in values.split(',')]
+    if kind == 'dynamic':
+        return trees.TreeShape(nodes, *numbers)
+    if kind not in ('static', 'sampled') or len(numbers) != nodes - 1:
+        raise ValueError(
+            f"width tree {spec!r}: 'dynamic:depth,branch', or 'static:' or 'sampled:' with "
+            f'the {nodes - 1} parents of nodes 1..{nodes - 1}'
+        )
+    return trees.TreeShape.fixed([0] + numbers, sampled=kind == 'sampled')
+
+
 def equal_width(c, chain: decoding.Engine, params, ids) -> list[dict]:
-    """Acceptance length of chain A against a tree of M = A + 1 nodes (`c.width_tree`:
-    depth and branch per A) on the same prompts and seeds, per temperature."""
+    """Acceptance length of chain A against a tree of M = A + 1 nodes on the same prompts
+    and seeds, per temperature: `c.width_trees` holds (A, the tree at T 0, the tree at
+    T > 0) (`width_tree` specs); each prompt's length is its mean over `c.width_seeds`."""
     out = []
     for temperature in c.temperatures:
         sampler = Sampler(temperature=temperature)
-        for a, (depth, branch) in zip(c.widths, c.width_trees, strict=True):
-            shape = trees.TreeShape(a + 1, depth, branch)
+        for a, greedy_spec, sampled_spec in c.width_trees:
+            shape = width_tree(greedy_spec if temperature == 0 else sampled_spec, a + 1)
             runs = {
                 'chain': chain.replace(num_draft=a, sampler=sampler),
                 'tree': chain.replace(tree=shape, sampler=sampler),
             }
             lengths = {
-                name: per_prompt_length(decoding.generate(engine, params, ids, seed=1))
+                name: np.mean([per_prompt_length(decoding.generate(engine, params, ids, seed=s))
+                               for s in c.width_seeds], axis=0)
                 for name, engine in runs.items()
-            }
+            }  # fmt: skip
             (cm, ch), (tm, th) = (mean_interval(lengths[k]) for k in ('chain', 'tree'))
             dm, dh = mean_interval(lengths['tree'] - lengths['chain'])
             row = dict(temperature=temperature, num_draft=a, tree=shape.describe(),

@@ -134,6 +134,9 @@ def test_tree_shapes():
         trees.TreeShape.fixed((0, 0, 3))
     with pytest.raises(ValueError, match='build it with TreeShape.fixed'):
         trees.TreeShape(5, 2, 2, parents=(0, 0, 0, 1))
+    with pytest.raises(ValueError, match='sampled=True needs a static tree'):
+        trees.TreeShape(5, 2, 2, sampled=True)
+    assert trees.TreeShape.chain(2, sampled=True).mode == 'sampled'
 
 
 # ---- the head's tree -----------------------------------------------------------------------
@@ -155,7 +158,7 @@ def test_the_heads_tree_follows_its_chain_drafts(models):
     history = jnp.zeros((1, slots), jnp.int32).at[0, :c].set(jnp.array(prompt))
     history = history.at[0, c].set(jnp.argmax(logits_bv[0]))
     state = drafter.init(head, history, lengths, bucket, taps)
-    _, tokens, parents = drafter.propose_tree(head, state, lengths, shape)
+    _, tokens, parents, _ = drafter.propose_tree(head, state, lengths, shape)
     tokens, parents = np.asarray(tokens)[0], np.asarray(parents)[0]
     assert len(set(parents[1:])) > 2 and parents.max() > 0  # A real tree: branches, depth.
     m, a = shape.nodes, shape.depth
@@ -194,6 +197,7 @@ SHAPES = [
     trees.TreeShape(nodes=13, depth=7, branch=3),  # Deeper than the output lets it go.
     trees.TreeShape.chain(3),
     trees.TreeShape.fixed((0, 0, 0, 1, 1, 3)),
+    trees.TreeShape.fixed((0, 0, 0, 1, 1, 3), sampled=True),  # T 0: children = the argmax.
 ]
 
 
@@ -215,6 +219,8 @@ def test_greedy_tree_equals_greedy_ar(models, greedy_ar, shape):
     rows = stats['per_row']
     assert sum(rows['emitted']) == sum(rows['blocks']) + sum(rows['accepted'])
     assert len(stats['acceptance_at_position']) == shape.path_len  # Per depth.
+    if shape.sampled:  # Duplicate siblings (every draw the argmax) are skipped, not retried.
+        return
     assert stats['accept_length'] == pytest.approx(sum(rows['accepted']) / sum(rows['blocks']))
 
 
@@ -267,7 +273,7 @@ def heads_trees(target, head, prompt_bp, prompt_len_b, pending_b):
     history = jnp.zeros((b, 32), jnp.int32).at[:, :bucket].set(prompt_bp)
     history = history.at[jnp.arange(b), prompt_len_b].set(pending_b)
     state = drafter.init(head, history, prompt_len_b, bucket, taps)
-    _, tokens_bm, parents_bm = drafter.propose_tree(head, state, prompt_len_b, MC_SHAPE)
+    _, tokens_bm, parents_bm, _ = drafter.propose_tree(head, state, prompt_len_b, MC_SHAPE)
     kids_bmc = rules.children_from_parents(parents_bm, MC_SHAPE.branch)
     sibs_bmc = jnp.take_along_axis(tokens_bm[:, None], jnp.maximum(kids_bmc, 0), -1)
     return jnp.where(kids_bmc >= 0, sibs_bmc, -1), kids_bmc
@@ -407,6 +413,28 @@ def test_tree_tokens_follow_the_node_law(soft_models, name, guards):
     if 'distinct' in guards:
         target_laws = tree_token_laws(models, rules.Lossless())
         assert max(tv(laws[1:], target_laws[1:])) > 2 * TV_BOUND
+
+
+def test_sampled_tree_is_lossless(soft_models):
+    """SpecInfer's sampled siblings (i.i.d. from the head's processed q, verified with
+    min(1, P(c)/q(c)) and the residual norm((P - q)_+)): tokens 1-3 follow the target
+    (the bound of the node-law test). The sampled node rule's own law is checked on
+    `verify_node` (tests/rules/test_tree.py); here the engine's parts: the head's draws,
+    the q row of each node handed to the verifier, the commit. Only the lossless rule has
+    a sampled-sibling form."""
+    target, head = soft_models
+    shape = trees.TreeShape.fixed((0, 0, 0, 1, 1, 2), sampled=True)
+    dec = DecodeSettings(max_new_tokens=3, prompt_bucket=8, new_tokens_bucket=8)
+    tree = decoding.Engine(CFG, dec, Eagle3Drafter(HEAD), sampler=SAMPLER, tree=shape)
+    result = decoding.generate(tree, decoding.Params(target, head), [PROMPT] * N, seed=3)
+    assert result.stats['block_efficiency'] > 1.15
+    tokens = np.array(result.tokens)
+    laws = truncated_laws(target, lambda p: p)
+    for k in range(3):
+        assert tv(empirical(tokens[:, k]), laws[k]) < TV_BOUND, f'token {k + 1}'
+    with pytest.raises(ValueError, match="rule 'lenience' has no sampled-sibling"):
+        decoding.generate(tree.replace(rule=rules.make('lenience', l=0.5)),
+                          decoding.Params(target, head), [PROMPT])  # fmt: skip
 
 
 def truncated_laws(target, transform):

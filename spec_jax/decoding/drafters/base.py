@@ -72,11 +72,14 @@ class Drafter(Protocol):
 class TreeDrafter(Drafter, Protocol):
     """A drafter that also builds draft trees (tree rounds; docs/engine.md, "Tree rounds")."""
 
-    def propose_tree(self, params, state, committed_b, shape) -> tuple[Any, jax.Array, jax.Array]:
-        """(state, node tokens [B, M] (entry 0, the root, is the caller's), parents [B, M])
-        for a tree of `shape` (`decoding.trees.TreeShape`) after each row's pending token;
-        parents precede children, and a node's children in index order are its draft
-        order."""
+    def propose_tree(
+        self, params, state, committed_b, shape, key_b=None, probs_fn=None
+    ) -> tuple[Any, jax.Array, jax.Array, jax.Array | None]:  # fmt: skip
+        """(state, node tokens [B, M] (entry 0, the root, is the caller's), parents [B, M],
+        q [B, M, V] or None) for a tree of `shape` (`decoding.trees.TreeShape`) after each
+        row's pending token; parents precede children, and a node's children in index order
+        are its draft order. A sampled tree draws children from the processed law
+        (`probs_fn`, one key per row) that q holds per node; a deterministic one has q None."""
 
 
 def gather_tokens(history_bs: jax.Array, index_bt: jax.Array) -> jax.Array:

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from spec_jax import sampling
 from spec_jax.decoding import trees
 from spec_jax.decoding.drafters.base import (
     OUTSIDE_DRAFT_VOCAB,
@@ -165,9 +166,12 @@ class Eagle3Drafter:
 
     # --- trees (docs/engine.md, "Tree rounds"; EAGLE3.md §1.7) ---------------------------
 
-    def propose_tree(self, params, state: Eagle3State, committed_b, shape: trees.TreeShape):
+    def propose_tree(
+        self, params, state: Eagle3State, committed_b, shape: trees.TreeShape, key_b=None,
+        probs_fn: ProbsFn | None = None,
+    ):  # fmt: skip
         """A draft tree after each row's pending token: (state, node tokens [B, M] (entry 0,
-        the root, is the caller's), parents [B, M]).
+        the root, is the caller's), parents [B, M], q [B, M, V] or None).
 
         Depth-d nodes run the head at position C - 1 + d on their parent's output hidden
         with their own token, as chain step d does; they write their entries into the
@@ -175,19 +179,27 @@ class Eagle3Drafter:
         slots and their ancestors' entries only. Candidates are the head's top-`branch`
         children of each expanded node, over its draft vocabulary, scored by cumulative
         log-probability without temperature (EAGLE's deterministic tree; the sampler and a
-        matched baseline's truncation act on the target only). The scratch entries are
-        left in the cache: they sit at or past C, where the next window overwrites them
-        and no mask shows them.
+        matched baseline's truncation act on the target only); q is None. A sampled static
+        tree (SpecInfer) draws each node's children i.i.d. from the head's processed law
+        there (`probs_fn`, one key per row in `key_b`), which q holds (row i: the law node
+        i's children were drawn from; zeros at leaves). The scratch entries are left in the
+        cache: they sit at or past C, where the next window overwrites them and no mask
+        shows them.
         """
-        build = self._static_tree if shape.static else self._dynamic_tree
-        kv, tokens_bm, parents_bm = build(params, state, committed_b, shape)
-        return state.replace(cache_k=kv[0], cache_v=kv[1]), tokens_bm, parents_bm
+        if shape.static:
+            kv, tokens_bm, q_bmv = self._static_tree(params, state, committed_b, shape, key_b,
+                                                     probs_fn)  # fmt: skip
+            parents_bm = jnp.broadcast_to(jnp.asarray(shape.parents, jnp.int32), tokens_bm.shape)
+        else:
+            kv, tokens_bm, parents_bm = self._dynamic_tree(params, state, committed_b, shape)
+            q_bmv = None
+        return state.replace(cache_k=kv[0], cache_v=kv[1]), tokens_bm, parents_bm, q_bmv
 
     def _expand(self, params, kv, tokens_by, hidden_byd, seen_byz, committed_b, level, offset):
         """The head on the Y frontier nodes of depth `level` written at slots C + offset + i;
         `seen_byz` [B, Y, Z] marks the scratch entries each one attends (its ancestors
-        and itself). Returns (log-probabilities over the draft vocabulary [B, Y, U], output
-        hidden [B, Y, D], kv)."""
+        and itself). Returns (logits over the draft vocabulary [B, Y, U], output hidden
+        [B, Y, D], kv)."""
         pos_by = jnp.broadcast_to((committed_b - 1 + level)[:, None], tokens_by.shape)
         logits_byu, hidden_byd, kv = e3.eagle3_forward(
             self.cfg,
@@ -199,7 +211,7 @@ class Eagle3Drafter:
             kv=(*kv, committed_b + offset),
             apply_fc=False,
         )
-        return jax.nn.log_softmax(logits_byu, -1), hidden_byd, kv[:2]
+        return logits_byu, hidden_byd, kv[:2]
 
     def _children(self, params, logp_byu, branch):
         """The `branch` best children of each node: (log-probabilities <= 0 [B, Y, C],
@@ -222,10 +234,10 @@ class Eagle3Drafter:
             offset = (level - 1) * k
             own_yz = jnp.arange(shape.scratch)[None, :] == offset + jnp.arange(k)[:, None]
             seen_byz = seen_byz | own_yz
-            logp_byu, out_byd, kv = self._expand(
+            logits_byu, out_byd, kv = self._expand(
                 params, kv, token_by, hidden_byd, seen_byz, committed_b, level, offset
             )
-            logp_byc, child_byc = self._children(params, logp_byu, k)
+            logp_byc, child_byc = self._children(params, jax.nn.log_softmax(logits_byu, -1), k)
             child_score_bw = (score_by[..., None] + logp_byc).reshape(batch, k * k)
             child_token_bw = child_byc.reshape(batch, k * k)
             pool_score.append(child_score_bw)
@@ -247,7 +259,7 @@ class Eagle3Drafter:
         tokens_bm = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), drafted_bm], 1)
         return kv, tokens_bm.astype(jnp.int32), parents_bm
 
-    def _static_tree(self, params, state, committed_b, shape):
+    def _static_tree(self, params, state, committed_b, shape, key_b, probs_fn):
         tree, batch = shape.tree, committed_b.shape[0]
         kids, anc_mm = tree.children, trees.static_ancestors(shape)
         rank_m = np.zeros(shape.nodes, np.int64)  # Each node's rank among its siblings.
@@ -258,15 +270,28 @@ class Eagle3Drafter:
         kv = (state.cache_k, state.cache_v)
         tokens_bm = jnp.zeros((batch, shape.nodes), jnp.int32)
         parents_m = np.asarray(shape.parents)
+        q_bmv = keys_mb = None
+        if shape.sampled:  # The law each node's children are drawn from, a key per node.
+            q_bmv = jnp.zeros((batch, shape.nodes, self.vocab_size), jnp.float32)
+            keys_mb = step_keys(key_b, shape.nodes)
 
-        def fill(tokens_bm, expanded, token_byc):  # Children of `expanded` from its top-k.
+        def fill(tokens_bm, q_bmv, expanded, logits_byu):  # Children of the `expanded` nodes.
+            if not shape.sampled:  # The r-th best for the r-th child.
+                token_byc = self._children(params, jax.nn.log_softmax(logits_byu, -1),
+                                           shape.branch)[1]  # fmt: skip
             for f, node in enumerate(expanded):
                 row = kids[node][kids[node] >= 0]
-                tokens_bm = tokens_bm.at[:, row].set(token_byc[:, f, rank_m[row]])
-            return tokens_bm
+                if shape.sampled:  # i.i.d. draws from the processed q at the node.
+                    q_bv = self._probs(params, logits_byu[:, f], probs_fn)
+                    q_bmv = q_bmv.at[:, node].set(q_bv)
+                    for child in row:
+                        token_b = sampling.sample_rows(keys_mb[child], q_bv)
+                        tokens_bm = tokens_bm.at[:, child].set(token_b)
+                else:
+                    tokens_bm = tokens_bm.at[:, row].set(token_byc[:, f, rank_m[row]])
+            return tokens_bm, q_bmv
 
-        root_logp_b1u = jax.nn.log_softmax(state.logits_bu, -1)[:, None]
-        tokens_bm = fill(tokens_bm, [0], self._children(params, root_logp_b1u, shape.branch)[1])
+        tokens_bm, q_bmv = fill(tokens_bm, q_bmv, [0], state.logits_bu[:, None])
         hidden_of = {0: state.hidden_bd}
         offset = 0
         for level, expanded in enumerate(shape.levels, start=1):
@@ -278,13 +303,12 @@ class Eagle3Drafter:
                 on_path = np.flatnonzero(anc_mm[node])
                 seen_yz[f, slot_m[on_path[on_path > 0]]] = True
             hidden_byd = jnp.stack([hidden_of[int(parents_m[i])] for i in idx], 1)
-            logp_byu, out_byd, kv = self._expand(
+            logits_byu, out_byd, kv = self._expand(
                 params, kv, tokens_bm[:, idx], hidden_byd,
                 jnp.broadcast_to(jnp.asarray(seen_yz), (batch, *seen_yz.shape)),
                 committed_b, level, offset,
             )  # fmt: skip
-            tokens_bm = fill(tokens_bm, idx, self._children(params, logp_byu, shape.branch)[1])
+            tokens_bm, q_bmv = fill(tokens_bm, q_bmv, idx, logits_byu)
             hidden_of.update({int(i): out_byd[:, f] for f, i in enumerate(idx)})
             offset += len(idx)
-        parents_bm = jnp.broadcast_to(jnp.asarray(parents_m, jnp.int32), (batch, shape.nodes))
-        return kv, tokens_bm, parents_bm
+        return kv, tokens_bm, q_bmv
