@@ -186,3 +186,14 @@ def test_sample_blocked_cdf_at_large_vocab():
         np.testing.assert_array_equal(np.asarray(got), [0, 255, 256, 3000])
     with pytest.raises(ValueError, match='method'):
         sampling.sample(jax.random.key(0), onehot, method='nope')
+
+
+def test_greedy_is_the_one_hot_first_argmax():
+    """Ties, NaN and all -inf rows as `jnp.argmax` decides them (the first maximum, the
+    first NaN, index 0)."""
+    x = np.random.default_rng(0).normal(size=(5, 7, 33)).astype(np.float32)
+    x[0, 0, [3, 9]] = 50.0
+    x[1, 2, [8, 4]] = np.nan
+    x[2, 1] = -np.inf
+    want = jax.nn.one_hot(jnp.argmax(jnp.asarray(x), -1), 33)
+    np.testing.assert_array_equal(sampling.greedy(jnp.asarray(x)), want)
