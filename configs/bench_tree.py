@@ -46,14 +46,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rounds = 1 if tiny else 2
     c.overhead = True
     # Equal verified width: chain A against a tree of A + 1 nodes: (A, the tree at T 0, the
-    # tree at T > 0) as 'dynamic:depth,branch' or 'sampled:parents of nodes 1..A'. At T > 0
-    # EAGLE's deterministic siblings accept c with P(c), a chain's sampled draft with
-    # min(1, p/q), so there the tree is SpecInfer's (i.i.d. siblings from q): the chain of
-    # A - 1 with a second draw for the first token.
+    # tree at T > 0) as 'dynamic:depth,branch' or 'static:' / 'iid:' / 'distinct:' + the
+    # parents of nodes 1..A (`bench_tree.width_tree`). At T > 0 EAGLE's deterministic
+    # siblings accept c with P(c), a chain's sampled draft with min(1, p/q), so there the
+    # tree's siblings are drawn from q without replacement: the chain of A - 1 with a
+    # second draw for the first token (A 3, 5), three root draws (A 7).
     c.width_trees = (
-        (3, 'dynamic:3,2', 'sampled:0,1,0'),
-        (5, 'dynamic:4,2', 'sampled:0,1,2,3,0'),
-        (7, 'dynamic:5,2', 'sampled:0,1,2,3,4,5,0'),
+        (3, 'dynamic:3,2', 'distinct:0,1,0'),
+        (5, 'dynamic:4,2', 'distinct:0,1,2,3,0'),
+        (7, 'dynamic:5,2', 'distinct:0,1,2,0,1,0,4'),
     )
     if tiny:
         c.width_trees = c.width_trees[:1]

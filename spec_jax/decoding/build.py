@@ -46,7 +46,7 @@ def sampler_from_config(c: ml_collections.ConfigDict) -> Sampler:
 
 
 def tree_config(
-    nodes: int = 8, depth: int = 4, branch: int = 2, static: str = '', sampled: bool = False
+    nodes: int = 8, depth: int = 4, branch: int = 2, static: str = '', sampled: str = ''
 ):
     """The tree block of `spec_config` (tree mode; configs/smollm2_135m_tree.py)."""
     return ml_collections.ConfigDict(
@@ -58,8 +58,9 @@ def tree_config(
             # separated ('0,0,1,1,2': two root children, two under the first, one under the
             # second); 'chain:A' for a chain of A. nodes, depth and branch then follow from it.
             static=static,
-            # A static tree's children drawn i.i.d. from the head's processed law (SpecInfer;
-            # lossless rule only) instead of its top-ranked tokens (EAGLE).
+            # A static tree's children drawn from the head's processed law instead of its
+            # top-ranked tokens (EAGLE): 'iid' (SpecInfer) or 'distinct' (without
+            # replacement); lossless rule only.
             sampled=sampled,
         )
     )
@@ -69,7 +70,9 @@ def tree_shape(c: ml_collections.ConfigDict) -> trees.TreeShape:
     """A TreeShape from a tree block (ValueError naming the bad field)."""
     if not c.static:
         if c.sampled:
-            raise ValueError('spec.tree.sampled=True needs a static tree (spec.tree.static)')
+            raise ValueError(
+                f'spec.tree.sampled={c.sampled!r} needs a static tree (spec.tree.static)'
+            )
         return trees.TreeShape(c.nodes, c.depth, c.branch)
     if c.static.startswith('chain:'):
         return trees.TreeShape.chain(int(c.static.split(':', 1)[1]), c.sampled)

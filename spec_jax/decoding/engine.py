@@ -141,7 +141,7 @@ class Engine:
         mode = self.tree.mode
         if mode not in self.rule.tree_modes:
             with_trees = [n for n in rules.names() if mode in rules.make(n).tree_modes]
-            what = 'sampled-sibling (SpecInfer)' if self.tree.sampled else 'tree'
+            what = f'{mode}-sibling' if self.tree.sampled else 'tree'
             raise ValueError(
                 f'rule {self.rule.name!r} has no {what} form; the rules with one: {with_trees}'
             )
@@ -333,6 +333,7 @@ def tree_round(engine: Engine, params: dict, draft_params, s: DecodeState) -> De
         tokens_bm,
         p_bmv,
         q_bmv,
+        draws=shape.sampled or 'iid',  # Read with sampled siblings only.
         max_depth=shape.path_len,
         max_children=shape.branch,
         pad_id=engine.decode.pad_id,

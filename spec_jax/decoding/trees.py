@@ -15,9 +15,9 @@ tree. A child's score is at most its parent's (log-probabilities are <= 0) and a
 precedes its children in the pool, so ranking by (score descending, pool index ascending)
 puts every parent before its children, ties included: the selection is ancestor-closed.
 Static trees (EAGLE-1, Medusa) fix the parents: node i is the r-th best child of its parent,
-r its rank among its siblings. Sampled static trees (SpecInfer, PAPER.md §2.3) draw each
-node's children i.i.d. from the head's processed law q there, which the verifier then
-needs: lossless verification with min(1, P(c)/q(c)) and the residual norm((P - q)_+).
+r its rank among its siblings. Sampled static trees draw each node's children from the
+head's processed law q there, i.i.d. (SpecInfer, PAPER.md §2.3) or without replacement
+('distinct'), and hand q to the lossless verifier (`rules.verify_tree`'s sibling modes).
 
 EAGLE's `depth` counts the expansions after the first level, so its (total_token 60,
 depth 5, top_k 10) is `TreeShape(nodes=60, depth=6, branch=10)` here.
@@ -35,6 +35,9 @@ import numpy as np
 from spec_jax import rules
 
 
+SAMPLED = ('', 'iid', 'distinct')
+
+
 @dataclasses.dataclass(frozen=True)
 class TreeShape:
     """The shape of a round's draft tree (hashable: part of the engine's static half).
@@ -47,24 +50,27 @@ class TreeShape:
         frontier kept per level.
       parents: () for a dynamic tree; the parent pointers of a static tree (entry 0, the
         root's, is ignored), whose nodes, depth and branch they determine (`TreeShape.fixed`).
-      sampled: a static tree's children are drawn i.i.d. from the head's processed law
-        (SpecInfer) instead of being its top-ranked tokens (EAGLE).
+      sampled: how a static tree's children are drawn from the head's processed law:
+        '' (not drawn: its top-ranked tokens, EAGLE), 'iid' (SpecInfer) or 'distinct'
+        (without replacement, Gumbel top-k).
     """
 
     nodes: int = 8
     depth: int = 4
     branch: int = 2
     parents: tuple[int, ...] = ()
-    sampled: bool = False
+    sampled: str = ''
 
     def __post_init__(self):
         for name in ('nodes', 'depth', 'branch'):
             if getattr(self, name) < 1:
                 raise ValueError(f'tree {name}={getattr(self, name)} must be >= 1')
+        if self.sampled not in SAMPLED:
+            raise ValueError(f'tree sampled={self.sampled!r}: one of {SAMPLED}')
         if self.sampled and not self.parents:
             raise ValueError(
-                'sampled=True needs a static tree (parents): a dynamic tree selects nodes by '
-                "their draft scores, and sampled siblings must be i.i.d. draws from q"
+                f'sampled={self.sampled!r} needs a static tree (parents): a dynamic tree '
+                'selects nodes by their draft scores, so its children are not draws from q'
             )
         if self.parents:
             tree = rules.Tree(self.parents)  # Validates the pointers.
@@ -82,8 +88,8 @@ class TreeShape:
             )
 
     @classmethod
-    def fixed(cls, parents, sampled: bool = False) -> TreeShape:
-        """A static tree from parent pointers (node 0 the root); `sampled`: SpecInfer's."""
+    def fixed(cls, parents, sampled: str = '') -> TreeShape:
+        """A static tree from parent pointers (node 0 the root); `sampled` as the field."""
         tree = rules.Tree(tuple(parents))
         if tree.num_nodes < 2:
             raise ValueError('a static tree needs at least one drafted node besides the root')
@@ -91,7 +97,7 @@ class TreeShape:
         return cls(tree.num_nodes, tree.max_depth, width, tree.parents, sampled)
 
     @classmethod
-    def chain(cls, length: int, sampled: bool = False) -> TreeShape:
+    def chain(cls, length: int, sampled: str = '') -> TreeShape:
         """A static chain of `length` drafts: the head's greedy (or sampled) chain, verified
         as a tree."""
         return cls.fixed(rules.Tree.chain(length).parents, sampled)
@@ -102,8 +108,8 @@ class TreeShape:
 
     @property
     def mode(self) -> str:
-        """The `rules.verify_tree` sibling mode: 'sampled' or 'deterministic'."""
-        return 'sampled' if self.sampled else 'deterministic'
+        """The `rules.verify_tree` sibling mode (a `Rule.tree_modes` entry)."""
+        return self.sampled or 'deterministic'
 
     @property
     def path_len(self) -> int:
@@ -155,7 +161,7 @@ class TreeShape:
 
     def describe(self) -> str:
         if self.parents:
-            kind = 'sampled static' if self.sampled else 'static'
+            kind = f'sampled ({self.sampled}) static' if self.sampled else 'static'
             return f'{kind} tree of {self.nodes} nodes, depth {self.depth}'
         return f'dynamic tree: {self.nodes} nodes, depth {self.depth}, branch {self.branch}'
 

@@ -6,7 +6,7 @@ Three parts (configs/bench_tree.py):
                (tokens per target forward, the bonus counted), the round cost in AR tokens
                and the speedup ceiling; then the tree round's engine overhead.
   equal width  tree M = chain A + 1 for each A of `c.width_trees`, same head, prompts and
-               seeds (a dynamic tree at T 0, SpecInfer's sampled static tree at T > 0):
+               seeds (a dynamic tree at T 0, a sampled static tree at T > 0):
                acceptance length of each with a 95% interval over prompts, and of their
                per-prompt difference (the tree beats the chain when its lower end is > 0).
   shapes       tokens/s of each tree of `c.shapes` at T 0 and batch 1: the best here.
@@ -157,18 +157,19 @@ def per_prompt_length(result) -> np.ndarray:
 
 
 def width_tree(spec: str, nodes: int) -> trees.TreeShape:
-    """A tree of `nodes` nodes from a bench spec: 'dynamic:depth,branch' or
-    'sampled:p1,...,pM-1' / 'static:p1,...' (the parents of nodes 1..M-1)."""
+    """A tree of `nodes` nodes from a bench spec: 'dynamic:depth,branch', or
+    'static:p1,...,pM-1' (the parents of nodes 1..M-1) with the head's top-ranked children,
+    'iid:p1,...' or 'distinct:p1,...' with sampled ones (`TreeShape.sampled`)."""
     kind, _, values = spec.partition(':')
     numbers = [int(v) for v in values.split(',')]
     if kind == 'dynamic':
         return trees.TreeShape(nodes, *numbers)
-    if kind not in ('static', 'sampled') or len(numbers) != nodes - 1:
+    if kind not in ('static', 'iid', 'distinct') or len(numbers) != nodes - 1:
         raise ValueError(
-            f"width tree {spec!r}: 'dynamic:depth,branch', or 'static:' or 'sampled:' with "
-            f'the {nodes - 1} parents of nodes 1..{nodes - 1}'
+            f"width tree {spec!r}: 'dynamic:depth,branch', or 'static:', 'iid:' or "
+            f"'distinct:' with the {nodes - 1} parents of nodes 1..{nodes - 1}"
         )
-    return trees.TreeShape.fixed([0] + numbers, sampled=kind == 'sampled')
+    return trees.TreeShape.fixed([0] + numbers, sampled='' if kind == 'static' else kind)
 
 
 def equal_width(c, chain: decoding.Engine, params, ids) -> list[dict]:

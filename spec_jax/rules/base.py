@@ -307,7 +307,8 @@ class Rule:
         exactness depends on a parameter (lenience l = 1, cos lam = 0) compute it from the
         concrete value (a Python bool) and raise TypeError if read on a traced rule.
       tree_modes: the tree verification modes supported: 'deterministic' (EAGLE-style
-        ordered siblings, rejection zeroes the sibling) and/or 'sampled' (SpecInfer).
+        ordered siblings, rejection zeroes the sibling), 'iid' (SpecInfer's siblings drawn
+        i.i.d. from q) and/or 'distinct' (drawn from q without replacement).
       section: the PAPER.md section that defines the rule.
       stats_need_q: whether `stats(p, q)` reads q. When it does not, `verify_chain` computes
         the statistics on the whole target [B, A+1, V] with q=None and drops the last row,

@@ -24,13 +24,16 @@ class Lossless(base.YieldRule):
     - Tree, deterministic siblings (EAGLE, §2.2): accept sibling c_j with probability
       P_{j-1}(c_j) (q := 1); on rejection zero c_j and renormalise; all rejected: emit a
       sample of the residual. Law at the node: p exactly.
-    - Tree, sampled siblings (SpecInfer, §2.3): accept c_j ~ q with min(1, P(c_j)/q(c_j));
+    - Tree, i.i.d. siblings (SpecInfer, §2.3): accept c_j ~ q with min(1, P(c_j)/q(c_j));
       on rejection P <- norm((P - q)_+). Law: p exactly.
+    - Tree, distinct siblings (drawn without replacement; Jeon et al. 2024): c_j ~ q_j, q
+      without c_1..c_{j-1} renormalised; accept with min(1, P(c_j)/q_j(c_j)); on rejection
+      P <- norm((P - q_j)_+). Law: p exactly (docs/engine.md "Tree rounds").
     """
 
     name = 'lossless'
     lossless = True
-    tree_modes = ('deterministic', 'sampled')
+    tree_modes = ('deterministic', 'iid', 'distinct')
     section = '§2.1-§2.3'
 
     def yield_from(self, px, qx, x, stats):

@@ -10,7 +10,7 @@ order), and the children of a node are visited in index order, which is the draf
 Inputs of the verifier: node tokens [B, M] (entry 0 unused), the processed target
 probabilities at every node [B, M, V] (row i is the target's law of the token after the
 path to node i), and, for sampled siblings, the draft law at every node [B, M, V] (row i is
-the law the children of node i were drawn from).
+the law the children of node i were drawn from) and how they were drawn (`draws`).
 
 Walk: from the root, at each depth run the node rule over the node's children (a
 `lax.scan` over siblings, all rows at once); descend into the accepted child or stop. The
@@ -18,13 +18,20 @@ depth loop is a `lax.fori_loop` of max_depth + 1 steps; finished rows are masked
 have static shapes: the accepted path [B, D+1] padded with its last node (never -1), its
 length, and the final token (residual sample, or the bonus at a leaf).
 
-Two sibling modes:
+Three sibling modes (`rule.tree_modes`; docs/engine.md "Tree rounds"):
   deterministic  EAGLE (PAPER.md §2.2, §3.3, §4.2): rule.tree_gate(P(c_j)) accepts;
                  a rejection zeroes c_j and renormalises; duplicates and -1 are skipped;
                  if the residual mass falls to <= 1e-9 the scan stops and the token comes
                  from the full p (EAGLE's guard).
-  sampled        SpecInfer (§2.3), lossless rule only: siblings drawn i.i.d. from q;
+  iid            SpecInfer (§2.3), lossless rule only: siblings drawn i.i.d. from q;
                  accept with min(1, P(c_j)/q(c_j)); on rejection P <- norm((P - q)_+).
+  distinct       Recursive rejection sampling without replacement (Jeon et al. 2024),
+                 lossless rule only: siblings drawn from q without replacement (Gumbel
+                 top-k), so c_j ~ q_j = q with c_1..c_{j-1} removed and renormalised; accept
+                 with min(1, P(c_j)/q_j(c_j)); on rejection P <- norm((P - q_j)_+). Each
+                 step is one speculative step of the residual target with a draft from
+                 q_j, hence lossless; unlike i.i.d. draws no sibling is wasted on a repeat.
+                 A sibling with q_j(c_j) = 0 (q's support used up) is skipped.
 """
 
 from __future__ import annotations
@@ -158,16 +165,23 @@ class TreeResult(NamedTuple):
     last_node: jax.Array
 
 
-def _check_mode(rule: base.Rule, sampled: bool):
-    mode = 'sampled' if sampled else 'deterministic'
+DRAWS = ('iid', 'distinct')
+
+
+def _mode(rule: base.Rule, sampled: bool, draws: str) -> str:
+    """The sibling mode of a verification, checked against the rule's tree modes."""
+    if draws not in DRAWS:
+        raise ValueError(f'draws={draws!r}: sampled siblings are drawn one of {DRAWS}')
+    mode = draws if sampled else 'deterministic'
     if mode not in rule.tree_modes:
         raise ValueError(
             f'rule {rule.name!r} does not support {mode} tree verification; its tree modes: '
             f'{rule.tree_modes or "none"}'
         )
+    return mode
 
 
-def _scan_node(rule, p_bv, sibs_bc, u_bc, q_bv=None):
+def _scan_node(rule, p_bv, sibs_bc, u_bc, q_bv=None, distinct=False):
     """The sibling scan at one node; returns (choice [B], final_dist [B, V])."""
     b, num_c = sibs_bc.shape
     sampled = q_bv is not None
@@ -182,22 +196,28 @@ def _scan_node(rule, p_bv, sibs_bc, u_bc, q_bv=None):
     if sampled:
 
         def body(carry, x):
-            big_p, choice = carry
+            big_p, q, choice = carry
             _, c, ok, u, j = x
-            pc, qc = base.gather(big_p, c), base.gather(q_bv, c)
+            pc, qc = base.gather(big_p, c), base.gather(q, c)
             g = jnp.where(
                 qc > 0,
                 jnp.clip(pc / jnp.where(qc > 0, qc, 1.0), 0.0, 1.0),
-                (pc > 0).astype(pc.dtype),
+                (pc > 0).astype(pc.dtype),  # An i.i.d. draw where q = 0 (measure zero).
             )
             active = ok & (choice < 0)
+            if distinct:  # q_j(c) = 0 only once q's support is used up: skipped.
+                active = active & (qc > 0)
             acc = active & (u <= g)
             rej = active & ~acc
-            nxt = base.normalize_or(jnp.maximum(big_p - q_bv, 0.0), big_p)
+            nxt = base.normalize_or(jnp.maximum(big_p - q, 0.0), big_p)
             big_p = jnp.where(rej[:, None], nxt, big_p)
-            return (big_p, jnp.where(acc, j, choice)), None
+            if distinct:  # The next sibling is drawn from q without c.
+                drop = jnp.where(rej, c, q.shape[-1])[:, None]  # Out of range -> kept.
+                q_out = q.at[jnp.arange(b)[:, None], drop].set(0.0, mode='drop')
+                q = base.normalize_or(q_out, q_out)
+            return (big_p, q, jnp.where(acc, j, choice)), None
 
-        (big_p, choice), _ = jax.lax.scan(body, (p_bv, choice0), xs)
+        (big_p, _, choice), _ = jax.lax.scan(body, (p_bv, q_bv, choice0), xs)
         return choice, rule.tree_final(big_p)
 
     state0 = base.node_state(p_bv)
@@ -223,13 +243,14 @@ def _scan_node(rule, p_bv, sibs_bc, u_bc, q_bv=None):
     return choice, final
 
 
-@jax.jit
+@functools.partial(jax.jit, static_argnames=('draws',))
 def verify_node(
     rule: base.Rule,
     key: jax.Array,
     target_probs_bv: jax.Array,
     siblings_bc: jax.Array,
     draft_probs_bv: jax.Array | None = None,
+    draws: str = 'iid',
 ) -> NodeResult:
     """Verifies the ordered siblings of one node.
 
@@ -238,18 +259,21 @@ def verify_node(
       key: PRNG key.
       target_probs_bv: [B, V] processed target at the node.
       siblings_bc: [B, C] int sibling tokens in draft order; -1 is padding.
-      draft_probs_bv: [B, V] the law the siblings were sampled from (sampled mode,
-        SpecInfer); None for deterministic siblings (EAGLE).
+      draft_probs_bv: [B, V] the law the siblings were sampled from; None for
+        deterministic siblings (EAGLE).
+      draws: how sampled siblings were drawn from q: 'iid' (SpecInfer) or 'distinct'
+        (without replacement, in draw order).
 
     Returns:
       NodeResult.
     """
-    sampled = draft_probs_bv is not None
-    _check_mode(rule, sampled)
+    mode = _mode(rule, draft_probs_bv is not None, draws)
     key_u, key_s = jax.random.split(key)
     sibs = siblings_bc.astype(jnp.int32)
     u = uniform_open_closed(key_u, sibs.shape)
-    choice, final = _scan_node(rule, target_probs_bv, sibs, u, draft_probs_bv)
+    choice, final = _scan_node(
+        rule, target_probs_bv, sibs, u, draft_probs_bv, distinct=mode == 'distinct'
+    )
     picked = jnp.take_along_axis(sibs, jnp.maximum(choice, 0)[:, None], axis=1)[:, 0]
     token = jnp.where(choice >= 0, picked, sampling.sample(key_s, final))
     return NodeResult(choice=choice, final_dist=final, token=token)
@@ -263,6 +287,7 @@ def verify_tree(
     target_probs_bmv: jax.Array,
     draft_probs_bmv: jax.Array | None = None,
     *,
+    draws: str = 'iid',
     max_depth: int | None = None,
     max_children: int | None = None,
     pad_id: int = 0,
@@ -278,8 +303,10 @@ def verify_tree(
         `max_depth` and `max_children`, defaults M - 1).
       node_tokens_bm: [B, M] int token of each node (entry 0, the root, is unused).
       target_probs_bmv: [B, M, V] processed target at every node.
-      draft_probs_bmv: [B, M, V] for sampled siblings (SpecInfer): row i is the law the
-        children of node i were drawn from; None for deterministic siblings (EAGLE).
+      draft_probs_bmv: [B, M, V] for sampled siblings: row i is the law the children of
+        node i were drawn from; None for deterministic siblings (EAGLE).
+      draws: how sampled siblings were drawn from q: 'iid' (SpecInfer) or 'distinct'
+        (without replacement, in sibling order).
       max_depth: static depth bound for traced parents.
       max_children: static sibling bound for traced parents.
       pad_id: token written after the emitted ones.
@@ -299,31 +326,33 @@ def verify_tree(
         width = max(1, m - 1) if max_children is None else int(max_children)
         children = children_from_parents(parents, width)
     return _verify_tree(
-        rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv, depth, pad_id
-    )
+        rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv, draws, depth,
+        pad_id,
+    )  # fmt: skip
 
 
-@functools.partial(jax.jit, static_argnames=('max_depth', 'pad_id'))
+@functools.partial(jax.jit, static_argnames=('draws', 'max_depth', 'pad_id'))
 def _verify_tree(
-    rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv, max_depth, pad_id
-):
+    rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv, draws, max_depth,
+    pad_id,
+):  # fmt: skip
     sampled = draft_probs_bmv is not None
-    _check_mode(rule, sampled)
+    distinct = _mode(rule, sampled, draws) == 'distinct'
     b, m = node_tokens_bm.shape
     v = target_probs_bmv.shape[-1]
     rows = jnp.arange(b)
     tokens_bm = node_tokens_bm.astype(jnp.int32)
     num_c = children.shape[-1]
-    draws = (max_depth + 1, num_c)
+    steps = (max_depth + 1, num_c)
     if sampling.is_key_batch(key):
         if key.shape[0] != b:
             raise ValueError(f'verify_tree: {key.shape[0]} keys for a batch of {b} rows')
         key_walk, key_final = sampling.map_rows(lambda k: tuple(jax.random.split(k)), key)
-        u_dbc = sampling.map_rows(lambda k: uniform_open_closed(k, draws), key_walk)
+        u_dbc = sampling.map_rows(lambda k: uniform_open_closed(k, steps), key_walk)
         u_dbc = u_dbc.transpose(1, 0, 2)
     else:
         key_walk, key_final = jax.random.split(key)
-        u_dbc = uniform_open_closed(key_walk, (draws[0], b, num_c))
+        u_dbc = uniform_open_closed(key_walk, (steps[0], b, num_c))
 
     def body(d, carry):
         cur, done, n_acc, path, final_dist = carry
@@ -333,7 +362,7 @@ def _verify_tree(
         sibs = jnp.where(exists, jnp.take_along_axis(tokens_bm, kids_safe, axis=1), -1)
         p = target_probs_bmv[rows, cur]  # [B, V]
         q = draft_probs_bmv[rows, cur] if sampled else None
-        choice, node_final = _scan_node(rule, p, sibs, u_dbc[d], q)
+        choice, node_final = _scan_node(rule, p, sibs, u_dbc[d], q, distinct)
         has_kids = exists.any(-1)
         acc = ~done & (choice >= 0)
         stop = ~done & ~acc

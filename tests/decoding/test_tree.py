@@ -134,9 +134,11 @@ def test_tree_shapes():
         trees.TreeShape.fixed((0, 0, 3))
     with pytest.raises(ValueError, match='build it with TreeShape.fixed'):
         trees.TreeShape(5, 2, 2, parents=(0, 0, 0, 1))
-    with pytest.raises(ValueError, match='sampled=True needs a static tree'):
-        trees.TreeShape(5, 2, 2, sampled=True)
-    assert trees.TreeShape.chain(2, sampled=True).mode == 'sampled'
+    with pytest.raises(ValueError, match="sampled='iid' needs a static tree"):
+        trees.TreeShape(5, 2, 2, sampled='iid')
+    with pytest.raises(ValueError, match="sampled=True: one of"):
+        trees.TreeShape.chain(2, sampled=True)
+    assert trees.TreeShape.chain(2, sampled='distinct').mode == 'distinct'
 
 
 # ---- the head's tree -----------------------------------------------------------------------
@@ -197,7 +199,8 @@ SHAPES = [
     trees.TreeShape(nodes=13, depth=7, branch=3),  # Deeper than the output lets it go.
     trees.TreeShape.chain(3),
     trees.TreeShape.fixed((0, 0, 0, 1, 1, 3)),
-    trees.TreeShape.fixed((0, 0, 0, 1, 1, 3), sampled=True),  # T 0: children = the argmax.
+    # T 0: the first child is the argmax, its siblings have q = 0 and are skipped.
+    trees.TreeShape.fixed((0, 0, 0, 1, 1, 3), sampled='distinct'),
 ]
 
 
@@ -219,7 +222,7 @@ def test_greedy_tree_equals_greedy_ar(models, greedy_ar, shape):
     rows = stats['per_row']
     assert sum(rows['emitted']) == sum(rows['blocks']) + sum(rows['accepted'])
     assert len(stats['acceptance_at_position']) == shape.path_len  # Per depth.
-    if shape.sampled:  # Duplicate siblings (every draw the argmax) are skipped, not retried.
+    if shape.sampled:  # Siblings with q = 0 are skipped, not counted.
         return
     assert stats['accept_length'] == pytest.approx(sum(rows['accepted']) / sum(rows['blocks']))
 
@@ -415,15 +418,17 @@ def test_tree_tokens_follow_the_node_law(soft_models, name, guards):
         assert max(tv(laws[1:], target_laws[1:])) > 2 * TV_BOUND
 
 
-def test_sampled_tree_is_lossless(soft_models):
-    """SpecInfer's sampled siblings (i.i.d. from the head's processed q, verified with
-    min(1, P(c)/q(c)) and the residual norm((P - q)_+)): tokens 1-3 follow the target
-    (the bound of the node-law test). The sampled node rule's own law is checked on
-    `verify_node` (tests/rules/test_tree.py); here the engine's parts: the head's draws,
-    the q row of each node handed to the verifier, the commit. Only the lossless rule has
-    a sampled-sibling form."""
+@pytest.mark.parametrize('sampled', ['iid', 'distinct'])
+def test_sampled_tree_is_lossless(soft_models, sampled):
+    """Sampled siblings, i.i.d. (SpecInfer: min(1, P(c)/q(c)), residual norm((P - q)_+))
+    or without replacement (q_j: q without the earlier siblings): tokens 1-3 follow the
+    target (the bound of the node-law test). The node rules' own laws, and the power
+    against verifying distinct draws as i.i.d. ones, are checked on `verify_node`
+    (tests/rules/test_laws.py); here the engine's parts: the head's draws, the q row of
+    each node handed to the verifier, the commit. Only the lossless rule has a
+    sampled-sibling form."""
     target, head = soft_models
-    shape = trees.TreeShape.fixed((0, 0, 0, 1, 1, 2), sampled=True)
+    shape = trees.TreeShape.fixed((0, 0, 0, 1, 1, 2), sampled=sampled)
     dec = DecodeSettings(max_new_tokens=3, prompt_bucket=8, new_tokens_bucket=8)
     tree = decoding.Engine(CFG, dec, Eagle3Drafter(HEAD), sampler=SAMPLER, tree=shape)
     result = decoding.generate(tree, decoding.Params(target, head), [PROMPT] * N, seed=3)
@@ -432,7 +437,7 @@ def test_sampled_tree_is_lossless(soft_models):
     laws = truncated_laws(target, lambda p: p)
     for k in range(3):
         assert tv(empirical(tokens[:, k]), laws[k]) < TV_BOUND, f'token {k + 1}'
-    with pytest.raises(ValueError, match="rule 'lenience' has no sampled-sibling"):
+    with pytest.raises(ValueError, match=f"rule 'lenience' has no {sampled}-sibling"):
         decoding.generate(tree.replace(rule=rules.make('lenience', l=0.5)),
                           decoding.Params(target, head), [PROMPT])  # fmt: skip
 

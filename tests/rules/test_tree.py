@@ -25,19 +25,30 @@ V = 5
 N = 60_000
 
 
-def _tree_inputs(tree, n, seed, sampled=False):
-    """Random per-node targets (shared by all rows) and node tokens [n, M]."""
+def _tree_inputs(tree, n, seed, sampled=''):
+    """Random per-node targets (shared by all rows) and node tokens [n, M]; `sampled`: ''
+    (each node's children its parent's top-q tokens), 'iid' or 'distinct' draws from q."""
     rng = np.random.default_rng(seed)
     m = tree.num_nodes
     p_mv = rng.dirichlet(np.full(V, 0.7), size=m).astype(np.float32)
     q_mv = rng.dirichlet(np.full(V, 0.7), size=m).astype(np.float32)
     target = jnp.broadcast_to(jnp.asarray(p_mv), (n, m, V))
     draft = jnp.broadcast_to(jnp.asarray(q_mv), (n, m, V))
-    if sampled:
+    if sampled == 'iid':
         # Children of node i are drawn i.i.d. from q at node i.
         parents = jnp.asarray(tree.parents)
         logits = jnp.log(jnp.asarray(q_mv))[parents]  # [M, V]
         tokens = jax.random.categorical(jax.random.PRNGKey(seed), logits, shape=(n, m))
+    elif sampled:
+        # Without replacement, by the Gumbel-top-k trick, in numpy (not the library's).
+        tokens = np.zeros((n, m), np.int64)
+        gumbel = np.random.default_rng(seed + 1).gumbel(size=(n, m, V))
+        for parent in range(m):
+            kids = tree.children[parent]
+            kids = kids[kids >= 0]
+            order = np.argsort(-(np.log(q_mv[parent]) + gumbel[:, parent]), axis=-1)
+            tokens[:, kids] = order[:, : len(kids)]
+        tokens = jnp.asarray(tokens)
     else:
         # Deterministic siblings: descending q at the parent.
         tokens = np.zeros(m, np.int32)
@@ -50,7 +61,7 @@ def _tree_inputs(tree, n, seed, sampled=False):
     return p_mv, target, draft, tokens.astype(jnp.int32)
 
 
-@pytest.mark.parametrize('sampled', [False, True])
+@pytest.mark.parametrize('sampled', ['', 'iid', 'distinct'])
 def test_lossless_tree_reproduces_p_on_two_positions(sampled):
     tree = rules.Tree.full(branching=2, depth=2)
     p_mv, target, draft, tokens = _tree_inputs(tree, N, seed=3, sampled=sampled)
@@ -61,6 +72,7 @@ def test_lossless_tree_reproduces_p_on_two_positions(sampled):
         tokens,
         target,
         draft if sampled else None,
+        draws=sampled or 'iid',
     )
     toks = np.asarray(out.tokens)
     # First emitted token ~ p at the root.
@@ -145,10 +157,13 @@ def test_tree_rejects_unsupported_modes():
     _, target, draft, tokens = _tree_inputs(tree, 4, seed=0)
     with pytest.raises(ValueError, match='does not support'):
         rules.verify_tree(rules.make('cos', lam=0.3), jax.random.PRNGKey(0), tree, tokens, target)
-    with pytest.raises(ValueError, match='sampled'):
-        rules.verify_tree(
-            rules.make('lenience', l=0.5), jax.random.PRNGKey(0), tree, tokens, target, draft
-        )
+    for draws in ('iid', 'distinct'):
+        with pytest.raises(ValueError, match=f'does not support {draws}'):
+            rules.verify_tree(rules.make('lenience', l=0.5), jax.random.PRNGKey(0), tree,
+                              tokens, target, draft, draws=draws)  # fmt: skip
+    with pytest.raises(ValueError, match="draws='wr'"):
+        rules.verify_tree(rules.make('lossless'), jax.random.PRNGKey(0), tree, tokens, target,
+                          draft, draws='wr')  # fmt: skip
     with pytest.raises(ValueError, match='parents'):
         rules.Tree(parents=(0, 2, 1))
 

@@ -180,9 +180,10 @@ class Eagle3Drafter:
         children of each expanded node, over its draft vocabulary, scored by cumulative
         log-probability without temperature (EAGLE's deterministic tree; the sampler and a
         matched baseline's truncation act on the target only); q is None. A sampled static
-        tree (SpecInfer) draws each node's children i.i.d. from the head's processed law
-        there (`probs_fn`, one key per row in `key_b`), which q holds (row i: the law node
-        i's children were drawn from; zeros at leaves). The scratch entries are left in the
+        tree draws each node's children from the head's processed law there (`probs_fn`,
+        one key per row in `key_b`), i.i.d. (SpecInfer) or without replacement (Gumbel
+        top-k, best first), which q holds (row i: the law node i's children were drawn
+        from; zeros at leaves). The scratch entries are left in the
         cache: they sit at or past C, where the next window overwrites them and no mask
         shows them.
         """
@@ -281,12 +282,20 @@ class Eagle3Drafter:
                                            shape.branch)[1]  # fmt: skip
             for f, node in enumerate(expanded):
                 row = kids[node][kids[node] >= 0]
-                if shape.sampled:  # i.i.d. draws from the processed q at the node.
+                if shape.sampled == 'iid':  # Independent draws from the processed q.
                     q_bv = self._probs(params, logits_byu[:, f], probs_fn)
                     q_bmv = q_bmv.at[:, node].set(q_bv)
                     for child in row:
                         token_b = sampling.sample_rows(keys_mb[child], q_bv)
                         tokens_bm = tokens_bm.at[:, child].set(token_b)
+                elif shape.sampled:  # Without replacement: Gumbel top-k, in draw order.
+                    q_bv = self._probs(params, logits_byu[:, f], probs_fn)
+                    q_bmv = q_bmv.at[:, node].set(q_bv)
+                    gumbel_bv = sampling.map_rows(
+                        lambda k: jax.random.gumbel(k, q_bv.shape[-1:]), keys_mb[node]
+                    )
+                    _, token_bc = jax.lax.top_k(jnp.log(q_bv) + gumbel_bv, len(row))
+                    tokens_bm = tokens_bm.at[:, row].set(token_bc.astype(jnp.int32))
                 else:
                     tokens_bm = tokens_bm.at[:, row].set(token_byc[:, f, rank_m[row]])
             return tokens_bm, q_bmv
