@@ -22,12 +22,17 @@ package uses these letters, so that `x_btd` always means an array of shape
   P  prompt positions (the prompt bucket, in prefill)
   U  an EAGLE-3 head's draft vocabulary (U <= V; `d2t` maps it into V)
   E  EAGLE-3 feature taps (3: low, middle, high)
+  X  an EAGLE-3 layer's concatenated input: [embedding, hidden] (2 D), or the taps E D
+     before `fc`
   Y  a draft tree's frontier: the nodes one head call expands (`branch` per level)
   W  a dynamic draft tree's candidate pool (branch + (levels - 1) * branch^2)
   Z  the head's scratch slots past C in one tree proposal
   R  attention rows: one per (batch row, KV head), R = B * K, batch-major (the KV cache's
      leading axis; spec_jax.models.attention)
   Q  queries of one KV head in one call, Q = T * G, token-major
+
+Sharded arrays take their PartitionSpec from these letters (spec_jax.sharding: B over
+'data'; N, K, F, V over 'model'; R over both).
 
 Example: `jnp.einsum('rqh,rsh->rqs', q, k)` computes attention scores of the new tokens
 against every cache slot without materialising repeated key/value heads.

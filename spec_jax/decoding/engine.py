@@ -33,7 +33,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from spec_jax import rules, sampling
+from spec_jax import rules, sampling, sharding
 from spec_jax.decoding import trees
 from spec_jax.decoding.drafters import Drafter, NoDrafter
 from spec_jax.decoding.state import DecodeSettings, DecodeState, check_context, is_stop, prefill
@@ -257,7 +257,7 @@ def decode_loop(
         body = partial(chain, a_round=a)
     state = jax.lax.while_loop(lambda s: ~jnp.all(s.done_b), body, state)
     tokens_bn, num_b = state.outputs(engine.decode.buffer_len)
-    return tokens_bn, num_b, state.stats
+    return sharding.constrain(tokens_bn, 'b.'), sharding.constrain(num_b, 'b'), state.stats
 
 
 def chain_round(

@@ -8,15 +8,16 @@ come back trimmed at their first stop token or limit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from spec_jax import sharding
 from spec_jax.decoding import batching, code_room
 from spec_jax.decoding.engine import Engine, decode_loop
 from spec_jax.decoding.state import row_limits
@@ -97,19 +98,25 @@ def generate(
         )
     engine.check(batch.bucket)
     code_room.ensure_room()
+    mesh = sharding.mesh_of(params)  # Computation follows the weights' placement.
+    rows = (batch.tokens, batch.lengths, limit_b, ids_b.astype(np.int32))
+    num = len(prompts)
+    pad = -num % sharding.data_size(mesh)  # Rows so that the data axis divides the batch.
+    if pad:  # Copies of row 0 with limit 1 (they stop at once), dropped below.
+        rows = tuple(np.concatenate([x, np.repeat(x[:1], pad, 0)]) for x in rows)
+        rows[2][num:] = 1
     start = time.perf_counter()
-    tokens_bn, num_b, stats = decode_loop(
-        engine,
-        params.target,
-        params.draft,
-        jnp.asarray(batch.tokens),
-        jnp.asarray(batch.lengths),
-        jnp.asarray(limit_b),
-        jnp.asarray(ids_b, jnp.int32),
-        jax.random.PRNGKey(seed),
-    )
+    with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
+        tokens_bn, num_b, stats = decode_loop(
+            engine,
+            params.target,
+            params.draft,
+            *(sharding.place_rows(x, mesh) for x in rows),
+            jax.random.PRNGKey(seed),
+        )
     tokens_bn, num_b, stats = jax.device_get((tokens_bn, num_b, stats))
     seconds = time.perf_counter() - start
+    tokens_bn, num_b, stats = jax.tree.map(lambda x: x[:num], (tokens_bn, num_b, stats))
     return Result(batching.trim_rows(tokens_bn, num_b), summarize(stats), seconds)
 
 

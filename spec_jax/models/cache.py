@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from spec_jax import sharding
 from spec_jax.models.attention import to_rows
 from spec_jax.models.config import ModelConfig
 
@@ -47,7 +48,7 @@ class KVCache:
         return cls(
             k=tuple(zeros() for _ in range(cfg.num_layers)),
             v=tuple(zeros() for _ in range(cfg.num_layers)),
-            lengths=jnp.zeros((batch,), jnp.int32),
+            lengths=sharding.constrain(jnp.zeros((batch,), jnp.int32), 'b'),
         )
 
     @property
@@ -105,8 +106,9 @@ class KVCache:
 
 
 def empty_layer(batch: int, num_kv_heads: int, max_len: int, head_dim: int, dtype) -> jax.Array:
-    """One layer's zero keys (or values) [R, S, H], R = batch * num_kv_heads."""
-    return jnp.zeros((batch * num_kv_heads, max_len, head_dim), dtype)
+    """One layer's zero keys (or values) [R, S, H], R = batch * num_kv_heads (rows split over
+    the mesh under one: spec_jax.sharding)."""
+    return sharding.constrain(jnp.zeros((batch * num_kv_heads, max_len, head_dim), dtype), 'rsh')
 
 
 def write_layer(kv, k_btkh: jax.Array, v_btkh: jax.Array, dtype):

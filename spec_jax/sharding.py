@@ -1,0 +1,199 @@
+"""Meshes and shardings as data: which mesh axis each axis letter is split over.
+
+A mesh has named axes (`MESH_AXES`: 'data' splits rows, 'model' splits heads, the MLP and
+the vocabulary); `make_mesh` builds it from a config block (`mesh_config`, -1 fills). The
+sharding of every array follows from the axis letters of its name or shape comment
+(spec_jax/axes.py) through one frozen `ShardingRules`: `q_dnh` is [D, N, H], so with
+heads over 'model' its spec is P(None, 'model', None). Parameters are placed with
+`shard` (a ValueError names the array, the letter and the sizes when a mesh axis does not
+divide it); inside jitted code `constrain(x, letters)` pins an activation or cache to its
+spec under the current mesh (`jax.set_mesh`) and is a no-op without one, so every entry
+point runs unchanged on one device or on a mesh (docs/sharding.md).
+
+Letters and their default mesh axes:
+  B   'data'            rows of a batch (tokens, lengths, decode state)
+  N K 'model'           query and key/value heads (tensor parallel attention)
+  F   'model'           MLP hidden width
+  V   'model'           vocabulary (embedding and LM head rows)
+  R   ('data', 'model') the cache's rows R = B * K (batch-major): with one row per data
+                        shard (or model = 1) device (d, m) holds exactly row d's heads of
+                        block m; otherwise XLA moves the step's new keys and values
+                        between the head split and the row split (activations only: the
+                        cache stays in place).
+Every other letter (D, H, S, T, U, X, ...) is replicated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+MESH_AXES = ('data', 'model')
+
+
+def mesh_config(data: int = 1, model: int = 1) -> ml_collections.ConfigDict:
+    """The mesh block of a job config: the size of each `MESH_AXES` axis, one may be -1
+    (all devices left). data=1, model=1: one device, no mesh."""
+    return ml_collections.ConfigDict(dict(data=data, model=model))
+
+
+def mesh_shape(c, num_devices: int) -> tuple[int, int]:
+    """(data, model) sizes of a mesh block over `num_devices`, the -1 filled."""
+    sizes = [int(c[name]) for name in MESH_AXES]
+    unknown = [name for name, size in zip(MESH_AXES, sizes) if size == -1]
+    if len(unknown) > 1 or any(size == 0 or size < -1 for size in sizes):
+        raise ValueError(f'mesh {dict(zip(MESH_AXES, sizes))}: sizes >= 1, at most one -1')
+    known = math.prod(size for size in sizes if size != -1)
+    if unknown:
+        if num_devices % known:
+            raise ValueError(
+                f'mesh {dict(zip(MESH_AXES, sizes))}: {num_devices} devices do not split '
+                f'into {known} x -1'
+            )
+        sizes[sizes.index(-1)] = num_devices // known
+    if math.prod(sizes) != num_devices:
+        raise ValueError(
+            f'mesh {dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} devices; '
+            f'{num_devices} are available'
+        )
+    return tuple(sizes)
+
+
+def make_mesh(c, devices=None) -> Mesh | None:
+    """The mesh of a mesh block over `devices` (default: all), or None for one device."""
+    devices = jax.devices() if devices is None else list(devices)
+    shape = mesh_shape(c, len(devices))
+    if math.prod(shape) == 1:
+        return None
+    auto = (jax.sharding.AxisType.Auto,) * len(MESH_AXES)
+    return jax.make_mesh(shape, MESH_AXES, axis_types=auto, devices=devices)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardingRules:
+    """The mesh axis (or None: replicated) of each sharded axis letter."""
+
+    batch: str | None = 'data'
+    heads: str | None = 'model'
+    mlp: str | None = 'model'
+    vocab: str | None = 'model'
+
+    @classmethod
+    def replicated(cls) -> ShardingRules:
+        """Everything on every device (a small draft or head beside a sharded target)."""
+        return cls(batch=None, heads=None, mlp=None, vocab=None)
+
+    def axis(self, letter: str):
+        """The mesh axis (a name, a tuple of names, or None) of one axis letter."""
+        letter = letter.upper()
+        if letter == 'R':
+            both = tuple(a for a in (self.batch, self.heads) if a)
+            return both if len(both) > 1 else (both[0] if both else None)
+        return {'B': self.batch, 'N': self.heads, 'K': self.heads, 'F': self.mlp,
+                'V': self.vocab}.get(letter)  # fmt: skip
+
+    def spec(self, letters: str, mesh: Mesh | None = None) -> P:
+        """The PartitionSpec of an array whose axes are `letters` ('rsh'; '.' for an axis
+        that is never split); mesh axes the mesh lacks (or of size 1) are dropped."""
+        out = []
+        for letter in letters:
+            axis = self.axis(letter)
+            names = (axis,) if isinstance(axis, str) else tuple(axis or ())
+            if mesh is not None:
+                names = tuple(n for n in names if mesh.shape.get(n, 1) > 1)
+            out.append(names[0] if len(names) == 1 else (names or None))
+        return P(*out)
+
+
+RULES = ShardingRules()
+
+
+def letters_of(name: str, ndim: int) -> str:
+    """An array's axis letters from its name suffix ('q_dnh' -> 'dnh'); '' if the name
+    carries none (norm scales: replicated)."""
+    suffix = name.rsplit('_', 1)[-1] if '_' in name else ''
+    return suffix if len(suffix) == ndim and suffix.isalpha() else ''
+
+
+def param_specs(params, mesh: Mesh | None = None, rules: ShardingRules = RULES):
+    """The PartitionSpec of every parameter, from its name's axis letters."""
+
+    def one(path, x):
+        letters = letters_of(_key(path[-1]), np.ndim(x)) if path else ''
+        return rules.spec(letters, mesh) if letters else P()
+
+    return jax.tree_util.tree_map_with_path(one, params)
+
+
+def check_divides(params, specs, mesh: Mesh) -> None:
+    """ValueError naming the first array a mesh axis does not divide."""
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    for (path, x), spec in zip(flat, jax.tree.leaves(specs, is_leaf=_is_spec)):
+        for dim, (size, axis) in enumerate(zip(np.shape(x), tuple(spec))):
+            names = (axis,) if isinstance(axis, str) else tuple(axis or ())
+            ways = math.prod(mesh.shape[n] for n in names)
+            if size % ways:
+                name = '/'.join(_key(k) for k in path)
+                raise ValueError(
+                    f'{name} {tuple(np.shape(x))}: axis {dim} of size {size} does not split '
+                    f'over mesh axis {"x".join(names)} of size {ways} (mesh '
+                    f'{dict(mesh.shape)}); use a mesh whose {"x".join(names)} size divides '
+                    f'{size}, or replicate it (ShardingRules)'
+                )
+
+
+def shard(params, mesh: Mesh | None, rules: ShardingRules = RULES):
+    """Places a parameter pytree on `mesh` by `rules` (checked first); None: unchanged."""
+    if mesh is None:
+        return params
+    specs = param_specs(params, mesh, rules)
+    check_divides(params, specs, mesh)
+    return jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), params, specs)
+
+
+def place_rows(x, mesh: Mesh | None, rules: ShardingRules = RULES):
+    """A host array with leading batch axis B on `mesh`, rows split over the batch axis."""
+    if mesh is None:
+        return jax.numpy.asarray(x)
+    spec = rules.spec('b' + '.' * (np.ndim(x) - 1), mesh)
+    return jax.device_put(x, NamedSharding(mesh, spec))
+
+
+def mesh_of(tree) -> Mesh | None:
+    """The mesh the first NamedSharding-placed array of `tree` lives on, or None."""
+    for x in jax.tree.leaves(tree):
+        sharding = getattr(x, 'sharding', None)
+        if isinstance(sharding, NamedSharding) and sharding.mesh.size > 1:
+            return sharding.mesh
+    return None
+
+
+def constrain(x: jax.Array, letters: str, rules: ShardingRules = RULES) -> jax.Array:
+    """Inside jit: x pinned to the spec of its `letters` on the current mesh
+    (`jax.set_mesh`); unchanged without one."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return x
+    return jax.lax.with_sharding_constraint(x, rules.spec(letters, mesh))
+
+
+def data_size(mesh: Mesh | None, rules: ShardingRules = RULES) -> int:
+    """How many ways the batch is split on `mesh` (1 without one)."""
+    if mesh is None or rules.batch is None:
+        return 1
+    return int(mesh.shape.get(rules.batch, 1))
+
+
+def _key(k: Any) -> str:
+    return str(getattr(k, 'key', getattr(k, 'name', getattr(k, 'idx', k))))
+
+
+def _is_spec(x) -> bool:
+    return isinstance(x, P)

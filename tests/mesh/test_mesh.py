@@ -1,0 +1,128 @@
+"""Decoding on meshes of 8 fake CPU devices gives one device's tokens, with the intended
+shardings (run through tests/test_mesh.py, which sets the device count).
+
+The model's head counts, MLP width and vocabulary divide 8, so every mesh of
+`MESHES` (data x model) shards all of them; greedy fp32 tokens must be identical on every
+mesh, and sampled tokens with fixed seeds too (the per-row noise does not depend on the
+placement; the logits differ from one device's only by reduction order, ~1e-7, which
+moves a draw only if it lands within that of a CDF boundary: it did not in these runs).
+"""
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from spec_jax import decoding, rules, sharding
+from spec_jax.decoding import engine as eng
+from spec_jax.decoding import trees
+from spec_jax.decoding.drafters import Eagle3Drafter, LMDrafter
+from spec_jax.decoding.state import DecodeSettings
+from spec_jax.models import eagle3 as e3
+from spec_jax.models.config import ModelConfig
+from spec_jax.sampling import Sampler
+from spec_jax.testing import random_params
+
+CFG = ModelConfig.tiny(vocab_size=72, num_heads=16, num_kv_heads=8, head_dim=6, mlp_width=40)
+DRAFT = CFG.replace(num_layers=1)
+HEAD = e3.Eagle3Config.for_target(CFG, draft_vocab_size=CFG.vocab_size, taps=(0, 1, 2))
+MESHES = [(1, 8), (2, 4), (8, 1)]
+PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [7], [9, 9, 1, 4], [3, 1], [5], [2, 8, 8], [6, 6]]
+DEC = DecodeSettings(max_new_tokens=12, prompt_bucket=8, new_tokens_bucket=8)
+
+
+def test_device_count():
+    assert jax.device_count() == 8
+
+
+@pytest.fixture(scope='module')
+def weights():
+    target = random_params(CFG, seed=3, std=0.16)
+    head = e3.init_params(HEAD, jax.random.PRNGKey(5))
+    head = e3.init_from_target(HEAD, head, target, jax.numpy.arange(CFG.vocab_size))
+    d2t, t2d = e3.vocab_maps(np.arange(CFG.vocab_size), CFG.vocab_size)
+    head = e3.Eagle3Head(HEAD, head, jax.numpy.asarray(d2t), jax.numpy.asarray(t2d))
+    return dict(target=target, lm=random_params(DRAFT, seed=4, std=0.16),
+                eagle3=Eagle3Drafter.params_for(head, target))  # fmt: skip
+
+
+ENGINES = {
+    'ar': decoding.Engine(CFG, DEC),
+    'chain': decoding.Engine(CFG, DEC, LMDrafter(DRAFT), 3, rules.make('lossless')),
+    'tree': decoding.Engine(CFG, DEC, Eagle3Drafter(HEAD), tree=trees.TreeShape(6, 3, 2)),
+}
+
+
+def params_on(weights, mode, mesh):
+    """The target sharded by the default rules, the draft replicated."""
+    draft = {'ar': None, 'chain': weights['lm'], 'tree': weights['eagle3']}[mode]
+    return decoding.Params(
+        sharding.shard(weights['target'], mesh),
+        sharding.shard(draft, mesh, sharding.ShardingRules.replicated()),
+    )
+
+
+def run(weights, mode, mesh, temperature, prompts=PROMPTS):
+    engine = ENGINES[mode].replace(sampler=Sampler(temperature=temperature))
+    return decoding.generate(engine, params_on(weights, mode, mesh), prompts, seed=1)
+
+
+@pytest.fixture(scope='module')
+def one_device(weights):
+    return {(m, t): run(weights, m, None, t) for m in ENGINES for t in (0.0, 1.0)}
+
+
+@pytest.mark.parametrize('shape', MESHES, ids=lambda s: f'{s[0]}x{s[1]}')
+@pytest.mark.parametrize('mode', list(ENGINES))
+def test_mesh_decoding_equals_one_device(weights, one_device, mode, shape):
+    mesh = sharding.make_mesh(sharding.mesh_config(*shape))
+    for temperature in (0.0, 1.0):
+        got = run(weights, mode, mesh, temperature)
+        want = one_device[(mode, temperature)]
+        assert got.tokens == want.tokens, (mode, shape, temperature)
+        assert got.stats['blocks'] == want.stats['blocks']
+
+
+def test_params_and_outputs_carry_the_intended_shardings(weights):
+    mesh = sharding.make_mesh(sharding.mesh_config(2, 4))
+    placed = sharding.shard(weights['target'], mesh)
+    layer = placed['layer_0']['attn']
+    assert layer['q_dnh'].sharding.spec == P(None, 'model', None)
+    assert layer['o_nhd'].sharding.spec == P('model', None, None)
+    assert placed['layer_0']['mlp']['down_fd'].sharding.spec == P('model', None)
+    assert placed['embed_vd'].sharding.spec == P('model', None)
+    assert placed['final_norm']['scale'].sharding.spec == P()
+    assert layer['q_dnh'].addressable_shards[0].data.shape == (CFG.width, 4, CFG.head_dim)
+    engine = ENGINES['chain']
+    draft = sharding.shard(weights['lm'], mesh, sharding.ShardingRules.replicated())
+    rows = [np.zeros((8, 8), np.int32), np.full(8, 3, np.int32), np.full(8, 5, np.int32),
+            np.arange(8, dtype=np.int32)]  # fmt: skip
+    with jax.set_mesh(mesh):
+        tokens_bn, num_b, stats = eng.decode_loop(
+            engine, placed, draft, *(sharding.place_rows(x, mesh) for x in rows),
+            jax.random.PRNGKey(0),
+        )  # fmt: skip
+    for out, spec in ((tokens_bn, P('data', None)), (num_b, P('data'))):
+        assert out.sharding.is_equivalent_to(NamedSharding(mesh, spec), out.ndim), out.sharding
+
+
+def test_a_batch_the_data_axis_does_not_divide_is_padded(weights, one_device):
+    mesh = sharding.make_mesh(sharding.mesh_config(-1, 1))
+    got = run(weights, 'chain', mesh, 1.0, PROMPTS[:5])
+    want = one_device[('chain', 1.0)]
+    assert got.tokens == want.tokens[:5]
+    assert len(got.stats['per_row']['emitted']) == 5
+
+
+def test_a_mesh_that_does_not_divide_the_model_names_axis_and_sizes():
+    mesh = sharding.make_mesh(sharding.mesh_config(2, 4))
+    with pytest.raises(ValueError, match=r'embed_vd \(67, 28\): axis 0 of size 67 .*model of size 4'):
+        sharding.shard(random_params(ModelConfig.tiny(), seed=0), mesh)  # V 67.
+    odd = random_params(ModelConfig.tiny(vocab_size=72), seed=0)  # K 2.
+    with pytest.raises(ValueError, match=r'attn/k_dkh \(28, 2, 14\): axis 1 of size 2 .*mesh axis model of size 4'):
+        sharding.shard(odd, mesh)
+    with pytest.raises(ValueError, match='needs 16 devices; 8 are available'):
+        sharding.make_mesh(sharding.mesh_config(4, 4))
+    with pytest.raises(ValueError, match='do not split into 3 x -1'):
+        sharding.make_mesh(sharding.mesh_config(3, -1))
