@@ -25,6 +25,7 @@ Every other letter (D, H, S, T, U, X, ...) is replicated.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from typing import Any
@@ -45,7 +46,7 @@ def mesh_config(data: int = 1, model: int = 1) -> ml_collections.ConfigDict:
 
 
 def mesh_shape(c, num_devices: int) -> tuple[int, int]:
-    """(data, model) sizes of a mesh block over `num_devices`, the -1 filled."""
+    """(data, model) sizes of a mesh block over `num_devices` (at most), the -1 filled."""
     sizes = [int(c[name]) for name in MESH_AXES]
     unknown = [name for name, size in zip(MESH_AXES, sizes) if size == -1]
     if len(unknown) > 1 or any(size == 0 or size < -1 for size in sizes):
@@ -58,7 +59,7 @@ def mesh_shape(c, num_devices: int) -> tuple[int, int]:
                 f'into {known} x -1'
             )
         sizes[sizes.index(-1)] = num_devices // known
-    if math.prod(sizes) != num_devices:
+    if math.prod(sizes) > num_devices:
         raise ValueError(
             f'mesh {dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} devices; '
             f'{num_devices} are available'
@@ -67,13 +68,14 @@ def mesh_shape(c, num_devices: int) -> tuple[int, int]:
 
 
 def make_mesh(c, devices=None) -> Mesh | None:
-    """The mesh of a mesh block over `devices` (default: all), or None for one device."""
+    """The mesh of a mesh block over the first devices of `devices` (default: all; a -1
+    takes them all), or None for one device."""
     devices = jax.devices() if devices is None else list(devices)
     shape = mesh_shape(c, len(devices))
     if math.prod(shape) == 1:
         return None
     auto = (jax.sharding.AxisType.Auto,) * len(MESH_AXES)
-    return jax.make_mesh(shape, MESH_AXES, axis_types=auto, devices=devices)
+    return jax.make_mesh(shape, MESH_AXES, axis_types=auto, devices=devices[: math.prod(shape)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +175,11 @@ def mesh_of(tree) -> Mesh | None:
         if isinstance(sharding, NamedSharding) and sharding.mesh.size > 1:
             return sharding.mesh
     return None
+
+
+def use_mesh(mesh: Mesh | None):
+    """`jax.set_mesh(mesh)` as a context, or a context that does nothing for None."""
+    return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
 
 
 def constrain(x: jax.Array, letters: str, rules: ShardingRules = RULES) -> jax.Array:

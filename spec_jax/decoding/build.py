@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import ml_collections
 
-from spec_jax import checkpoints, rules
+from spec_jax import checkpoints, rules, sharding
 from spec_jax.decoding import drafters, trees
 from spec_jax.decoding.engine import MODES, Engine
 from spec_jax.decoding.host import Params
@@ -166,4 +166,9 @@ def build(c: ml_collections.ConfigDict) -> Built:
         tree_shape(s.tree) if s.mode == 'tree' else None,
     )
     engine.check()
-    return Built(engine, Params(target.params, draft.params), tok, target)
+    mesh = sharding.make_mesh(c.mesh) if 'mesh' in c else None  # Checked before placing.
+    params = Params(
+        sharding.shard(target.params, mesh),  # Heads, MLP and vocabulary over 'model'.
+        sharding.shard(draft.params, mesh, sharding.ShardingRules.replicated()),
+    )
+    return Built(engine, params, tok, target)

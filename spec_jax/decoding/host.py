@@ -8,7 +8,6 @@ come back trimmed at their first stop token or limit.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -106,7 +105,7 @@ def generate(
         rows = tuple(np.concatenate([x, np.repeat(x[:1], pad, 0)]) for x in rows)
         rows[2][num:] = 1
     start = time.perf_counter()
-    with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
+    with sharding.use_mesh(mesh):
         tokens_bn, num_b, stats = decode_loop(
             engine,
             params.target,

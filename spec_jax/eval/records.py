@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 # Config fields that do not change results: a run may resume with other values of these.
-RUNTIME_FIELDS = ('mix', 'score_workers', 'progress', 'compilation_cache')
+RUNTIME_FIELDS = ('mix', 'score_workers', 'progress', 'compilation_cache', 'mesh')
 
 
 def fingerprint(config: dict) -> str:

@@ -110,6 +110,7 @@ def decoding_block(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     for field in ('drafter', 'num_draft', 'ngram', 'lookup', 'draft_seed', 'tree'):
         block.spec[field] = c[field]
     block.spec.meter_distortion = c.meter_distortion
+    block.mesh = c.mesh
     return block
 
 

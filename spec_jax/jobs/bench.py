@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from spec_jax import checkpoints, decoding
-from spec_jax.jobs import bench_chain, bench_rules, bench_tree, common
+from spec_jax.jobs import bench_chain, bench_mesh, bench_rules, bench_tree, common
 from spec_jax.jobs.timing import interleaved_medians
 from spec_jax.models.cache import KVCache
 from spec_jax.models.llama import forward
@@ -144,6 +144,7 @@ BENCHES = {
     'ar': _on_model(ar),
     'chain': bench_chain.run,
     'tree': bench_tree.run,
+    'mesh': bench_mesh.run,
     'rules': bench_rules.run,
 }
 

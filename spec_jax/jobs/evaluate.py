@@ -16,7 +16,7 @@ import time
 import ml_collections
 import numpy as np
 
-from spec_jax import decoding
+from spec_jax import decoding, sharding
 from spec_jax.eval import metrics, paper, plan, records, report, runner
 from spec_jax.jobs import common
 from spec_jax.rules import theory
@@ -60,6 +60,8 @@ def default_config(tiny: bool = False) -> ml_collections.ConfigDict:
     c.score_workers = 2  # Threads scoring while the next batch decodes.
     c.progress = True
     c.compilation_cache = ''  # JAX's persistent cache dir ('' = the user cache, 'off').
+    # Devices: (data, model) sizes, one may be -1 (docs/sharding.md); 1 x 1: one device.
+    c.mesh = sharding.mesh_config()
     return c
 
 

@@ -14,7 +14,7 @@ import ml_collections
 from absl import logging
 from tqdm import tqdm
 
-from spec_jax import decoding
+from spec_jax import decoding, sharding
 from spec_jax.jobs import common
 
 
@@ -42,6 +42,8 @@ def default_config(tiny: bool = False) -> ml_collections.ConfigDict:
     c.prompt_bucket = 64
     c.sampling = decoding.sampling_config(temperature=0.0)
     c.spec = decoding.spec_config(mode='ar')  # configs/smollm2_135m_chain.py: 'chain'.
+    # Devices: (data, model) sizes, one may be -1 (docs/sharding.md); 1 x 1: one device.
+    c.mesh = sharding.mesh_config()
     return c
 
 

@@ -74,3 +74,9 @@ def test_rules_bench_sets_each_rule_against_the_forward():
     assert all(report[n]['ms'] > 0 and report[n]['of_forward'] > 0 for n in names)
     with pytest.raises(ValueError, match="unknown config arg 'huge'; valid: '', 'tiny'"):
         load_config(os.path.join(CONFIGS, 'bench_rules.py'), 'huge')
+
+
+def test_mesh_bench_needs_several_devices():
+    """Its run on 8 fake devices is tests/mesh; one device is refused with the reason."""
+    with pytest.raises(ValueError, match='is one device'):
+        bench.run(load_config(os.path.join(CONFIGS, 'bench_mesh.py'), 'tiny'))

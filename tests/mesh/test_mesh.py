@@ -19,6 +19,8 @@ from spec_jax.decoding import engine as eng
 from spec_jax.decoding import trees
 from spec_jax.decoding.drafters import Eagle3Drafter, LMDrafter
 from spec_jax.decoding.state import DecodeSettings
+from spec_jax.jobs import bench_mesh, generate
+from spec_jax.jobs.common import load_config
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.config import ModelConfig
 from spec_jax.sampling import Sampler
@@ -122,7 +124,23 @@ def test_a_mesh_that_does_not_divide_the_model_names_axis_and_sizes():
     odd = random_params(ModelConfig.tiny(vocab_size=72), seed=0)  # K 2.
     with pytest.raises(ValueError, match=r'attn/k_dkh \(28, 2, 14\): axis 1 of size 2 .*mesh axis model of size 4'):
         sharding.shard(odd, mesh)
-    with pytest.raises(ValueError, match='needs 16 devices; 8 are available'):
-        sharding.make_mesh(sharding.mesh_config(4, 4))
-    with pytest.raises(ValueError, match='do not split into 3 x -1'):
-        sharding.make_mesh(sharding.mesh_config(3, -1))
+
+
+def test_the_generate_job_runs_on_the_config_mesh():
+    """`c.mesh` of a job config: the weights placed on it, the job's text unchanged."""
+    c = generate.default_config(tiny=True)
+    c.sampling.temperature = 1.0
+    want = [r['text'] for r in generate.run(c)]
+    c.mesh.data = -1
+    built = decoding.build(c)
+    assert sharding.mesh_of(built.params).shape == {'data': 8, 'model': 1}
+    assert [r['text'] for r in generate.run(c)] == want
+
+
+def test_mesh_bench_reports_both_placements_and_compiles():
+    report = bench_mesh.run(load_config('configs/bench_mesh.py', 'tiny'))
+    assert [row['mode'] for row in report['rows']] == ['ar', 'chain']
+    for row in report['rows']:
+        placed = [v for k, v in row.items() if isinstance(v, dict)]
+        assert len(placed) == 2 and all(p['tokens_per_s'] > 0 and p['compile_s'] > 0 for p in placed)
+        assert row['mesh_over_one'] > 0
