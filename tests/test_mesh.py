@@ -8,7 +8,8 @@ import sys
 
 def test_mesh_checks_pass_on_eight_fake_devices():
     env = dict(os.environ, SPEC_JAX_MESH_TESTS='1', JAX_PLATFORMS='cpu')
-    env['XLA_FLAGS'] = (env.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8').strip()
+    flags = env.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8'
+    env['XLA_FLAGS'] = flags.strip()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     run = subprocess.run(
         [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'tests/mesh'],

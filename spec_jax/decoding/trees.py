@@ -34,7 +34,6 @@ import numpy as np
 
 from spec_jax import rules
 
-
 SAMPLED = ('', 'iid', 'distinct')
 
 

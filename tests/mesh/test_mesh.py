@@ -119,10 +119,10 @@ def test_a_batch_the_data_axis_does_not_divide_is_padded(weights, one_device):
 
 def test_a_mesh_that_does_not_divide_the_model_names_axis_and_sizes():
     mesh = sharding.make_mesh(sharding.mesh_config(2, 4))
-    with pytest.raises(ValueError, match=r'embed_vd \(67, 28\): axis 0 of size 67 .*model of size 4'):
+    with pytest.raises(ValueError, match=r'embed_vd \(67, 28\): .* of size 67 .*model of size 4'):
         sharding.shard(random_params(ModelConfig.tiny(), seed=0), mesh)  # V 67.
     odd = random_params(ModelConfig.tiny(vocab_size=72), seed=0)  # K 2.
-    with pytest.raises(ValueError, match=r'attn/k_dkh \(28, 2, 14\): axis 1 of size 2 .*mesh axis model of size 4'):
+    with pytest.raises(ValueError, match=r'k_dkh \(28, 2, 14\): axis 1 of size 2 .*size 4'):
         sharding.shard(odd, mesh)
 
 
@@ -142,5 +142,6 @@ def test_mesh_bench_reports_both_placements_and_compiles():
     assert [row['mode'] for row in report['rows']] == ['ar', 'chain']
     for row in report['rows']:
         placed = [v for k, v in row.items() if isinstance(v, dict)]
-        assert len(placed) == 2 and all(p['tokens_per_s'] > 0 and p['compile_s'] > 0 for p in placed)
+        assert len(placed) == 2
+        assert all(p['tokens_per_s'] > 0 and p['compile_s'] > 0 for p in placed)
         assert row['mesh_over_one'] > 0

@@ -292,7 +292,7 @@ class Eagle3Drafter:
                     q_bv = self._probs(params, logits_byu[:, f], probs_fn)
                     q_bmv = q_bmv.at[:, node].set(q_bv)
                     gumbel_bv = sampling.map_rows(
-                        lambda k: jax.random.gumbel(k, q_bv.shape[-1:]), keys_mb[node]
+                        lambda k: jax.random.gumbel(k, (self.vocab_size,)), keys_mb[node]
                     )
                     _, token_bc = jax.lax.top_k(jnp.log(q_bv) + gumbel_bv, len(row))
                     tokens_bm = tokens_bm.at[:, row].set(token_bc.astype(jnp.int32))
