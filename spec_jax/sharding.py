@@ -31,6 +31,7 @@ import math
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
@@ -163,7 +164,7 @@ def shard(params, mesh: Mesh | None, rules: ShardingRules = RULES):
 def place_rows(x, mesh: Mesh | None, rules: ShardingRules = RULES):
     """A host array with leading batch axis B on `mesh`, rows split over the batch axis."""
     if mesh is None:
-        return jax.numpy.asarray(x)
+        return jnp.asarray(x)
     spec = rules.spec('b' + '.' * (np.ndim(x) - 1), mesh)
     return jax.device_put(x, NamedSharding(mesh, spec))
 
