@@ -93,9 +93,11 @@ def _ratio(num: float, den: float) -> float | None:
 
 def aggregate(rows: Sequence[dict], methods: Sequence[Method]) -> list[dict]:
     """The metrics rows (one per task x method that has results): tasks sorted by name,
-    methods in plan order within each."""
+    methods in plan order within each. Each group is summed in (item, seed) order, so the
+    figures do not depend on the order results were written in (scoring threads, resumed
+    runs): float sums are not associative."""
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for r in rows:
+    for r in sorted(rows, key=lambda r: (str(r['item']), r.get('seed', 0))):
         groups[(r['task'], r['method'])].append(r)
     tasks = sorted({r['task'] for r in rows})
     out = []
