@@ -79,6 +79,36 @@ def generate(
       ValueError: bad prompts or limits, a drafter that does not fit the target, or a run
         longer than the models' context (before anything compiles).
     """
+    mesh = sharding.mesh_of(params)  # Computation follows the weights' placement.
+    rows = loop_rows(engine, prompts, max_new_tokens, sample_ids, sharding.data_size(mesh))
+    num = len(prompts)
+    code_room.ensure_room()
+    start = time.perf_counter()
+    with sharding.use_mesh(mesh):
+        tokens_bn, num_b, stats = decode_loop(
+            engine,
+            params.target,
+            params.draft,
+            *(sharding.place_rows(x, mesh) for x in rows),
+            jax.random.PRNGKey(seed),
+        )
+    tokens_bn, num_b, stats = jax.device_get((tokens_bn, num_b, stats))
+    seconds = time.perf_counter() - start
+    tokens_bn, num_b, stats = jax.tree.map(lambda x: x[:num], (tokens_bn, num_b, stats))
+    return Result(batching.trim_rows(tokens_bn, num_b), summarize(stats), seconds)
+
+
+def loop_rows(
+    engine: Engine,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: Sequence[int] | int | None = None,
+    sample_ids: Sequence[int] | None = None,
+    multiple: int = 1,
+) -> tuple[np.ndarray, ...]:
+    """The decode loop's host inputs for `prompts` (see `generate`): prompt tokens [B, P],
+    lengths [B], limits [B] and sample ids [B], checked against the engine (ValueError
+    before anything compiles), with copies of row 0 that stop at once (limit 1) appended
+    so that `multiple` (the mesh's data axis) divides B; the caller drops those rows."""
     dec = engine.decode
     batch = batching.pack_prompts(
         prompts,
@@ -96,27 +126,12 @@ def generate(
             f'{list(sample_ids)[:8]}'
         )
     engine.check(batch.bucket)
-    code_room.ensure_room()
-    mesh = sharding.mesh_of(params)  # Computation follows the weights' placement.
     rows = (batch.tokens, batch.lengths, limit_b, ids_b.astype(np.int32))
-    num = len(prompts)
-    pad = -num % sharding.data_size(mesh)  # Rows so that the data axis divides the batch.
-    if pad:  # Copies of row 0 with limit 1 (they stop at once), dropped below.
+    pad = -len(prompts) % multiple
+    if pad:
         rows = tuple(np.concatenate([x, np.repeat(x[:1], pad, 0)]) for x in rows)
-        rows[2][num:] = 1
-    start = time.perf_counter()
-    with sharding.use_mesh(mesh):
-        tokens_bn, num_b, stats = decode_loop(
-            engine,
-            params.target,
-            params.draft,
-            *(sharding.place_rows(x, mesh) for x in rows),
-            jax.random.PRNGKey(seed),
-        )
-    tokens_bn, num_b, stats = jax.device_get((tokens_bn, num_b, stats))
-    seconds = time.perf_counter() - start
-    tokens_bn, num_b, stats = jax.tree.map(lambda x: x[:num], (tokens_bn, num_b, stats))
-    return Result(batching.trim_rows(tokens_bn, num_b), summarize(stats), seconds)
+        rows[2][len(prompts) :] = 1
+    return rows
 
 
 def encode(tokenizer, prompt: str, chat: bool = True, system_prompt: str | None = None):

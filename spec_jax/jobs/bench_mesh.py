@@ -19,7 +19,7 @@ import ml_collections
 import numpy as np
 
 from spec_jax import decoding, rules, sharding
-from spec_jax.decoding import batching, drafters
+from spec_jax.decoding import drafters, host
 from spec_jax.decoding import engine as eng
 from spec_jax.jobs.bench_chain import speed_setup
 from spec_jax.sampling import Sampler
@@ -72,13 +72,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
 
 def compile_seconds(engine: decoding.Engine, params: decoding.Params, ids, mesh) -> float:
     """Seconds to lower and compile the decode loop for `ids` on `mesh` (or one device)."""
-    batch = batching.pack_prompts(
-        ids, prompt_bucket=engine.decode.prompt_bucket,
-        max_prompt_len=engine.decode.max_prompt_len, pad_id=engine.decode.pad_id,
-    )  # fmt: skip
-    n = len(ids)
-    rows = (batch.tokens, batch.lengths, np.full(n, engine.decode.max_new_tokens, np.int32),
-            np.arange(n, dtype=np.int32))  # fmt: skip
+    rows = host.loop_rows(engine, ids, multiple=sharding.data_size(mesh))
     start = time.perf_counter()
     with sharding.use_mesh(mesh):
         args = [sharding.place_rows(x, mesh) for x in rows]
