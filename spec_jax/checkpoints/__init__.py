@@ -5,6 +5,8 @@
     model = checkpoints.load('/models/Qwen3-0.6B')  # HF directory (or a hub id)
     checkpoints.save_orbax('/ckpt/qwen3', model.cfg, model.params, model.tokenizer)
     model = checkpoints.load('/ckpt/qwen3')       # converted once, restored fast
+    checkpoints.convert_to_orbax('/models/Llama-3.1-8B', '/ckpt/llama', 'bfloat16', mesh)
+    model = checkpoints.load('/ckpt/llama', mesh=mesh)  # each device reads its shards
 
 Every format becomes HF-named numpy tensors first (a *state reader*), and
 `convert.state_to_params` builds the parameter tree from those.
@@ -23,7 +25,7 @@ from spec_jax.checkpoints.convert import (
 from spec_jax.checkpoints.gguf import embedded_default_path, load_gguf, load_gguf_tokenizer
 from spec_jax.checkpoints.hf import ARCHITECTURES, config_from_hf, load_hf
 from spec_jax.checkpoints.loader import EMBEDDED, LoadedModel, load
-from spec_jax.checkpoints.orbax_io import load_orbax, save_orbax
+from spec_jax.checkpoints.orbax_io import convert_to_orbax, load_orbax, save_orbax
 
 # The drafts shipped in the package for the embedded default (each with its README.md).
 SHIPPED_DRAFTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'assets', 'drafts')
@@ -42,6 +44,7 @@ __all__ = [
     'config_from_dict',
     'config_from_hf',
     'config_to_dict',
+    'convert_to_orbax',
     'embedded_default_path',
     'load',
     'load_gguf',

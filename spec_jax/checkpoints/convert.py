@@ -11,7 +11,8 @@ Also here: the errors every loader raises and the ModelConfig <-> JSON helpers.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import jax.numpy as jnp
 import ml_dtypes  # noqa: F401  (registers bfloat16 & co with numpy)
@@ -30,6 +31,26 @@ class CheckpointError(ValueError):
 
 class HubUnreachableError(CheckpointError, OSError):
     """A hub id was given and the Hugging Face hub cannot be reached."""
+
+
+@dataclasses.dataclass
+class SourceState:
+    """A checkpoint opened tensor by tensor (nothing read yet): what `state_to_params` and the
+    streaming `orbax_io.convert_to_orbax` take.
+
+    Attributes:
+      cfg: its config, dtypes set to the dtype asked for.
+      read: HF tensor name -> numpy array in HF layout.
+      names: the names `read` serves.
+      tokenizer: its tokenizer (a spec_jax.tokenizer.Tokenizer), or None.
+      source: the file or directory it was opened from.
+    """
+
+    cfg: ModelConfig
+    read: StateReader
+    names: list[str]
+    tokenizer: Any
+    source: str
 
 
 # ---- naming -----------------------------------------------------------------------------
@@ -114,6 +135,75 @@ def _check_shape(name: str, w: np.ndarray, want: tuple[int, ...]) -> None:
         )
 
 
+def check_available(cfg: ModelConfig, available: Iterable[str]) -> None:
+    """CheckpointError naming the tensors `cfg` needs that `available` lacks."""
+    available = set(available)
+    missing = [name for name in expected_names(cfg) if name not in available]
+    if missing:
+        shown = ', '.join(missing[:6]) + (' ...' if len(missing) > 6 else '')
+        raise CheckpointError(
+            f'checkpoint lacks {len(missing)} tensor(s) the {cfg.family} config needs: {shown}'
+        )
+
+
+def converted_tensors(
+    cfg: ModelConfig, read: StateReader, available: Iterable[str], dtype: str = 'float32'
+) -> Iterator[tuple[str, np.ndarray]]:
+    """Each parameter of `cfg` as ('layer_3/attn/q_dnh', numpy array in our layout and
+    `dtype`), read and converted one tensor at a time (what a streaming conversion holds).
+
+    Every name is checked against `available` before the first read, and every tensor's
+    shape against the config as it is read (CheckpointError).
+    """
+    check_available(cfg, available)
+    np_dtype = np.dtype(jnp.dtype(dtype))
+    v, d = cfg.vocab_size, cfg.width
+    shapes = _layer_shapes(cfg)
+    hf_shapes = {
+        'attn/q_dnh': (cfg.num_heads * cfg.head_dim, d),
+        'attn/k_dkh': (cfg.num_kv_heads * cfg.head_dim, d),
+        'attn/v_dkh': (cfg.num_kv_heads * cfg.head_dim, d),
+        'attn/o_nhd': (d, cfg.num_heads * cfg.head_dim),
+        'mlp/gate_df': (cfg.mlp_width, d),
+        'mlp/up_df': (cfg.mlp_width, d),
+        'mlp/down_fd': (d, cfg.mlp_width),
+        'attn/q_bias_nh': (cfg.num_heads * cfg.head_dim,),
+        'attn/k_bias_kh': (cfg.num_kv_heads * cfg.head_dim,),
+        'attn/v_bias_kh': (cfg.num_kv_heads * cfg.head_dim,),
+    }
+
+    def get(name, shape):
+        w = np.asarray(read(name))
+        _check_shape(name, w, shape)
+        return w
+
+    top = [('embed_vd', 'model.embed_tokens.weight', (v, d)),
+           ('final_norm/scale', 'model.norm.weight', (d,))]  # fmt: skip
+    if not cfg.tie_embeddings:
+        top.append(('lm_head_vd', 'lm_head.weight', (v, d)))
+    for path, name, shape in top:
+        yield path, get(name, shape).astype(np_dtype, copy=False)
+    for i in range(cfg.num_layers):
+        for path, name in layer_names(i, cfg).items():
+            # No tensor bound to a local: the paused frame keeps none alive.
+            raw_shape = hf_shapes.get(path, shapes[path])
+            yield (
+                f'layer_{i}/{path}',
+                _hf_to_ours(path, get(name, raw_shape), cfg).astype(np_dtype, copy=False),
+            )
+
+
+def nest(path: str, value, tree: dict | None = None) -> dict:
+    """`value` put at the '/'-separated `path` of the nested dict `tree` (new if None)."""
+    tree = {} if tree is None else tree
+    *groups, leaf = path.split('/')
+    node = tree
+    for g in groups:
+        node = node.setdefault(g, {})
+    node[leaf] = value
+    return tree
+
+
 def state_to_params(
     cfg: ModelConfig, read: StateReader, available: Iterable[str], dtype: str = 'float32'
 ) -> dict:
@@ -129,54 +219,9 @@ def state_to_params(
     Returns:
       The nested dict of jax arrays that `spec_jax.models.llama.forward` takes.
     """
-    available = set(available)
-    missing = [name for name in expected_names(cfg) if name not in available]
-    if missing:
-        shown = ', '.join(missing[:6]) + (' ...' if len(missing) > 6 else '')
-        raise CheckpointError(
-            f'checkpoint lacks {len(missing)} tensor(s) the {cfg.family} config needs: {shown}'
-        )
-    np_dtype = np.dtype(jnp.dtype(dtype))
-    v, d = cfg.vocab_size, cfg.width
-
-    def get(name, shape):
-        w = np.asarray(read(name))
-        _check_shape(name, w, shape)
-        return w
-
-    params: dict = {
-        'embed_vd': jnp.asarray(
-            get('model.embed_tokens.weight', (v, d)).astype(np_dtype, copy=False)
-        ),
-        'final_norm': {
-            'scale': jnp.asarray(get('model.norm.weight', (d,)).astype(np_dtype, copy=False))
-        },
-    }
-    if not cfg.tie_embeddings:
-        params['lm_head_vd'] = jnp.asarray(
-            get('lm_head.weight', (v, d)).astype(np_dtype, copy=False)
-        )
-
-    shapes = _layer_shapes(cfg)
-    hf_shapes = {
-        'attn/q_dnh': (cfg.num_heads * cfg.head_dim, d),
-        'attn/k_dkh': (cfg.num_kv_heads * cfg.head_dim, d),
-        'attn/v_dkh': (cfg.num_kv_heads * cfg.head_dim, d),
-        'attn/o_nhd': (d, cfg.num_heads * cfg.head_dim),
-        'mlp/gate_df': (cfg.mlp_width, d),
-        'mlp/up_df': (cfg.mlp_width, d),
-        'mlp/down_fd': (d, cfg.mlp_width),
-        'attn/q_bias_nh': (cfg.num_heads * cfg.head_dim,),
-        'attn/k_bias_kh': (cfg.num_kv_heads * cfg.head_dim,),
-        'attn/v_bias_kh': (cfg.num_kv_heads * cfg.head_dim,),
-    }
-    for i in range(cfg.num_layers):
-        layer: dict = {}
-        for path, name in layer_names(i, cfg).items():
-            w = _hf_to_ours(path, get(name, hf_shapes.get(path, shapes[path])), cfg)
-            group, leaf = path.split('/')
-            layer.setdefault(group, {})[leaf] = jnp.asarray(w.astype(np_dtype, copy=False))
-        params[f'layer_{i}'] = layer
+    params: dict = {}
+    for path, w in converted_tensors(cfg, read, available, dtype):
+        nest(path, jnp.asarray(w), params)
     return params
 
 

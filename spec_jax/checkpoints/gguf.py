@@ -22,7 +22,7 @@ import struct
 import gguf as gguf_lib
 import numpy as np
 
-from spec_jax.checkpoints.convert import CheckpointError, state_to_params
+from spec_jax.checkpoints.convert import CheckpointError, SourceState, state_to_params
 from spec_jax.models.config import ModelConfig, RopeScaling
 from spec_jax.models.rope import inverse_frequencies
 from spec_jax.tokenizer import Tokenizer
@@ -309,6 +309,18 @@ def gguf_state_reader(tensors: dict[str, GGUFTensor], cfg: ModelConfig, arch: st
     return read, list(by_hf)
 
 
+def open_gguf(path: str | os.PathLike, dtype: str = 'float32') -> SourceState:
+    """A GGUF file opened tensor by tensor: config and tokenizer from its metadata, each
+    tensor dequantized when read (convert.SourceState; tokenizer None when it has none)."""
+    f = GGUFFile(path)
+    cfg = config_from_gguf(f.meta, f.tensors).replace(dtype=dtype, param_dtype=dtype)
+    tokenizer = Tokenizer.from_gguf_fields(f.meta) if 'tokenizer.ggml.tokens' in f.meta else None
+    if tokenizer is not None:
+        tokenizer.check_fits(cfg.vocab_size)
+    read, names = gguf_state_reader(f.tensors, cfg, f.meta['general.architecture'])
+    return SourceState(cfg, read, names, tokenizer, f.path)
+
+
 def load_gguf(path: str | os.PathLike, dtype: str = 'float32'):
     """Loads a GGUF file: config and tokenizer from its metadata, dequantized weights.
 
@@ -321,14 +333,9 @@ def load_gguf(path: str | os.PathLike, dtype: str = 'float32'):
     """
     from spec_jax.checkpoints.loader import LoadedModel
 
-    f = GGUFFile(path)
-    cfg = config_from_gguf(f.meta, f.tensors).replace(dtype=dtype, param_dtype=dtype)
-    tokenizer = Tokenizer.from_gguf_fields(f.meta) if 'tokenizer.ggml.tokens' in f.meta else None
-    if tokenizer is not None:
-        tokenizer.check_fits(cfg.vocab_size)
-    read, names = gguf_state_reader(f.tensors, cfg, f.meta['general.architecture'])
-    params = state_to_params(cfg, read, names, dtype)
-    return LoadedModel(cfg, params, tokenizer, source=f.path)
+    state = open_gguf(path, dtype)
+    params = state_to_params(state.cfg, state.read, state.names, dtype)
+    return LoadedModel(state.cfg, params, state.tokenizer, source=state.source)
 
 
 def load_gguf_tokenizer(path: str | os.PathLike) -> Tokenizer:

@@ -17,7 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from spec_jax.checkpoints import hub
-from spec_jax.checkpoints.convert import CheckpointError, state_to_params
+from spec_jax.checkpoints.convert import CheckpointError, SourceState, state_to_params
 from spec_jax.models.config import ModelConfig, RopeScaling
 from spec_jax.tokenizer import Tokenizer
 
@@ -87,14 +87,25 @@ class SafetensorsFile:
             ):
                 raise corrupt(f'tensor {name!r} data offsets {start}..{end} are out of bounds')
             self._entries[name] = (dtype, shape, start, end)
+        self._offset = 8 + n
         self._data = np.memmap(path, np.uint8, 'r', offset=8 + n) if data_size else None
 
     def keys(self) -> list[str]:
         return list(self._entries)
 
     def get(self, name: str) -> np.ndarray:
+        """The tensor as a read-only view of the mapped file (no copy)."""
         dtype, shape, start, end = self._entries[name]
         return self._data[start:end].view(dtype).reshape(shape)
+
+    def read(self, name: str) -> np.ndarray:
+        """The tensor read into memory of its own: freed when dropped, and the file is never
+        mapped (a streaming conversion holds one tensor, not the pages of every one read)."""
+        dtype, shape, start, _ = self._entries[name]
+        with open(self.path, 'rb') as f:
+            return np.fromfile(f, dtype, math.prod(shape), offset=self._offset + start).reshape(
+                shape
+            )
 
 
 def _read_json(path: str, what: str) -> dict:
@@ -230,19 +241,18 @@ def resolve(path_or_id: str | os.PathLike) -> str:
     raise FileNotFoundError(f'checkpoint path {spec!r} does not exist')
 
 
-def load_hf(path_or_id: str | os.PathLike, dtype: str | None = 'float32'):
-    """Loads a Hugging Face model directory (or hub id) into spec_jax.
+def open_hf(path_or_id: str | os.PathLike, dtype: str | None = 'float32', mapped: bool = True):
+    """A Hugging Face model directory (or hub id) opened tensor by tensor.
 
     Args:
       path_or_id: a directory with config.json + safetensors (+ tokenizer.json), or a hub id.
       dtype: parameter and compute dtype; None keeps the checkpoint's `torch_dtype`.
+      mapped: read tensors as views of the mapped files (fast; the pages read stay mapped)
+        rather than into memory of their own (`SafetensorsFile.read`).
 
     Returns:
-      LoadedModel(cfg, params, tokenizer); tokenizer is None when the directory has no
-      tokenizer.json.
+      convert.SourceState; its tokenizer is None when the directory has no tokenizer.json.
     """
-    from spec_jax.checkpoints.loader import LoadedModel
-
     directory = resolve(path_or_id)
     if not os.path.isdir(directory):
         raise CheckpointError(f'{directory} is not a Hugging Face model directory')
@@ -261,5 +271,26 @@ def load_hf(path_or_id: str | os.PathLike, dtype: str | None = 'float32'):
         tokenizer.check_fits(cfg.vocab_size)
     else:
         log.warning('no tokenizer.json in %s: loading the model without a tokenizer', directory)
-    params = state_to_params(cfg, lambda name: where[name].get(name), where.keys(), dtype)
-    return LoadedModel(cfg, params, tokenizer, source=directory)
+
+    def read(name):
+        return where[name].get(name) if mapped else where[name].read(name)
+
+    return SourceState(cfg, read, list(where), tokenizer, directory)
+
+
+def load_hf(path_or_id: str | os.PathLike, dtype: str | None = 'float32'):
+    """Loads a Hugging Face model directory (or hub id) into spec_jax.
+
+    Args:
+      path_or_id: a directory with config.json + safetensors (+ tokenizer.json), or a hub id.
+      dtype: parameter and compute dtype; None keeps the checkpoint's `torch_dtype`.
+
+    Returns:
+      LoadedModel(cfg, params, tokenizer); tokenizer is None when the directory has no
+      tokenizer.json.
+    """
+    from spec_jax.checkpoints.loader import LoadedModel
+
+    state = open_hf(path_or_id, dtype)
+    params = state_to_params(state.cfg, state.read, state.names, state.cfg.param_dtype)
+    return LoadedModel(state.cfg, params, state.tokenizer, source=state.source)

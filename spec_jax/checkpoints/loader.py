@@ -6,7 +6,9 @@ import dataclasses
 import os
 
 import jax
+from jax.sharding import Mesh
 
+from spec_jax import sharding
 from spec_jax.checkpoints import gguf, hf, hub, orbax_io
 from spec_jax.checkpoints.convert import CheckpointError
 from spec_jax.models.config import ModelConfig, preset
@@ -35,7 +37,11 @@ class LoadedModel:
 
 
 def load(
-    spec: str | os.PathLike = EMBEDDED, dtype: str | None = 'float32', seed: int = 0
+    spec: str | os.PathLike = EMBEDDED,
+    dtype: str | None = 'float32',
+    seed: int = 0,
+    mesh: Mesh | None = None,
+    rules: sharding.ShardingRules = sharding.RULES,
 ) -> LoadedModel:
     """Loads a model from any supported source.
 
@@ -49,6 +55,10 @@ def load(
       dtype: parameter and compute dtype ('float32' on CPU). None keeps the checkpoint's own
         dtype (HF `torch_dtype`, the saved orbax dtype; float32 for GGUF).
       seed: the PRNG seed of 'random:' weights (unused otherwise).
+      mesh: place the parameters on `mesh` by `rules` (spec_jax.sharding; divisibility
+        checked, naming the array, axis and sizes); an orbax directory is restored straight
+        into those shardings, other formats are read on the host and then placed.
+      rules: the sharding rules of the parameters.
 
     Returns:
       LoadedModel(cfg, params, tokenizer, source).
@@ -59,6 +69,13 @@ def load(
       HubUnreachableError: a hub id that is not cached while the hub is unreachable.
     """
     spec = os.fspath(spec)
+    if orbax_io.is_orbax_dir(spec):
+        return orbax_io.load_orbax(spec, dtype, mesh, rules)
+    model = _load_on_host(spec, dtype, seed)
+    return dataclasses.replace(model, params=sharding.shard(model.params, mesh, rules))
+
+
+def _load_on_host(spec: str, dtype: str | None, seed: int) -> LoadedModel:
     if spec.startswith(RANDOM_PREFIX):
         tokenizer = gguf.load_gguf_tokenizer(gguf.embedded_default_path())
         dtype = dtype or 'float32'
@@ -80,8 +97,6 @@ def load(
         raise CheckpointError(
             f'{spec} is not a checkpoint spec_jax reads (a .gguf file, or a directory)'
         )
-    if orbax_io.is_orbax_dir(spec):
-        return orbax_io.load_orbax(spec, dtype)
     if os.path.isfile(os.path.join(spec, 'config.json')):
         return hf.load_hf(spec, dtype)
     ggufs = sorted(f for f in os.listdir(spec) if f.endswith('.gguf'))

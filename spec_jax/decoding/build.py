@@ -135,7 +135,9 @@ def build(c: ml_collections.ConfigDict) -> Built:
         raise ValueError(f'spec.mode={s.mode!r} is not one of {MODES}')
     rule = rules.make(s.rule)
     sampler = sampler_from_config(c.sampling)
-    target = checkpoints.load(c.model, c.dtype, c.seed)
+    mesh = sharding.make_mesh(c.mesh) if 'mesh' in c else None
+    # Heads, MLP and vocabulary over 'model' (an orbax target restored into its shards).
+    target = checkpoints.load(c.model, c.dtype, c.seed, mesh=mesh)
     tok = target.tokenizer
     decode = DecodeSettings(
         max_new_tokens=c.max_new_tokens,
@@ -166,9 +168,7 @@ def build(c: ml_collections.ConfigDict) -> Built:
         tree_shape(s.tree) if s.mode == 'tree' else None,
     )
     engine.check()
-    mesh = sharding.make_mesh(c.mesh) if 'mesh' in c else None  # Checked before placing.
     params = Params(
-        sharding.shard(target.params, mesh),  # Heads, MLP and vocabulary over 'model'.
-        sharding.shard(draft.params, mesh, sharding.ShardingRules.replicated()),
+        target.params, sharding.shard(draft.params, mesh, sharding.ShardingRules.replicated())
     )
     return Built(engine, params, tok, target)

@@ -8,13 +8,16 @@ placement; the logits differ from one device's only by reduction order, ~1e-7, w
 moves a draw only if it lands within that of a CDF boundary: it did not in these runs).
 """
 
+import json
+
 import jax
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from safetensors.numpy import save_file
 
-from spec_jax import decoding, rules, sharding
+from spec_jax import checkpoints, decoding, rules, sharding
 from spec_jax.decoding import engine as eng
 from spec_jax.decoding import trees
 from spec_jax.decoding.drafters import Eagle3Drafter, LMDrafter
@@ -25,6 +28,7 @@ from spec_jax.models import eagle3 as e3
 from spec_jax.models.config import ModelConfig
 from spec_jax.sampling import Sampler
 from spec_jax.testing import random_params
+from tests.checkpoints.conftest import hf_config_dict
 
 CFG = ModelConfig.tiny(vocab_size=72, num_heads=16, num_kv_heads=8, head_dim=6, mlp_width=40)
 DRAFT = CFG.replace(num_layers=1)
@@ -145,3 +149,37 @@ def test_mesh_bench_reports_both_placements_and_compiles():
         assert len(placed) == 2
         assert all(p['tokens_per_s'] > 0 and p['compile_s'] > 0 for p in placed)
         assert row['mesh_over_one'] > 0
+
+
+def test_orbax_restores_and_converts_straight_into_shardings(weights, tmp_path):
+    """A saved target restored on a 2 x 4 mesh: every parameter in its rule's sharding with
+    the saved values; converted from HF tensors while placed on 1 x 8, restored on 8 x 1
+    in bf16; a mesh that does not divide the model is refused before anything is read."""
+    out = checkpoints.save_orbax(tmp_path / 'ckpt', CFG, weights['target'])
+    for shape, dtype in (((2, 4), None), ((8, 1), 'bfloat16')):
+        mesh = sharding.make_mesh(sharding.mesh_config(*shape))
+        got = checkpoints.load(out, dtype=dtype, mesh=mesh)
+        specs = sharding.param_specs(weights['target'], mesh)
+        for x, spec, want in zip(jax.tree.leaves(got.params),
+                                 jax.tree.leaves(specs, is_leaf=lambda s: isinstance(s, P)),
+                                 jax.tree.leaves(weights['target']), strict=True):  # fmt: skip
+            assert x.sharding == NamedSharding(mesh, spec), (x.sharding, spec)
+            assert x.dtype == (dtype or want.dtype)
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(want).astype(x.dtype))
+    source = tmp_path / 'hf'
+    source.mkdir()
+    state = checkpoints.params_to_state(CFG, weights['target'])
+    save_file(state, str(source / 'model.safetensors'))
+    (source / 'config.json').write_text(json.dumps(hf_config_dict(CFG)))
+    placed_on = sharding.make_mesh(sharding.mesh_config(1, 8))
+    converted = checkpoints.convert_to_orbax(source, tmp_path / 'conv', mesh=placed_on)
+    mesh = sharding.make_mesh(sharding.mesh_config(8, 1))
+    got = checkpoints.load(converted, mesh=mesh)
+    q = got.params['layer_1']['attn']['q_dnh']
+    assert q.sharding.is_equivalent_to(NamedSharding(mesh, P()), 3)  # Model 1: replicated.
+    for x, want in zip(jax.tree.leaves(got.params), jax.tree.leaves(weights['target'])):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(want))
+    odd = checkpoints.save_orbax(tmp_path / 'odd', ModelConfig.tiny(),
+                                 random_params(ModelConfig.tiny(), seed=0))  # fmt: skip
+    with pytest.raises(ValueError, match=r'embed_vd \(67, 28\): .* of size 67 .*model of size 4'):
+        checkpoints.load(odd, mesh=sharding.make_mesh(sharding.mesh_config(2, 4)))
