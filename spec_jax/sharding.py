@@ -69,9 +69,10 @@ def mesh_shape(c, num_devices: int) -> tuple[int, int]:
 
 
 def make_mesh(c, devices=None) -> Mesh | None:
-    """The mesh of a mesh block over the first devices of `devices` (default: all; a -1
-    takes them all), or None for one device."""
-    devices = jax.devices() if devices is None else list(devices)
+    """The mesh of a mesh block over the first devices of `devices` (default: this
+    process's, `jax.local_devices()`: with several processes each decodes on its own mesh,
+    spec_jax/distributed.py; a -1 takes them all), or None for one device."""
+    devices = jax.local_devices() if devices is None else list(devices)
     shape = mesh_shape(c, len(devices))
     if math.prod(shape) == 1:
         return None

@@ -4,23 +4,34 @@ config that produced them (docs/eval.md, runs that lose nothing).
     <workdir>/run.json       the config, its fingerprint, the plan; earlier fingerprints
                              when a changed config was allowed to mix (`mix`)
     <workdir>/results.jsonl  one line per finished sample, appended as it finishes
+    <workdir>/results.p<i>.jsonl  the same, of process i of a run on several processes,
+                             until process 0 merges them into results.jsonl (`merge`)
 
 A line is written whole, then flushed and fsynced, so a run killed at any instant leaves
-complete lines and at most one torn last line, which the next open drops. A restarted run
-skips the keys already there, so it ends with exactly one line per sample.
+complete lines and at most one torn last line, which the next open of that file's writer
+drops. A store reads every results file of the workdir and keeps each sample's first line,
+so a restarted run (on any number of processes) skips what any process finished and ends
+with exactly one line per sample.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
+import re
 import threading
-from collections.abc import Iterable
 from typing import Any
 
 # Config fields that do not change results: a run may resume with other values of these.
 RUNTIME_FIELDS = ('mix', 'score_workers', 'progress', 'compilation_cache', 'mesh')
+RESULTS = 'results.jsonl'
+
+
+def process_results(index: int) -> str:
+    """The results file process `index` of a several-process run appends to."""
+    return f'results.p{index}.jsonl'
 
 
 def fingerprint(config: dict) -> str:
@@ -63,17 +74,26 @@ class ResultStore:
     Opening a workdir whose run.json holds another config's fingerprint raises
     `ConfigMismatchError` naming the changed fields, unless `mix` is set (or this config
     wrote here before): run.json's history keeps the other fingerprints, and every line
-    carries its own.
+    carries its own. With several processes (`process=(index, count)`) every process
+    checks run.json, process 0 alone writes it, and each appends to its own file.
     """
 
-    def __init__(self, workdir: str, config: dict, plan: list[dict], mix: bool = False):
+    def __init__(
+        self,
+        workdir: str,
+        config: dict,
+        plan: list[dict],
+        mix: bool = False,
+        process: tuple[int, int] = (0, 1),
+    ):
+        index, count = process
         os.makedirs(workdir, exist_ok=True)
         self.workdir = workdir
         self.fingerprint = fingerprint(config)
-        self.path = os.path.join(workdir, 'results.jsonl')
+        self.path = os.path.join(workdir, RESULTS if count == 1 else process_results(index))
         self._lock = threading.Lock()
-        self._open_run(config, plan, mix)
-        self.rows = list(self._read())
+        self._open_run(config, plan, mix, write=index == 0)
+        self.rows = self._read_all()
         self.done = {row_key(r) for r in self.rows}
 
     @classmethod
@@ -81,13 +101,42 @@ class ResultStore:
         """The results of `workdir` as they are, for reading (no run.json check or write)."""
         store = cls.__new__(cls)
         store.workdir, store.fingerprint = workdir, None
-        store.path = os.path.join(workdir, 'results.jsonl')
+        store.path = None  # Nothing is repaired or appended.
         store._lock = threading.Lock()
-        store.rows = list(store._read(repair=False))
+        store.rows = store._read_all()
         store.done = {row_key(r) for r in store.rows}
         return store
 
-    def _open_run(self, config: dict, plan: list[dict], mix: bool) -> None:
+    def files(self) -> list[str]:
+        """The workdir's results files: results.jsonl, then each process's in index order."""
+        main = os.path.join(self.workdir, RESULTS)
+        parts = glob.glob(os.path.join(self.workdir, 'results.p*.jsonl'))
+        index = {p: int(m.group(1)) for p in parts if (m := re.search(r'\.p(\d+)\.jsonl$', p))}
+        return ([main] if os.path.exists(main) else []) + sorted(index, key=index.get)
+
+    def merge(self) -> None:
+        """Every results file into results.jsonl, the per-process files then removed (process
+        0, once every process has finished). The merged file is written whole and swapped
+        in before any per-process file goes, so a merge killed at any point loses nothing,
+        and reads keep a sample's first line, so it duplicates nothing."""
+        main = os.path.join(self.workdir, RESULTS)
+        parts = [f for f in self.files() if f != main]
+        if not parts:
+            return
+        with self._lock:
+            rows = self._read_all()
+            tmp = main + '.tmp'
+            with open(tmp, 'w') as f:
+                f.write(''.join(json.dumps(r) + '\n' for r in rows))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, main)
+            for part in parts:
+                os.remove(part)
+            self.path, self.rows = main, rows
+            self.done = {row_key(r) for r in rows}
+
+    def _open_run(self, config: dict, plan: list[dict], mix: bool, write: bool) -> None:
         run_path = os.path.join(self.workdir, 'run.json')
         run = dict(config=config, fingerprint=self.fingerprint, plan=plan, history=[])
         if os.path.exists(run_path):
@@ -104,26 +153,19 @@ class ResultStore:
                     'set --config.mix=True to add these results to the old ones.'
                 )
             run['history'] = [f for f in dict.fromkeys(seen) if f != self.fingerprint]
+        if not write:
+            return
         tmp = run_path + '.tmp'
         with open(tmp, 'w') as f:
             json.dump(run, f, indent=1, default=str)
         os.replace(tmp, run_path)
 
-    def _read(self, repair: bool = True) -> Iterable[dict]:
-        if not os.path.exists(self.path):
-            return []
-        with open(self.path, 'rb') as f:
-            data = f.read()
-        if data and not data.endswith(b'\n'):  # A torn last line from a killed run.
-            data = data[: data.rfind(b'\n') + 1]
-            if repair:  # Cut in place: the whole lines are never rewritten.
-                with open(self.path, 'r+b') as f:
-                    f.truncate(len(data))
-                    os.fsync(f.fileno())
+    def _read_all(self) -> list[dict]:
+        """The rows of every results file, each sample's first line (this store's own file
+        repaired: no other process appends to it)."""
         rows, seen = [], set()
-        for line in data.decode().splitlines():
-            if line.strip():
-                row = json.loads(line)
+        for path in self.files():
+            for row in _read(path, repair=path == self.path):
                 if row_key(row) not in seen:  # The first result of a sample wins.
                     seen.add(row_key(row))
                     rows.append(row)
@@ -149,3 +191,19 @@ class ResultStore:
                 os.fsync(f.fileno())
             self.rows += rows
             self.done |= {row_key(r) for r in rows}
+
+
+def _read(path: str, repair: bool) -> list[dict]:
+    """The whole lines of one results file; a torn last line (a killed writer) is dropped,
+    and with `repair` cut from the file in place (the whole lines are never rewritten)."""
+    if not os.path.exists(path):
+        return []
+    with open(path, 'rb') as f:
+        data = f.read()
+    if data and not data.endswith(b'\n'):
+        data = data[: data.rfind(b'\n') + 1]
+        if repair:
+            with open(path, 'r+b') as f:
+                f.truncate(len(data))
+                os.fsync(f.fileno())
+    return [json.loads(line) for line in data.decode().splitlines() if line.strip()]

@@ -27,10 +27,11 @@ import hashlib
 import time
 from collections.abc import Callable
 
+import jax
 import ml_collections
 from tqdm import tqdm
 
-from spec_jax import data_files, decoding, rules
+from spec_jax import data_files, decoding, distributed, rules
 from spec_jax.decoding import batching
 from spec_jax.eval import plan as plan_lib
 from spec_jax.eval import tasks as tasks_lib
@@ -40,6 +41,7 @@ from spec_jax.jobs import timing
 
 SPEC_MODES = ('chain', 'tree')
 PER_ROW_STATS = ('blocks', 'drafted', 'accepted', 'emitted', 'full_blocks', 'full_accepted')
+Items = dict[str, tuple[Task, list[Item]]]  # Task name -> (the task, its items).
 METER_SUMS = ('metered', 'tv_sum', 'kl_sum', 'outside_sum', 'overshoot_sum', 'kl_inf',
               'overshoot_inf', 'max_overshoot', 'metered_at_offset', 'tv_at_offset')  # fmt: skip
 
@@ -77,7 +79,7 @@ def task_limits(c: ml_collections.ConfigDict) -> dict[str, dict]:
     return out
 
 
-def load_items(c: ml_collections.ConfigDict) -> dict[str, tuple[Task, list[Item]]]:
+def load_items(c: ml_collections.ConfigDict) -> Items:
     """Each task of the config with its first `limit` items.
 
     Raises:
@@ -149,6 +151,10 @@ def run(
 ) -> tuple[ResultStore, list[plan_lib.Method], Progress]:
     """Runs (or resumes) experiment `c` in `workdir`; returns the store, plan and progress.
 
+    On several processes (spec_jax/distributed.py) each decodes its share of the items
+    (`process_share`) into its own results file; after a barrier process 0 merges them, and
+    its store then holds every result.
+
     Raises:
       ValueError: a bad config (mode, grid, task names, limits) before any model loads.
       records.ConfigMismatchError: `workdir` holds another config's results and `c.mix`
@@ -156,14 +162,40 @@ def run(
     """
     methods = methods_of(c)
     limits = task_limits(c)
-    items = load_items(c)
+    items = process_share(load_items(c))
     store = ResultStore(
-        workdir, c.to_dict(), [dataclasses.asdict(m) for m in methods], mix=bool(c.mix)
-    )
+        workdir, c.to_dict(), [dataclasses.asdict(m) for m in methods], mix=bool(c.mix),
+        process=(jax.process_index(), jax.process_count()),
+    )  # fmt: skip
     progress = Progress()
-    if all(store.is_done((m.name, name, it.id, seed)) for seed in c.seeds
-           for name, (_, its) in items.items() for it in its for m in methods):  # fmt: skip
-        return store, methods, progress
+    if not all(store.is_done((m.name, name, it.id, seed)) for seed in c.seeds
+               for name, (_, its) in items.items() for it in its for m in methods):  # fmt: skip
+        _decode_and_score(c, items, limits, methods, store, progress)
+    # Every process has written its share; process 0 merges the results files.
+    distributed.barrier(f'evaluate:{workdir}')
+    if distributed.is_main():
+        store.merge()
+    return store, methods, progress
+
+
+def process_share(items: Items) -> Items:
+    """This process's share of the items (all of them with one process): every
+    process_count-th (task, item) in config order, so each sample's methods and seeds run
+    on one process and a restarted run gives each process the same share."""
+    rows = [(name, it) for name, (_, its) in items.items() for it in its]
+    mine = distributed.share(rows)
+    return {name: (task, [it for n, it in mine if n == name]) for name, (task, _) in items.items()}
+
+
+def _decode_and_score(
+    c: ml_collections.ConfigDict,
+    items: Items,
+    limits: dict[str, dict],
+    methods: list[plan_lib.Method],
+    store: ResultStore,
+    progress: Progress,
+) -> None:
+    """Decodes every batch of `items` not yet in `store`, scoring and writing each sample."""
     built = decoding.build(decoding_block(c))
     tok = built.tokenizer
     encoded = {
@@ -232,14 +264,13 @@ def run(
         concurrent.futures.wait(pending)
     progress.samples = len(pending)
     progress.wall_s = time.perf_counter() - start
-    return store, methods, progress
 
 
 def batched(
     c: ml_collections.ConfigDict,
     method: plan_lib.Method,
     seed: int,
-    items: dict[str, tuple[Task, list[Item]]],
+    items: Items,
     store: ResultStore,
     prompt_len: Callable[[tuple[str, Item]], int],
 ) -> list[list[tuple[str, Item]]]:

@@ -16,7 +16,7 @@ import time
 import ml_collections
 import numpy as np
 
-from spec_jax import decoding, sharding
+from spec_jax import decoding, distributed, sharding
 from spec_jax.eval import metrics, paper, plan, records, report, runner
 from spec_jax.jobs import common
 from spec_jax.rules import theory
@@ -138,7 +138,8 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     start = time.perf_counter()
     common.log_devices()
     store, methods, progress = runner.run(c, workdir)
-    out = write_report(c, runner.results(store), methods, workdir)
+    # Process 0 alone holds the merged results (and writes the report).
+    out = write_report(c, runner.results(store), methods, workdir) if distributed.is_main() else {}
     wall = time.perf_counter() - start
     print(
         f'\n{progress.samples} new samples, {progress.tokens} tokens; decode '

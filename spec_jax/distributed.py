@@ -1,0 +1,104 @@
+"""Several processes (hosts) as one job: JAX's distributed runtime from flags or the
+environment, each process's share of the work, and a barrier.
+
+A job on a TPU pod slice or on several GPU nodes runs one process per host, all with the
+same command. Each process decodes on a mesh of its own devices (`sharding.make_mesh`
+takes the local ones) and takes a deterministic share of the samples (`share`); the
+evaluation writes one results file per process and process 0 merges them after a barrier
+(spec_jax/eval/records.py; docs/sharding.md, "Several hosts").
+
+How the processes find each other (`initialize`), first that applies:
+  - arguments (a launcher's --coordinator, --num_processes, --process_id flags);
+  - $SPEC_JAX_COORDINATOR (host:port, or 'auto'), $SPEC_JAX_NUM_PROCESSES and
+    $SPEC_JAX_PROCESS_ID;
+  - coordinator 'auto': JAX's own cluster detection (Cloud TPU pods, SLURM, Open MPI, ...);
+  - none of them: one process, nothing initialized.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TypeVar
+
+import jax
+from absl import logging
+from jax.experimental import multihost_utils
+
+ENV_COORDINATOR = 'SPEC_JAX_COORDINATOR'
+ENV_NUM_PROCESSES = 'SPEC_JAX_NUM_PROCESSES'
+ENV_PROCESS_ID = 'SPEC_JAX_PROCESS_ID'
+AUTO = 'auto'
+
+T = TypeVar('T')
+
+
+def initialize(
+    coordinator: str = '',
+    num_processes: int = 0,
+    process_id: int = -1,
+    heartbeat_timeout_s: int = 100,
+) -> bool:
+    """Starts JAX's distributed runtime when the arguments or the environment ask for it.
+
+    Call it before anything touches a JAX device (a launcher's first step).
+
+    Args:
+      coordinator: 'host:port' of process 0's coordination service, 'auto' (JAX's cluster
+        detection), or '' (then $SPEC_JAX_COORDINATOR, else one process).
+      num_processes: how many processes (0: $SPEC_JAX_NUM_PROCESSES; 'auto' detects it).
+      process_id: this process's index (-1: $SPEC_JAX_PROCESS_ID; 'auto' detects it).
+      heartbeat_timeout_s: how long the others wait for a process that stopped answering
+        before the whole job fails (a killed host ends the job; rerun it to resume).
+
+    Returns:
+      True when the runtime was started (several processes), False for one process.
+
+    Raises:
+      ValueError: an explicit coordinator without a process count or id, or an id out of
+        range.
+    """
+    coordinator = coordinator or os.environ.get(ENV_COORDINATOR, '')
+    if not coordinator:
+        return False
+    # The CPU backend's collectives (the barrier) need gloo; GPU and TPU use their own.
+    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+    if coordinator == AUTO:
+        jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat_timeout_s)
+    else:
+        count = num_processes or int(os.environ.get(ENV_NUM_PROCESSES, 0))
+        index = process_id if process_id >= 0 else int(os.environ.get(ENV_PROCESS_ID, -1))
+        if count < 1 or not 0 <= index < count:
+            raise ValueError(
+                f'coordinator {coordinator!r} needs the number of processes (got {count}) and '
+                f'this process id in [0, {count}) (got {index}): pass --num_processes and '
+                f'--process_id, or set ${ENV_NUM_PROCESSES} and ${ENV_PROCESS_ID}'
+            )
+        jax.distributed.initialize(
+            coordinator, count, index, heartbeat_timeout_seconds=heartbeat_timeout_s
+        )
+    logging.info('process %d of %d, local devices %s', jax.process_index(),
+                 jax.process_count(), jax.local_devices())  # fmt: skip
+    return True
+
+
+def share(work: Sequence[T], index: int | None = None, count: int | None = None) -> list[T]:
+    """Process `index`'s share of `work` (every `count`-th item from its index): a
+    partition of `work` that depends only on its order and the process count, so a
+    restarted job gives each process the same share (defaults: this process, all)."""
+    index = jax.process_index() if index is None else index
+    count = jax.process_count() if count is None else count
+    if not 0 <= index < count:
+        raise ValueError(f'process index {index} is not in [0, {count})')
+    return list(work[index::count])
+
+
+def barrier(name: str) -> None:
+    """Waits until every process reaches the barrier `name` (nothing with one process)."""
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
+
+
+def is_main() -> bool:
+    """True on process 0, the one that writes reports and merged results."""
+    return jax.process_index() == 0
