@@ -6,14 +6,15 @@
         python launch/bench.py --config configs/bench_mesh.py:tiny   # random models
 
 Prints tokens/s of AR and chain decoding at batch 8 on one device and on a 8 x 1 mesh
-(data parallel: every device a row), their ratio, and each decode loop's compile time.
+(data parallel: every device a row), their ratio, and the compile time of every entry
+point (AR, chain and tree decode loops, the draft LM's and EAGLE-3 head's training steps).
 With fake CPU devices sharing 2 cores the ratio is the mesh's overhead, not a speedup
 (docs/sharding.md). On a TPU/GPU slice set --config.mesh.data to its device count.
 """
 
 import ml_collections
 
-from spec_jax import checkpoints, sharding
+from spec_jax import checkpoints, decoding, sharding
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -26,6 +27,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.dtype = 'float32'
     c.seed = 0
     c.draft = 'random:tiny' if tiny else checkpoints.DRAFT_LM  # The chain's draft LM.
+    c.head = 'random' if tiny else checkpoints.EAGLE3_HEAD  # The tree's EAGLE-3 head.
+    c.tree = decoding.tree_config(nodes=8, depth=4, branch=2)
+    c.train_len = 64 if not tiny else 16  # Tokens per row of the training steps' batch.
     c.rule = 'lossless'
     c.num_draft = 3
     c.temperature = 0.0
@@ -38,4 +42,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.max_prompt_len = 512
     c.prompt_bucket = 64
     c.rounds = 1 if tiny else 3
+    # Compile times of (spec_jax.jobs.bench_mesh.ENTRY_POINTS): decode loops, train steps.
+    c.entry_points = ('ar', 'train_lm') if tiny else ('ar', 'chain', 'tree', 'train_lm',
+                                                        'train_eagle3')  # fmt: skip
+    c.compilation_cache = 'off'  # Compile times are measured: no persistent cache loads.
     return c

@@ -13,8 +13,9 @@ flags.mark_flags_as_required(['config'])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-    common.enable_compilation_cache()
-    bench.run(_CONFIG.value, _WORKDIR.value)
+    c = _CONFIG.value
+    common.enable_compilation_cache(c.get('compilation_cache') or None)  # 'off': none.
+    bench.run(c, _WORKDIR.value)
 
 
 if __name__ == '__main__':

@@ -1,11 +1,14 @@
-"""AR and chain decoding at one batch on one device against a data-parallel mesh.
+"""AR and chain decoding at one batch on one device against a mesh, and the compile time
+of every jitted entry point on each.
 
 configs/bench_mesh.py. Needs as many devices as the mesh: on a CPU, fake ones, set before
 JAX starts (`XLA_FLAGS=--xla_force_host_platform_device_count=8`). Prints, per mode,
-tokens/s on one device and on the mesh and their ratio, and the compile time of the decode
-loop (its one entry point: prefill, rounds and commit) on each. Fake devices share the
-host's cores, so on the 2-core CPU the ratio measures the mesh's overhead (collectives,
-per-device launch), not a speedup; on a TPU or GPU slice it is the data-parallel scaling.
+tokens/s on one device and on the mesh and their ratio; then the compile seconds of each
+entry point (the decode loop of AR, chain and tree mode: prefill, rounds and commit in one
+program; the draft LM's distillation step and the EAGLE-3 head's TTT step), persistent
+cache off. Fake devices share the host's cores, so on the 2-core CPU the ratio measures
+the mesh's overhead (collectives, per-device launch), not a speedup; on a TPU or GPU slice
+it is the data-parallel scaling.
 """
 
 from __future__ import annotations
@@ -23,10 +26,18 @@ from spec_jax.decoding import drafters, host
 from spec_jax.decoding import engine as eng
 from spec_jax.jobs.bench_chain import speed_setup
 from spec_jax.sampling import Sampler
+from spec_jax.train import common as train_common
+from spec_jax.train import distill
+from spec_jax.train import eagle3 as train_e3
+
+ENTRY_POINTS = ('ar', 'chain', 'tree', 'train_lm', 'train_eagle3')
 
 
 def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     """Runs the mesh bench of config `c` (configs/bench_mesh.py)."""
+    unknown = sorted(set(c.entry_points) - set(ENTRY_POINTS))
+    if unknown:
+        raise ValueError(f'entry_points {unknown} unknown; valid: {ENTRY_POINTS}')
     mesh = sharding.make_mesh(c.mesh)
     if mesh is None:
         raise ValueError(f'bench mesh {c.mesh.to_dict()} is one device: give a mesh of several')
@@ -49,20 +60,26 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
                 sharding.shard(draft.params if mode == 'chain' else None, on,
                                sharding.ShardingRules.replicated()),
             )  # fmt: skip
-            compile_s = compile_seconds(engine, params, ids, on)
             rates = []
             for r in range(c.rounds):
                 result = decoding.generate(engine, params, ids, seed=r)
                 rates.append(result.num_tokens / result.seconds)
-            row[where] = dict(tokens_per_s=float(np.median(rates)), compile_s=compile_s)
+            row[where] = dict(tokens_per_s=float(np.median(rates)))
         one, many = (row[w]['tokens_per_s'] for w in placements)
         row['mesh_over_one'] = many / one
         report['rows'].append(row)
-        parts = ', '.join(
-            f'{w}: {row[w]["tokens_per_s"]:.1f} tok/s (compile {row[w]["compile_s"]:.1f} s)'
-            for w in placements
-        )
+        parts = ', '.join(f'{w}: {row[w]["tokens_per_s"]:.1f} tok/s' for w in placements)
         print(f'{mode} batch {len(ids)}: {parts}; mesh / one device {row["mesh_over_one"]:.2f}x')
+    head = drafters.make('eagle3', target, c.head, dtype=c.dtype, seed=c.seed)
+    engines['tree'] = decoding.Engine(target.cfg, dec, head.drafter,
+                                      tree=decoding.tree_shape(c.tree),
+                                      sampler=Sampler(c.temperature))  # fmt: skip
+    print(f'compile seconds, one device / {where}:')
+    report['compile'] = []
+    for key, (label, compile_on) in entry_points(c, target, draft, head, engines, ids).items():
+        seconds = {w: compile_on(on) for w, on in placements.items()}
+        report['compile'].append(dict(entry_point=key, **seconds))
+        print(f'  {label:36s} ' + ' / '.join(f'{s:5.1f}' for s in seconds.values()))
     if workdir:
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, 'bench_mesh.json'), 'w') as f:
@@ -70,12 +87,62 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     return report
 
 
-def compile_seconds(engine: decoding.Engine, params: decoding.Params, ids, mesh) -> float:
-    """Seconds to lower and compile the decode loop for `ids` on `mesh` (or one device)."""
-    rows = host.loop_rows(engine, ids, multiple=sharding.data_size(mesh))
+def entry_points(c, target, draft, head, engines, ids) -> dict:
+    """{key: (label, mesh or None -> seconds to lower and compile it there)} of the jitted
+    entry points `c.entry_points` names (ENTRY_POINTS): the target sharded by the rules,
+    drafts replicated, a trained state sharded by the rules."""
+
+    def decode_loop(mode):
+        def compile_on(mesh):
+            drafted = {'ar': None, 'chain': draft.params, 'tree': head.params}[mode]
+            params = decoding.Params(
+                sharding.shard(target.params, mesh),
+                sharding.shard(drafted, mesh, sharding.ShardingRules.replicated()),
+            )
+            rows = host.loop_rows(engines[mode], ids, multiple=sharding.data_size(mesh))
+            return _compile_seconds(
+                mesh, eng.decode_loop, engines[mode], params.target, params.draft,
+                *(sharding.place_rows(x, mesh) for x in rows), jax.random.PRNGKey(0),
+            )  # fmt: skip
+
+        return compile_on
+
+    optimizer = train_common.make_optimizer(1e-4, 100, 10)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, target.cfg.vocab_size, (c.batch, c.train_len)).astype(np.int32)
+    batch = [tokens, np.ones(tokens.shape, bool), np.ones(tokens.shape, bool)]
+    e3_head = drafters.random_head(target.cfg, c.seed)  # The TTT step's shapes.
+    vocab = (np.asarray(e3_head.draft_ids_u, np.int32), np.asarray(e3_head.t2d))
+    steps = {
+        'train_lm': ('train step, draft LM (distillation)',
+                     distill.make_train_step(target.cfg, draft.model.cfg, optimizer),
+                     draft.params, ()),
+        'train_eagle3': ('train step, EAGLE-3 head (TTT)',
+                         train_e3.make_train_step(target.cfg, e3_head.cfg, optimizer),
+                         e3_head.params, vocab),
+    }  # fmt: skip
+
+    def train_step(step, params, frozen):
+        def compile_on(mesh):
+            state = dict(params=params, opt_state=optimizer.init(params), step=np.int32(0))
+            return _compile_seconds(
+                mesh, step, sharding.shard(target.params, mesh), *frozen,
+                sharding.shard(state, mesh), *(sharding.place_rows(x, mesh) for x in batch),
+            )  # fmt: skip
+
+        return compile_on
+
+    points = {mode: (f'decode loop, {mode}', decode_loop(mode)) for mode in engines}
+    points.update({key: (label, train_step(*args)) for key, (label, *args) in steps.items()})
+    return {key: points[key] for key in c.entry_points}
+
+
+def _compile_seconds(mesh, fn, *args) -> float:
+    """Seconds to lower and compile jitted `fn` for `args` under `mesh`, in-memory caches
+    cleared first (the speed runs compiled some already). The config turns the persistent
+    cache off (`compilation_cache='off'`), or a rerun would time cache loads."""
+    jax.clear_caches()
     start = time.perf_counter()
     with sharding.use_mesh(mesh):
-        args = [sharding.place_rows(x, mesh) for x in rows]
-        eng.decode_loop.lower(engine, params.target, params.draft, *args,
-                              jax.random.PRNGKey(0)).compile()  # fmt: skip
+        fn.lower(*args).compile()
     return time.perf_counter() - start

@@ -11,6 +11,7 @@ moves a draw only if it lands within that of a CDF boundary: it did not in these
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding
@@ -28,6 +29,9 @@ from spec_jax.models import eagle3 as e3
 from spec_jax.models.config import ModelConfig
 from spec_jax.sampling import Sampler
 from spec_jax.testing import random_params
+from spec_jax.train import common as train_common
+from spec_jax.train import distill
+from spec_jax.train import eagle3 as train_e3
 from tests.checkpoints.conftest import hf_config_dict
 
 CFG = ModelConfig.tiny(vocab_size=72, num_heads=16, num_kv_heads=8, head_dim=6, mlp_width=40)
@@ -146,9 +150,11 @@ def test_mesh_bench_reports_both_placements_and_compiles():
     assert [row['mode'] for row in report['rows']] == ['ar', 'chain']
     for row in report['rows']:
         placed = [v for k, v in row.items() if isinstance(v, dict)]
-        assert len(placed) == 2
-        assert all(p['tokens_per_s'] > 0 and p['compile_s'] > 0 for p in placed)
+        assert len(placed) == 2 and all(p['tokens_per_s'] > 0 for p in placed)
         assert row['mesh_over_one'] > 0
+    assert [row['entry_point'] for row in report['compile']] == ['ar', 'train_lm']
+    for row in report['compile']:
+        assert all(v > 0.1 for k, v in row.items() if k != 'entry_point')  # Compiled anew.
 
 
 def test_orbax_restores_and_converts_straight_into_shardings(weights, tmp_path):
@@ -183,3 +189,59 @@ def test_orbax_restores_and_converts_straight_into_shardings(weights, tmp_path):
                                  random_params(ModelConfig.tiny(), seed=0))  # fmt: skip
     with pytest.raises(ValueError, match=r'embed_vd \(67, 28\): .* of size 67 .*model of size 4'):
         checkpoints.load(odd, mesh=sharding.make_mesh(sharding.mesh_config(2, 4)))
+
+
+def _train_state(params, optimizer):
+    return dict(params=params, opt_state=optimizer.init(params), step=jnp.zeros((), jnp.int32))
+
+
+def _two_steps(step, state, batch, mesh, *frozen):
+    """Two training steps from a copy of `state` (the steps donate it), on one device or
+    with the state sharded by the rules and the batch's rows over 'data'."""
+    state = jax.tree.map(jnp.copy, state)
+    if mesh is not None:
+        state = sharding.shard(state, mesh)
+        batch = [sharding.place_rows(x, mesh) for x in batch]
+    with sharding.use_mesh(mesh):
+        for _ in range(2):
+            state, metrics = step(*frozen, state, *batch)
+    return state, metrics
+
+
+def test_training_steps_on_a_mesh_equal_one_device(weights):
+    """The draft LM's distillation step and the EAGLE-3 head's TTT step on a 2 x 4 mesh
+    (target and trained state sharded by the rules, rows over 'data') give one device's
+    losses and parameters up to fp32 reduction order; the parameters stay sharded."""
+    rng = np.random.default_rng(0)
+    tokens = jnp.asarray(rng.integers(0, CFG.vocab_size, (8, 11)), jnp.int32)
+    valid = jnp.asarray(np.arange(11)[None, :] < rng.integers(6, 12, (8, 1)))
+    batch = [tokens, valid, valid]  # tokens, loss mask, valid keys.
+    optimizer = train_common.make_optimizer(3e-3, 10, 1)
+    mesh = sharding.make_mesh(sharding.mesh_config(2, 4))
+    target_on_mesh = sharding.shard(weights['target'], mesh)
+    head = e3.init_params(HEAD, jax.random.PRNGKey(5))
+    d2t, t2d = e3.vocab_maps(np.arange(CFG.vocab_size), CFG.vocab_size)
+    vocab = (jnp.arange(CFG.vocab_size, dtype=jnp.int32), jnp.asarray(t2d))
+    cases = {
+        'distill': (distill.make_train_step(CFG, DRAFT, optimizer), weights['lm'], ()),
+        'eagle3': (train_e3.make_train_step(CFG, HEAD, optimizer, steps=3), head, vocab),
+    }
+    for name, (step, params, extra) in cases.items():
+        state = _train_state(params, optimizer)
+        want, want_metrics = _two_steps(step, state, batch, None, weights['target'], *extra)
+        got, got_metrics = _two_steps(step, state, batch, mesh, target_on_mesh, *extra)
+        for key in want_metrics:
+            np.testing.assert_allclose(got_metrics[key], want_metrics[key], rtol=2e-5,
+                                       err_msg=f'{name} {key}')  # fmt: skip
+        for a, b in zip(jax.tree.leaves(got['params']), jax.tree.leaves(want['params'])):
+            # Adam normalizes each gradient, so a near-zero one that differs in reduction
+            # order moves its update by a visible part of lr (3e-3): atol 1/100 of it.
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=3e-5)
+        specs = jax.tree.leaves(sharding.param_specs(params, mesh), is_leaf=_is_spec)
+        assert P('model', None, None) in specs  # o_nhd: heads split.
+        for x, spec in zip(jax.tree.leaves(got['params']), specs, strict=True):
+            assert x.sharding.is_equivalent_to(NamedSharding(mesh, spec), x.ndim), (name, spec)
+
+
+def _is_spec(x):
+    return isinstance(x, P)
