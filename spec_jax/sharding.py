@@ -34,16 +34,23 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 MESH_AXES = ('data', 'model')
 
 
-def mesh_config(data: int = 1, model: int = 1) -> ml_collections.ConfigDict:
+HOSTS = ('local', 'all')
+
+
+def mesh_config(data: int = 1, model: int = 1, hosts: str = 'local') -> ml_collections.ConfigDict:
     """The mesh block of a job config: the size of each `MESH_AXES` axis, one may be -1
-    (all devices left). data=1, model=1: one device, no mesh."""
-    return ml_collections.ConfigDict(dict(data=data, model=model))
+    (all devices left); data=1, model=1: one device, no mesh. `hosts`: 'local' builds the
+    mesh from this process's devices (with several processes each has its own and they
+    split the work, spec_jax/distributed.py); 'all' builds one mesh over every process's
+    devices (a target too large for one host), and every process runs every batch."""
+    return ml_collections.ConfigDict(dict(data=data, model=model, hosts=hosts))
 
 
 def mesh_shape(c, num_devices: int) -> tuple[int, int]:
@@ -70,9 +77,14 @@ def mesh_shape(c, num_devices: int) -> tuple[int, int]:
 
 def make_mesh(c, devices=None) -> Mesh | None:
     """The mesh of a mesh block over the first devices of `devices` (default: this
-    process's, `jax.local_devices()`: with several processes each decodes on its own mesh,
-    spec_jax/distributed.py; a -1 takes them all), or None for one device."""
-    devices = jax.local_devices() if devices is None else list(devices)
+    process's, `jax.local_devices()`, or every process's with `hosts='all'`; a -1 takes
+    them all), or None for one device."""
+    hosts = c.get('hosts', 'local')
+    if hosts not in HOSTS:
+        raise ValueError(f'mesh hosts={hosts!r} is not one of {HOSTS}')
+    if devices is None:
+        devices = jax.devices() if hosts == 'all' else jax.local_devices()
+    devices = list(devices)
     shape = mesh_shape(c, len(devices))
     if math.prod(shape) == 1:
         return None
@@ -159,7 +171,7 @@ def shard(params, mesh: Mesh | None, rules: ShardingRules = RULES):
         return params
     specs = param_specs(params, mesh, rules)
     check_divides(params, specs, mesh)
-    return jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), params, specs)
+    return jax.tree.map(lambda x, s: put(x, NamedSharding(mesh, s)), params, specs)
 
 
 def place_rows(x, mesh: Mesh | None, rules: ShardingRules = RULES):
@@ -167,7 +179,24 @@ def place_rows(x, mesh: Mesh | None, rules: ShardingRules = RULES):
     if mesh is None:
         return jnp.asarray(x)
     spec = rules.spec('b' + '.' * (np.ndim(x) - 1), mesh)
-    return jax.device_put(x, NamedSharding(mesh, spec))
+    return put(x, NamedSharding(mesh, spec))
+
+
+def put(x, where: NamedSharding) -> jax.Array:
+    """`x` (the same value in every process) placed by `where`; on a mesh over several
+    processes each process places only its own devices' slices."""
+    if where.is_fully_addressable:
+        return jax.device_put(x, where)
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, where, lambda index: host[index])
+
+
+def to_host(tree):
+    """The numpy value of every array of `tree`, also of arrays split over several
+    processes (gathered: every process gets the whole value)."""
+    if all(getattr(x, 'is_fully_addressable', True) for x in jax.tree.leaves(tree)):
+        return jax.device_get(tree)
+    return multihost_utils.process_allgather(tree, tiled=True)
 
 
 def mesh_of(tree) -> Mesh | None:

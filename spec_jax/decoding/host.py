@@ -92,7 +92,7 @@ def generate(
             *(sharding.place_rows(x, mesh) for x in rows),
             jax.random.PRNGKey(seed),
         )
-    tokens_bn, num_b, stats = jax.device_get((tokens_bn, num_b, stats))
+    tokens_bn, num_b, stats = sharding.to_host((tokens_bn, num_b, stats))
     seconds = time.perf_counter() - start
     tokens_bn, num_b, stats = jax.tree.map(lambda x: x[:num], (tokens_bn, num_b, stats))
     return Result(batching.trim_rows(tokens_bn, num_b), summarize(stats), seconds)

@@ -152,8 +152,9 @@ def run(
     """Runs (or resumes) experiment `c` in `workdir`; returns the store, plan and progress.
 
     On several processes (spec_jax/distributed.py) each decodes its share of the items
-    (`process_share`) into its own results file; after a barrier process 0 merges them, and
-    its store then holds every result.
+    (`process_share`) into its own results file, or with a mesh over every host
+    (`c.mesh.hosts='all'`) all decode every batch together and process 0 writes; after a
+    barrier process 0 merges the results files, and its store then holds every result.
 
     Raises:
       ValueError: a bad config (mode, grid, task names, limits) before any model loads.
@@ -162,7 +163,10 @@ def run(
     """
     methods = methods_of(c)
     limits = task_limits(c)
-    items = process_share(load_items(c))
+    # A mesh over every host ('all') runs every batch on all processes together; process 0
+    # alone scores and writes. Otherwise each process decodes its share on its own devices.
+    spans_hosts = c.mesh.get('hosts', 'local') == 'all'
+    items = load_items(c) if spans_hosts else process_share(load_items(c))
     store = ResultStore(
         workdir, c.to_dict(), [dataclasses.asdict(m) for m in methods], mix=bool(c.mix),
         process=(jax.process_index(), jax.process_count()),
@@ -170,7 +174,8 @@ def run(
     progress = Progress()
     if not all(store.is_done((m.name, name, it.id, seed)) for seed in c.seeds
                for name, (_, its) in items.items() for it in its for m in methods):  # fmt: skip
-        _decode_and_score(c, items, limits, methods, store, progress)
+        writes = distributed.is_main() or not spans_hosts
+        _decode_and_score(c, items, limits, methods, store, progress, writes)
     # Every process has written its share; process 0 merges the results files.
     distributed.barrier(f'evaluate:{workdir}')
     if distributed.is_main():
@@ -194,8 +199,10 @@ def _decode_and_score(
     methods: list[plan_lib.Method],
     store: ResultStore,
     progress: Progress,
+    writes: bool = True,
 ) -> None:
-    """Decodes every batch of `items` not yet in `store`, scoring and writing each sample."""
+    """Decodes every batch of `items` not yet in `store`, scoring and writing each sample
+    (unless `writes` is off: a process of a mesh over several hosts other than process 0)."""
     built = decoding.build(decoding_block(c))
     tok = built.tokenizer
     encoded = {
@@ -245,6 +252,8 @@ def _decode_and_score(
                 seconds=decode_s, compile_s=clock.seconds, rows=len(batch), pad=pad,
                 tokens=num_tokens, key=f'{seed}/{method.name}/{first_name}/{first_item.id}',
             )  # fmt: skip
+            if not writes:  # Process 0 scores and writes this batch.
+                continue
             per_row = result.stats['per_row']
             # A row's share of its batch's decode time: by its target forwards (prefill and
             # rounds), so its tokens/s reflects its own acceptance.

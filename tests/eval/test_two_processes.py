@@ -1,11 +1,11 @@
 """Two processes on this machine, joined by `jax.distributed` over loopback (CPU
 collectives by gloo), split an evaluation by sample and merge it; with both killed midway
-(one host lost ends the job) and restarted, nothing is lost or duplicated."""
+(one host lost ends the job) and restarted, nothing is lost or duplicated. The same
+evaluation on one mesh over both processes (`mesh.hosts='all'`) gives the same texts."""
 
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +15,7 @@ import pytest
 from spec_jax import distributed
 from spec_jax.eval import records, runner
 from spec_jax.jobs.common import load_config
+from spec_jax.testing import start_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -48,39 +49,9 @@ def test_share_is_a_deterministic_partition():
         distributed.share(work, 3, 3)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-def _start(config: str, workdir: str, cache: str) -> list[subprocess.Popen]:
-    port = _free_port()
-    env = dict(os.environ, JAX_PLATFORMS='cpu', SPEC_JAX_COMPILATION_CACHE=cache)
-    return [
-        subprocess.Popen(
-            [
-                sys.executable,
-                'launch/evaluate.py',
-                '--config',
-                config,
-                '--workdir',
-                workdir,
-                '--coordinator',
-                f'127.0.0.1:{port}',
-                '--num_processes',
-                '2',
-                '--process_id',
-                str(i),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )  # fmt: skip
-        for i in range(2)
-    ]
+def _start(config: str, workdir: str, cache: str, *flags: str) -> list[subprocess.Popen]:
+    argv = [sys.executable, 'launch/evaluate.py', '--config', config, '--workdir', workdir]
+    return start_processes([*argv, *flags], 2, dict(SPEC_JAX_COMPILATION_CACHE=cache), ROOT)
 
 
 def _lines(path: str) -> list[str]:
@@ -129,3 +100,15 @@ def test_two_processes_split_merge_and_survive_a_kill(tmp_path):
     assert not any(os.path.exists(path) for path in part)  # Merged, then removed.
     kept = set(merged)
     assert all(line in kept for lines in before for line in lines)  # Not redone.
+
+    # One mesh over both processes (data 2: a row of each batch pair on each process):
+    # every batch decoded together, process 0 writes; the same text for every sample.
+    together = str(tmp_path / 'together')
+    procs = _start(str(config), together, cache, '--config.mesh.hosts=all',
+                   '--config.mesh.data=2')  # fmt: skip
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [out[-3000:] for out in outs]
+    rows = [json.loads(line) for line in _lines(os.path.join(together, records.RESULTS))]
+    assert {records.row_key(r) for r in rows} == expected and len(rows) == len(expected)
+    split = {records.row_key(json.loads(line)): json.loads(line)['text'] for line in merged}
+    assert {records.row_key(r): r['text'] for r in rows} == split

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs an evaluation on every host of the TPU VM: one process per host, JAX's own cluster
+# detection joins them (--coordinator auto), each decodes its share of the samples on its
+# chips and process 0 merges the results and writes the report, all under the output
+# bucket (mounted with gcsfuse on every host at /mnt/spec_jax).
+#   launch/tpu/evaluate.sh CONFIG BUCKET [RUN_NAME] [-- extra evaluate.py flags]
+#   launch/tpu/evaluate.sh configs/experiments/llama31_8b_eagle3.py gs://my-bucket llama8b \
+#       -- --config.mesh.model=-1
+# Rerun the same command after a preemption or a lost host: finished samples are skipped.
+# shellcheck source=launch/tpu/common.sh
+source "$(dirname "$0")/common.sh"
+config=${1:?CONFIG (a configs/ file, relative to the repository)}
+bucket=${2:?BUCKET (gs://name)}
+run=${3:-$(basename "${config%.py}")}
+shift $(( $# < 3 ? $# : 3 ))
+if [[ "${1:-}" == "--" ]]; then shift; fi
+flags=$(printf ' %q' "$@")
+on_all_workers "
+  set -e
+  sudo mkdir -p /mnt/spec_jax && sudo chown \$USER /mnt/spec_jax
+  mountpoint -q /mnt/spec_jax || gcsfuse --implicit-dirs ${bucket#gs://} /mnt/spec_jax
+  cd spec_jax && . .venv/bin/activate
+  python launch/evaluate.py --config $config --workdir /mnt/spec_jax/runs/$run \
+    --coordinator auto $flags 2>&1 | tee -a ~/evaluate_$run.log
+"
+echo "report: $bucket/runs/$run/report/report.md"
