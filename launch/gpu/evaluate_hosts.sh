@@ -14,7 +14,8 @@ shift 3
 mapfile -t hosts < <(grep -v '^\s*$' "$hosts_file")
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 coordinator="${hosts[0]}:${PORT:-8476}"
-flags=$(printf ' %q' "$@")
+flags=''
+if (( $# )); then flags=$(printf ' %q' "$@"); fi  # Quoted for the remote shell.
 pids=()
 for i in "${!hosts[@]}"; do
   # shellcheck disable=SC2029  # Expanded here on purpose: the same values on every host.

@@ -14,7 +14,8 @@ bucket=${2:?BUCKET (gs://name)}
 run=${3:-$(basename "${config%.py}")}
 shift $(( $# < 3 ? $# : 3 ))
 if [[ "${1:-}" == "--" ]]; then shift; fi
-flags=$(printf ' %q' "$@")
+flags=''
+if (( $# )); then flags=$(printf ' %q' "$@"); fi  # Quoted for the remote shell.
 on_all_workers "
   set -e
   sudo mkdir -p /mnt/spec_jax && sudo chown \$USER /mnt/spec_jax
