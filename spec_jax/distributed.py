@@ -2,10 +2,11 @@
 environment, each process's share of the work, and a barrier.
 
 A job on a TPU pod slice or on several GPU nodes runs one process per host, all with the
-same command. Each process decodes on a mesh of its own devices (`sharding.make_mesh`
-takes the local ones) and takes a deterministic share of the samples (`share`); the
-evaluation writes one results file per process and process 0 merges them after a barrier
-(spec_jax/eval/records.py; docs/sharding.md, "Several hosts").
+same command. By default each process decodes on a mesh of its own devices
+(`sharding.make_mesh`) and takes a deterministic share of the samples (`share`); with a
+mesh over every host (`mesh_config(hosts='all')`) all processes decode every batch
+together. The evaluation writes one results file per process and process 0 merges them
+after a barrier (spec_jax/eval/records.py; docs/sharding.md, "Several hosts").
 
 How the processes find each other (`initialize`), first that applies:
   - arguments (a launcher's --coordinator, --num_processes, --process_id flags);

@@ -8,6 +8,9 @@ Data flow (docs/eval.md):
       generate(engine of the method, ...)        decoding on device, noise per (seed, item)
       score(item, text) in a thread pool         overlaps the next batch's decoding
       ResultStore.append(row)                    one line per (method, task, item, seed)
+  several processes: each runs its share of the items (`process_share`) into its own
+      results file, or (mesh.hosts 'all') all decode every batch and process 0 writes;
+      a barrier, then process 0 merges the files (records.ResultStore.merge)
   metrics.aggregate(rows) -> report.write_report(...)
 
 One target and drafter are loaded once; a method is `engine.replace(rule=..., baseline=...)`,
@@ -41,9 +44,9 @@ from spec_jax.jobs import timing
 
 SPEC_MODES = ('chain', 'tree')
 PER_ROW_STATS = ('blocks', 'drafted', 'accepted', 'emitted', 'full_blocks', 'full_accepted')
-Items = dict[str, tuple[Task, list[Item]]]  # Task name -> (the task, its items).
 METER_SUMS = ('metered', 'tv_sum', 'kl_sum', 'outside_sum', 'overshoot_sum', 'kl_inf',
               'overshoot_inf', 'max_overshoot', 'metered_at_offset', 'tv_at_offset')  # fmt: skip
+Items = dict[str, tuple[Task, list[Item]]]  # Task name -> (the task, its items).
 
 
 def sample_id(task: str, item_id: str) -> int:

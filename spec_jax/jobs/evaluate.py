@@ -134,7 +134,8 @@ def theory_curves(rows: list[dict]) -> dict:
 
 
 def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Runs (or resumes) the experiment, writes the report; returns paths and timings."""
+    """Runs (or resumes) the experiment, writes the report; returns paths and timings (on
+    several processes each prints its own figures; process 0 writes the report)."""
     start = time.perf_counter()
     common.log_devices()
     store, methods, progress = runner.run(c, workdir)
@@ -153,7 +154,8 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
             f'evaluation throughput / decode throughput: {ratio:.2f} (scoring, sandboxing '
             'and writing overlap decoding; 1.0 = free)'
         )
-    print(f'results: {store.path}')
+    if distributed.is_main():
+        print(f'results: {store.path}')
     return dict(out, progress=progress, wall_s=wall)
 
 
