@@ -18,11 +18,13 @@ How the processes find each other (`initialize`), first that applies:
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from typing import TypeVar
 
 import jax
+import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
@@ -98,6 +100,18 @@ def barrier(name: str) -> None:
     """Waits until every process reaches the barrier `name` (nothing with one process)."""
     if jax.process_count() > 1:
         multihost_utils.sync_global_devices(name)
+
+
+def from_main(value):
+    """Process 0's `value` (anything JSON holds) on every process, as JSON decodes it (tuples
+    become lists): one view of state that each process read on its own (a shared
+    filesystem's cache may lag), for decisions every process must take alike."""
+    if jax.process_count() == 1:
+        return json.loads(json.dumps(value))
+    data = np.frombuffer(json.dumps(value).encode(), np.uint8)
+    size = int(multihost_utils.broadcast_one_to_all(np.int32(data.size)))
+    mine = data if is_main() else np.zeros(size, np.uint8)
+    return json.loads(np.asarray(multihost_utils.broadcast_one_to_all(mine)).tobytes())
 
 
 def is_main() -> bool:

@@ -86,6 +86,12 @@ def make_mesh(c, devices=None) -> Mesh | None:
         devices = jax.devices() if hosts == 'all' else jax.local_devices()
     devices = list(devices)
     shape = mesh_shape(c, len(devices))
+    if hosts == 'all' and jax.process_count() > 1 and math.prod(shape) != len(devices):
+        raise ValueError(
+            f"mesh hosts='all' {dict(zip(MESH_AXES, shape))} covers {math.prod(shape)} of the "
+            f'{len(devices)} devices of {jax.process_count()} processes: a mesh over every '
+            f"host must use them all (set one size to -1), or use hosts='local'"
+        )
     if math.prod(shape) == 1:
         return None
     auto = (jax.sharding.AxisType.Auto,) * len(MESH_AXES)

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Shared by the TPU scripts: the TPU VM's name and zone, and how to run a command on every
-# worker (host) of it. Source it; override any of these in the environment.
+# worker (host) of it. Source it; override any of these in the environment. bash >= 4.4.
 #   TPU_NAME     the TPU VM or pod slice (default spec-jax)
 #   TPU_ZONE     its zone (default us-central1-a)
 #   TPU_PROJECT  the Google Cloud project (default: gcloud's configured one)

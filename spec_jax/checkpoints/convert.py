@@ -193,6 +193,13 @@ def converted_tensors(
             )
 
 
+def leaf_at(tree: dict, path: str):
+    """The value at the '/'-separated `path` of the nested dict `tree`."""
+    for key in path.split('/'):
+        tree = tree[key]
+    return tree
+
+
 def nest(path: str, value, tree: dict | None = None) -> dict:
     """`value` put at the '/'-separated `path` of the nested dict `tree` (new if None)."""
     tree = {} if tree is None else tree

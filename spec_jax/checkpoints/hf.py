@@ -225,6 +225,37 @@ def config_from_hf(config: dict, lm_head_present: bool = False) -> ModelConfig:
         raise CheckpointError(f'config.json lacks the field {e.args[0]!r}') from None
 
 
+def config_to_hf(cfg: ModelConfig) -> dict:
+    """An HF config.json dict (transformers v5 layout, `rope_parameters`) describing `cfg`:
+    the inverse of `config_from_hf` (for a float32 checkpoint)."""
+    rope = {'rope_type': cfg.rope_scaling.kind, 'rope_theta': cfg.rope_theta}
+    if cfg.rope_scaling.kind != 'default':
+        rope['factor'] = cfg.rope_scaling.factor
+    if cfg.rope_scaling.kind == 'llama3':
+        rope.update(
+            low_freq_factor=cfg.rope_scaling.low_freq_factor,
+            high_freq_factor=cfg.rope_scaling.high_freq_factor,
+            original_max_position_embeddings=cfg.rope_scaling.original_max_position,
+        )
+    return {
+        'architectures': [next(a for a, f in ARCHITECTURES.items() if f == cfg.family)],
+        'model_type': cfg.family,
+        'vocab_size': cfg.vocab_size,
+        'hidden_size': cfg.width,
+        'num_hidden_layers': cfg.num_layers,
+        'num_attention_heads': cfg.num_heads,
+        'num_key_value_heads': cfg.num_kv_heads,
+        'head_dim': cfg.head_dim,
+        'intermediate_size': cfg.mlp_width,
+        'rms_norm_eps': cfg.rms_eps,
+        'rope_parameters': rope,
+        'tie_word_embeddings': cfg.tie_embeddings,
+        'max_position_embeddings': cfg.max_position,
+        'hidden_act': 'silu',
+        'dtype': 'float32',
+    }
+
+
 def checkpoint_dtype(config: dict) -> str:
     """The dtype the checkpoint was saved in (config `dtype` / `torch_dtype`), else float32."""
     dt = config.get('dtype') or config.get('torch_dtype') or 'float32'

@@ -6,16 +6,22 @@ import dataclasses
 import os
 
 import jax
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
 
 from spec_jax import sharding
-from spec_jax.checkpoints import gguf, hf, hub, orbax_io
-from spec_jax.checkpoints.convert import CheckpointError
+from spec_jax.checkpoints import gguf, orbax_io, sources
+from spec_jax.checkpoints.convert import (
+    SourceState,
+    converted_tensors,
+    leaf_at,
+    nest,
+    state_to_params,
+)
 from spec_jax.models.config import ModelConfig, preset
 from spec_jax.models.llama import init_params
 from spec_jax.tokenizer import Tokenizer
 
-EMBEDDED = 'embedded'
+EMBEDDED = sources.EMBEDDED
 RANDOM_PREFIX = 'random:'
 
 
@@ -69,40 +75,39 @@ def load(
       HubUnreachableError: a hub id that is not cached while the hub is unreachable.
     """
     spec = os.fspath(spec)
-    if orbax_io.is_orbax_dir(spec):
-        return orbax_io.load_orbax(spec, dtype, mesh, rules)
-    model = _load_on_host(spec, dtype, seed)
-    return dataclasses.replace(model, params=sharding.shard(model.params, mesh, rules))
-
-
-def _load_on_host(spec: str, dtype: str | None, seed: int) -> LoadedModel:
     if spec.startswith(RANDOM_PREFIX):
-        tokenizer = gguf.load_gguf_tokenizer(gguf.embedded_default_path())
-        dtype = dtype or 'float32'
-        cfg = preset(spec[len(RANDOM_PREFIX) :]).replace(
-            vocab_size=tokenizer.vocab_size, dtype=dtype, param_dtype=dtype
-        )
-        return LoadedModel(cfg, init_params(cfg, jax.random.PRNGKey(seed)), tokenizer, spec)
-    if spec == EMBEDDED:
-        return gguf.load_gguf(gguf.embedded_default_path(), dtype or 'float32')
-    if not os.path.exists(spec):
-        if hub.looks_like_hub_id(spec):
-            return hf.load_hf(spec, dtype)
-        raise FileNotFoundError(f'checkpoint path {spec!r} does not exist')
-    if os.path.isfile(spec):
-        with open(spec, 'rb') as f:
-            magic = f.read(4)
-        if spec.endswith('.gguf') or magic == b'GGUF':
-            return gguf.load_gguf(spec, dtype or 'float32')
-        raise CheckpointError(
-            f'{spec} is not a checkpoint spec_jax reads (a .gguf file, or a directory)'
-        )
-    if os.path.isfile(os.path.join(spec, 'config.json')):
-        return hf.load_hf(spec, dtype)
-    ggufs = sorted(f for f in os.listdir(spec) if f.endswith('.gguf'))
-    if len(ggufs) == 1:
-        return gguf.load_gguf(os.path.join(spec, ggufs[0]), dtype or 'float32')
-    raise CheckpointError(
-        f'{spec} is neither a Hugging Face model directory (config.json), a spec_jax orbax '
-        f'directory ({orbax_io.CONFIG_FILE}) nor a directory with one .gguf file'
+        model = _random(spec, dtype, seed)
+        return dataclasses.replace(model, params=sharding.shard(model.params, mesh, rules))
+    if sources.is_orbax_dir(spec):
+        return orbax_io.load_orbax(spec, dtype, mesh, rules)
+    state = sources.open_source(spec, dtype, mapped=mesh is None)
+    if mesh is None:
+        params = state_to_params(state.cfg, state.read, state.names, state.cfg.param_dtype)
+    else:
+        params = _onto_mesh(state, mesh, rules)
+    return LoadedModel(state.cfg, params, state.tokenizer, source=state.source)
+
+
+def _random(spec: str, dtype: str | None, seed: int) -> LoadedModel:
+    """'random:<preset>': the preset's shapes with random weights, the embedded tokenizer."""
+    tokenizer = gguf.load_gguf_tokenizer(gguf.embedded_default_path())
+    dtype = dtype or 'float32'
+    cfg = preset(spec[len(RANDOM_PREFIX) :]).replace(
+        vocab_size=tokenizer.vocab_size, dtype=dtype, param_dtype=dtype
     )
+    return LoadedModel(cfg, init_params(cfg, jax.random.PRNGKey(seed)), tokenizer, spec)
+
+
+def _onto_mesh(state: SourceState, mesh: Mesh, rules: sharding.ShardingRules) -> dict:
+    """The parameters placed on `mesh` tensor by tensor (divisibility checked first): each
+    read, placed by its spec (each process its own devices' slices) and dropped, so no host
+    ever holds the whole model."""
+    cfg = state.cfg
+    shapes = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+    specs = sharding.param_specs(shapes, mesh, rules)
+    sharding.check_divides(shapes, specs, mesh)
+    params: dict = {}
+    for name, w in converted_tensors(cfg, state.read, state.names, cfg.param_dtype):
+        nest(name, sharding.put(w, NamedSharding(mesh, leaf_at(specs, name))), params)
+        del w
+    return params

@@ -28,26 +28,24 @@ from orbax.checkpoint.experimental.v1 import partial as ocp_partial
 from tqdm import tqdm
 
 from spec_jax import sharding
-from spec_jax.checkpoints import gguf, hf
+from spec_jax.checkpoints import sources
 from spec_jax.checkpoints.convert import (
     CheckpointError,
-    SourceState,
     config_from_dict,
     config_to_dict,
     converted_tensors,
+    leaf_at,
     nest,
 )
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import init_params
 from spec_jax.tokenizer import Tokenizer
 
-CONFIG_FILE = 'model_config.json'
+CONFIG_FILE = sources.ORBAX_CONFIG_FILE
 PARAMS_DIR = 'params'
 
 
-def is_orbax_dir(path: str | os.PathLike) -> bool:
-    """True for a directory written by `save_orbax`."""
-    return os.path.isfile(os.path.join(path, CONFIG_FILE))
+is_orbax_dir = sources.is_orbax_dir
 
 
 def save_orbax(
@@ -89,13 +87,14 @@ def convert_to_orbax(
     """Converts a Hugging Face directory (or hub id) or a GGUF file into an orbax checkpoint,
     one tensor at a time.
 
-    Each tensor is read into memory of its own (never a view of a mapped file), converted
+    Each HF tensor is read into memory of its own (never a view of a mapped file; GGUF
+    tensors are dequantized from the mapped file, see `sources.open_source`), converted
     to our layout and dtype, placed in its sharding on `mesh` (one device without one),
     written with an orbax partial save, and dropped before the next is read. So the process
-    holds one tensor at a time: on CPU, where device memory is host memory, two copies of
-    it at the moments it is placed and written (the read buffer and the placed array; the
-    placed array and orbax's host copy); on accelerators one host copy.
-    tests/checkpoints/test_orbax.py measures the peak on a model of a few hundred MB.
+    holds one tensor at a time, with the transient copies of moving it: on CPU, where
+    device memory is host memory, the read buffer and the placed array while placing, and
+    while writing the placed array and orbax's own (a host copy, the encoded chunk).
+    tests/checkpoints/test_convert.py measures the peak on a model of a few hundred MB.
 
     Args:
       source: an HF model directory or hub id, or a .gguf file ('embedded': the default).
@@ -112,28 +111,34 @@ def convert_to_orbax(
     Returns:
       The absolute path written (read it back with `load_orbax` or `checkpoints.load`).
     """
-    state = open_source(source, dtype)
+    state = sources.open_source(source, dtype, mapped=False)
     cfg = state.cfg
     shapes = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
     specs = sharding.param_specs(shapes, mesh, rules)
     if mesh is not None:
         sharding.check_divides(shapes, specs, mesh)
+    _check_apart(state.source, path)
     path = _output_dir(path, overwrite)
     staged = os.path.join(path, PARAMS_DIR + '.partial')
-    tensors = converted_tensors(cfg, state.read, state.names, cfg.param_dtype)
-    bar = tqdm(
-        tensors, 'convert', len(jax.tree.leaves(shapes)), unit='tensor', disable=not progress
-    )
-    for name, w in bar:
-        placed = _place(w, mesh, _leaf_at(specs, name))
+    bar = tqdm(total=len(jax.tree.leaves(shapes)), desc='convert', unit='tensor',
+               disable=not progress)  # fmt: skip
+    # Not `tqdm(tensors)`: its iterator keeps the previous item alive while the next is read.
+    for name, w in converted_tensors(cfg, state.read, state.names, cfg.param_dtype):
+        placed = _place(w, mesh, leaf_at(specs, name))
         del w
         ocp_partial.save(staged, nest(name, placed))  # Written when it returns: dropped.
         del placed
+        bar.update()
+    bar.close()
     ocp_partial.finalize(staged)
     # The finalized tree is `<staged>/state`, a StandardCheckpointer tree: moved in place
     # with the checkpoint's metadata file (which StandardCheckpointer keeps beside it).
-    tree = os.path.join(staged, 'state')
-    meta = '_CHECKPOINT_METADATA'
+    tree, meta = os.path.join(staged, 'state'), '_CHECKPOINT_METADATA'
+    if not (os.path.isdir(tree) and os.path.isfile(os.path.join(staged, meta))):
+        raise CheckpointError(
+            f'orbax {ocp.__version__} finalized the partial saves in {staged} with another '
+            f'layout than {tree} and {meta} (the orbax-checkpoint range of setup.cfg has it)'
+        )
     os.replace(os.path.join(staged, meta), os.path.join(tree, meta))
     os.replace(tree, os.path.join(path, PARAMS_DIR))
     shutil.rmtree(staged)
@@ -141,32 +146,25 @@ def convert_to_orbax(
     return path
 
 
-def open_source(source: str | os.PathLike, dtype: str | None = None) -> SourceState:
-    """A checkpoint `convert_to_orbax` streams from, opened (nothing read yet)."""
-    source = os.fspath(source)
-    if source == 'embedded':
-        return gguf.open_gguf(gguf.embedded_default_path(), dtype or 'float32')
-    if os.path.isfile(source):
-        return gguf.open_gguf(source, dtype or 'float32')
-    if os.path.isdir(source) and is_orbax_dir(source):
-        raise CheckpointError(f'{source} is already an orbax checkpoint')
-    return hf.open_hf(source, dtype, mapped=False)
-
-
 def _place(w: np.ndarray, mesh: Mesh | None, spec) -> jax.Array:
-    """A host array on one device, or on `mesh` by `spec` (each device copies its slice)."""
+    """A host array on one device, or on `mesh` by `spec` (each device copies its slice),
+    the copy finished (so the host array can go)."""
     if mesh is None:
-        return jax.device_put(w, jax.local_devices()[0])
-    return jax.make_array_from_callback(w.shape, NamedSharding(mesh, spec), lambda i: w[i])
+        return jax.device_put(w, jax.local_devices()[0]).block_until_ready()
+    return sharding.put(w, NamedSharding(mesh, spec)).block_until_ready()
 
 
-def _leaf_at(tree: dict, name: str):
-    for key in name.split('/'):
-        tree = tree[key]
-    return tree
+def _check_apart(source: str, out: str | os.PathLike) -> None:
+    """CheckpointError when the output would hold or be inside the source (overwriting
+    the output would delete what is read)."""
+    a, b = os.path.realpath(source), os.path.realpath(os.fspath(out))
+    if os.path.commonpath([a, b]) in (a, b):
+        raise CheckpointError(f'output {b} overlaps the source {a}: write elsewhere')
 
 
 def _output_dir(path: str | os.PathLike, overwrite: bool) -> str:
+    """`path` absolute and created empty (an existing non-empty one is replaced only with
+    `overwrite`, else CheckpointError)."""
     path = os.path.abspath(os.fspath(path))
     if os.path.exists(path) and os.listdir(path):
         if not overwrite:
@@ -221,7 +219,14 @@ def load_orbax(
     except (json.JSONDecodeError, TypeError, ValueError) as e:
         raise CheckpointError(f'bad {config_path}: {e}') from None
     params_dir = os.path.join(path, PARAMS_DIR)
-    ckptr = ocp.StandardCheckpointer()
+    if mesh is None or not mesh.is_multi_process:
+        # This process's own restore: with several processes each may load at another
+        # time (or not at all, its share done), so orbax must not wait for the others.
+        own = jax.process_index()
+        options = ocp.options.MultiprocessingOptions(primary_host=own, active_processes={own})
+    else:  # A mesh over every host: every process restores its slices together.
+        options = ocp.options.MultiprocessingOptions()
+    ckptr = ocp.StandardCheckpointer(multiprocessing_options=options)
     try:
         saved = ckptr.metadata(params_dir).item_metadata.tree
     except Exception as e:  # orbax raises many types for missing/corrupt trees.
@@ -260,4 +265,5 @@ def load_orbax(
 
 
 def _is_spec(x) -> bool:
+    """True for a PartitionSpec (a leaf of a tree of specs: specs are tuples)."""
     return isinstance(x, jax.sharding.PartitionSpec)

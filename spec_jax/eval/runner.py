@@ -174,6 +174,8 @@ def run(
         workdir, c.to_dict(), [dataclasses.asdict(m) for m in methods], mix=bool(c.mix),
         process=(jax.process_index(), jax.process_count()),
     )  # fmt: skip
+    if spans_hosts:  # Every process must build the same batches: process 0's view.
+        store.done = {tuple(key) for key in distributed.from_main(sorted(store.done))}
     progress = Progress()
     if not all(store.is_done((m.name, name, it.id, seed)) for seed in c.seeds
                for name, (_, its) in items.items() for it in its for m in methods):  # fmt: skip

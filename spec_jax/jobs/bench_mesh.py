@@ -70,13 +70,9 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
         report['rows'].append(row)
         parts = ', '.join(f'{w}: {row[w]["tokens_per_s"]:.1f} tok/s' for w in placements)
         print(f'{mode} batch {len(ids)}: {parts}; mesh / one device {row["mesh_over_one"]:.2f}x')
-    head = drafters.make('eagle3', target, c.head, dtype=c.dtype, seed=c.seed)
-    engines['tree'] = decoding.Engine(target.cfg, dec, head.drafter,
-                                      tree=decoding.tree_shape(c.tree),
-                                      sampler=Sampler(c.temperature))  # fmt: skip
-    print(f'compile seconds, one device / {where}:')
+    print(f'compile seconds, one device / mesh {dict(mesh.shape)}:')
     report['compile'] = []
-    for key, (label, compile_on) in entry_points(c, target, draft, head, engines, ids).items():
+    for key, (label, compile_on) in entry_points(c, target, draft, dec, engines, ids).items():
         seconds = {w: compile_on(on) for w, on in placements.items()}
         report['compile'].append(dict(entry_point=key, **seconds))
         print(f'  {label:36s} ' + ' / '.join(f'{s:5.1f}' for s in seconds.values()))
@@ -87,21 +83,20 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     return report
 
 
-def entry_points(c, target, draft, head, engines, ids) -> dict:
+def entry_points(c, target, draft, dec, engines, ids) -> dict:
     """{key: (label, mesh or None -> seconds to lower and compile it there)} of the jitted
-    entry points `c.entry_points` names (ENTRY_POINTS): the target sharded by the rules,
-    drafts replicated, a trained state sharded by the rules."""
+    entry points `c.entry_points` names (ENTRY_POINTS), in that order: the target sharded
+    by the rules, drafts replicated, a trained state sharded by the rules."""
 
-    def decode_loop(mode):
+    def decode_loop(engine, drafted):
         def compile_on(mesh):
-            drafted = {'ar': None, 'chain': draft.params, 'tree': head.params}[mode]
             params = decoding.Params(
                 sharding.shard(target.params, mesh),
                 sharding.shard(drafted, mesh, sharding.ShardingRules.replicated()),
             )
-            rows = host.loop_rows(engines[mode], ids, multiple=sharding.data_size(mesh))
+            rows = host.loop_rows(engine, ids, multiple=sharding.data_size(mesh))
             return _compile_seconds(
-                mesh, eng.decode_loop, engines[mode], params.target, params.draft,
+                mesh, eng.decode_loop, engine, params.target, params.draft,
                 *(sharding.place_rows(x, mesh) for x in rows), jax.random.PRNGKey(0),
             )  # fmt: skip
 
@@ -109,20 +104,11 @@ def entry_points(c, target, draft, head, engines, ids) -> dict:
 
     optimizer = train_common.make_optimizer(1e-4, 100, 10)
     rng = np.random.default_rng(0)
-    tokens = rng.integers(0, target.cfg.vocab_size, (c.batch, c.train_len)).astype(np.int32)
-    batch = [tokens, np.ones(tokens.shape, bool), np.ones(tokens.shape, bool)]
-    e3_head = drafters.random_head(target.cfg, c.seed)  # The TTT step's shapes.
-    vocab = (np.asarray(e3_head.draft_ids_u, np.int32), np.asarray(e3_head.t2d))
-    steps = {
-        'train_lm': ('train step, draft LM (distillation)',
-                     distill.make_train_step(target.cfg, draft.model.cfg, optimizer),
-                     draft.params, ()),
-        'train_eagle3': ('train step, EAGLE-3 head (TTT)',
-                         train_e3.make_train_step(target.cfg, e3_head.cfg, optimizer),
-                         e3_head.params, vocab),
-    }  # fmt: skip
+    tokens_bt = rng.integers(0, target.cfg.vocab_size, (c.batch, c.train_len), np.int32)
+    valid_bt = np.ones(tokens_bt.shape, bool)
+    batch = [tokens_bt, valid_bt, valid_bt]  # Tokens, loss mask, valid keys.
 
-    def train_step(step, params, frozen):
+    def train_step(step, params, *frozen):
         def compile_on(mesh):
             state = dict(params=params, opt_state=optimizer.init(params), step=np.int32(0))
             return _compile_seconds(
@@ -132,9 +118,27 @@ def entry_points(c, target, draft, head, engines, ids) -> dict:
 
         return compile_on
 
-    points = {mode: (f'decode loop, {mode}', decode_loop(mode)) for mode in engines}
-    points.update({key: (label, train_step(*args)) for key, (label, *args) in steps.items()})
-    return {key: points[key] for key in c.entry_points}
+    points = {}
+    for key in c.entry_points:
+        if key in ('ar', 'chain'):
+            drafted = draft.params if key == 'chain' else None
+            points[key] = (f'decode loop, {key}', decode_loop(engines[key], drafted))
+        elif key == 'tree':
+            head = drafters.make('eagle3', target, c.head, dtype=c.dtype, seed=c.seed)
+            engine = decoding.Engine(target.cfg, dec, head.drafter,
+                                     tree=decoding.tree_shape(c.tree),
+                                     sampler=Sampler(c.temperature))  # fmt: skip
+            points[key] = ('decode loop, tree', decode_loop(engine, head.params))
+        elif key == 'train_lm':
+            step = distill.make_train_step(target.cfg, draft.model.cfg, optimizer)
+            points[key] = ('train step, draft LM (distillation)', train_step(step, draft.params))
+        else:  # 'train_eagle3': a random head has the trained one's shapes.
+            e3_head = drafters.random_head(target.cfg, c.seed)
+            step = train_e3.make_train_step(target.cfg, e3_head.cfg, optimizer)
+            vocab_ids = (np.asarray(e3_head.draft_ids_u, np.int32), np.asarray(e3_head.t2d))
+            points[key] = ('train step, EAGLE-3 head (TTT)',
+                           train_step(step, e3_head.params, *vocab_ids))  # fmt: skip
+    return points
 
 
 def _compile_seconds(mesh, fn, *args) -> float:

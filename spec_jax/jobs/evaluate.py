@@ -156,6 +156,8 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
         )
     if distributed.is_main():
         print(f'results: {store.path}')
+    # The others wait for the report: a process leaving early would fail JAX's shutdown.
+    distributed.barrier(f'evaluate report:{workdir}')
     return dict(out, progress=progress, wall_s=wall)
 
 

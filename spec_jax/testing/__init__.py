@@ -1,5 +1,5 @@
-"""Test helpers shipped with the package: random weights without compiling anything, a
-check of compiled decode loops, and processes joined as one JAX job over loopback.
+"""Test helpers shipped with the package: random weights without compiling anything, and a
+check of compiled decode loops (processes joined as one JAX job: `testing.processes`).
 
 `init_params` compiles a Flax init (seconds on 2 cores, per config); tests need many small
 random models, so they draw weights with numpy into the shapes `jax.eval_shape` gives.
@@ -8,10 +8,7 @@ random models, so they draw weights with numpy into the shapes `jax.eval_shape` 
 from __future__ import annotations
 
 import math
-import os
 import re
-import socket
-import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -72,38 +69,3 @@ def loop_copies(hlo_text: str, min_elements: int) -> list[str]:
             if size >= min_elements:
                 found.append(line.strip())
     return found
-
-
-def free_port() -> int:
-    """A TCP port on the loopback interface nobody listens on (for a test's coordinator)."""
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-def start_processes(argv: list[str], count: int, env: dict | None = None, cwd: str | None = None):
-    """`count` processes of `argv` joined as one JAX job over loopback: each gets
-    `--coordinator 127.0.0.1:<port> --num_processes count --process_id i` appended (the
-    flags of spec_jax's launchers, spec_jax/distributed.py). Returns the Popen objects,
-    stdout and stderr merged into a pipe."""
-    coordinator = f'127.0.0.1:{free_port()}'
-    env = dict(os.environ, JAX_PLATFORMS='cpu', **(env or {}))
-    return [
-        subprocess.Popen(
-            [
-                *argv,
-                '--coordinator',
-                coordinator,
-                '--num_processes',
-                str(count),
-                '--process_id',
-                str(i),
-            ],
-            cwd=cwd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )  # fmt: skip
-        for i in range(count)
-    ]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from spec_jax.checkpoints import params_to_state
+from spec_jax.checkpoints.hf import config_to_hf
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import init_params
 
@@ -18,7 +19,6 @@ CHATML = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 SPECIALS = ('<|endoftext|>', '<|im_start|>', '<|im_end|>')
-HF_ARCH = {'llama': 'LlamaForCausalLM', 'qwen2': 'Qwen2ForCausalLM', 'qwen3': 'Qwen3ForCausalLM'}
 
 
 def hf_tiny_cfg(family: str) -> ModelConfig:
@@ -53,34 +53,7 @@ def write_tokenizer(directory, vocab_size=67, chat_template=CHATML):
         json.dump(config, f)
 
 
-def hf_config_dict(cfg: ModelConfig) -> dict:
-    """An HF config.json (transformers v5 layout, `rope_parameters`) describing `cfg`."""
-    rope = {'rope_type': cfg.rope_scaling.kind, 'rope_theta': cfg.rope_theta}
-    if cfg.rope_scaling.kind != 'default':
-        rope['factor'] = cfg.rope_scaling.factor
-    if cfg.rope_scaling.kind == 'llama3':
-        rope.update(
-            low_freq_factor=cfg.rope_scaling.low_freq_factor,
-            high_freq_factor=cfg.rope_scaling.high_freq_factor,
-            original_max_position_embeddings=cfg.rope_scaling.original_max_position,
-        )
-    return {
-        'architectures': [HF_ARCH[cfg.family]],
-        'model_type': cfg.family,
-        'vocab_size': cfg.vocab_size,
-        'hidden_size': cfg.width,
-        'num_hidden_layers': cfg.num_layers,
-        'num_attention_heads': cfg.num_heads,
-        'num_key_value_heads': cfg.num_kv_heads,
-        'head_dim': cfg.head_dim,
-        'intermediate_size': cfg.mlp_width,
-        'rms_norm_eps': cfg.rms_eps,
-        'rope_parameters': rope,
-        'tie_word_embeddings': cfg.tie_embeddings,
-        'max_position_embeddings': cfg.max_position,
-        'hidden_act': 'silu',
-        'dtype': 'float32',
-    }
+hf_config_dict = config_to_hf  # The name these tests use.
 
 
 @functools.cache

@@ -13,7 +13,8 @@ from spec_jax.decoding.drafters import LMDrafter
 from spec_jax.decoding.state import DecodeSettings
 from spec_jax.models.config import ModelConfig
 from spec_jax.sampling import Sampler
-from spec_jax.testing import random_params, start_processes
+from spec_jax.testing import random_params
+from spec_jax.testing.processes import start_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CFG = ModelConfig.tiny(vocab_size=72, num_heads=16, num_kv_heads=8, head_dim=6, mlp_width=40)
@@ -34,12 +35,16 @@ flags.FLAGS(sys.argv[:1] + sys.argv[2:])
 F = flags.FLAGS
 distributed.initialize(F.coordinator, F.num_processes, F.process_id)
 import jax
+try:  # A mesh over every host must use every process's devices.
+    sharding.make_mesh(sharding.mesh_config(data=2, model=1, hosts='all'))
+except ValueError as e:
+    refused = str(e)
 mesh = sharding.make_mesh(sharding.mesh_config(data=2, model=2, hosts='all'))
 target, draft = weights()
 params = decoding.Params(sharding.shard(target, mesh),
                          sharding.shard(draft, mesh, sharding.ShardingRules.replicated()))
 q = params.target['layer_0']['attn']['q_dnh']
-out = dict(devices=jax.device_count(), local=len(jax.local_devices()),
+out = dict(devices=jax.device_count(), local=len(jax.local_devices()), refused=refused,
            multi=mesh.is_multi_process, q_local=[s.data.shape for s in q.addressable_shards])
 for t in (0.0, 1.0):
     result = decoding.generate(engine(t), params, PROMPTS, seed=1)
@@ -75,6 +80,7 @@ def test_a_mesh_over_two_processes_decodes_as_one_device(tmp_path):
         with open(f'{out}.{i}') as f:
             got = json.load(f)
         assert (got['devices'], got['local'], got['multi']) == (4, 2, True)
+        assert 'covers 2 of the 4 devices of 2 processes' in got['refused']
         # q_dnh [D, N, H]: heads over 'model' (2), one slice per local device.
         assert got['q_local'] == [[CFG.width, CFG.num_heads // 2, CFG.head_dim]] * 2
         for t, result in want.items():  # Greedy and sampled (fixed seed): every token.

@@ -31,14 +31,18 @@ def test_process_files_read_together_repaired_by_their_writer_and_merged(tmp_pat
     p1 = records.ResultStore(workdir, config, plan, process=(1, 2))  # Its writer cuts it.
     assert os.path.getsize(p1.path) < torn
     p1.append([row(5)])
+    # Restarted as one process: it sees every file and appends to results.jsonl.
+    one = records.ResultStore(workdir, config, plan)
+    assert one.done == {('ar', 't', str(i), 0) for i in (0, 1, 2, 3, 5)}
+    one.append([row(3, 'again'), row(6)])
     p0.merge()
     assert p0.files() == [os.path.join(workdir, records.RESULTS)]
     with open(p0.path) as f:
         merged = [json.loads(line) for line in f]
     assert [(r['item'], r['text']) for r in merged] == [
-        ('0', 'main'), ('2', 'x'), ('1', 'x'), ('3', 'x'), ('5', 'x')
+        ('0', 'main'), ('6', 'x'), ('2', 'x'), ('1', 'x'), ('3', 'x'), ('5', 'x')
     ]  # fmt: skip
     again = records.ResultStore.read_only(workdir)
-    assert len(again.rows) == 5 and again.done == p0.done
+    assert len(again.rows) == 6 and again.done == p0.done
     p0.merge()  # Nothing left to merge: unchanged.
     assert records.ResultStore.read_only(workdir).rows == again.rows

@@ -5,17 +5,16 @@ evaluation on one mesh over both processes (`mesh.hosts='all'`) gives the same t
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
-import pytest
-
-from spec_jax import distributed
+from spec_jax import checkpoints, distributed
 from spec_jax.eval import records, runner
 from spec_jax.jobs.common import load_config
-from spec_jax.testing import start_processes
+from spec_jax.testing.processes import start_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -26,6 +25,7 @@ from spec_jax.jobs import evaluate
 def get_config(arg=None):
     c = evaluate.default_config(tiny=True)
     c.name = 'two_processes'
+    c.model = {model!r}  # An orbax target: its restores must not wait on the other process.
     c.grid = ('lenience:l=0.5',)  # With AR and lossless SD: three methods.
     c.tasks.gsm8k = evaluate.task(4, 6)
     c.tasks.humaneval = evaluate.task(3, 6)
@@ -39,19 +39,16 @@ def get_config(arg=None):
 """
 
 
-def test_share_is_a_deterministic_partition():
-    work = list(range(11))
-    shares = [distributed.share(work, i, 3) for i in range(3)]
-    assert sorted(sum(shares, [])) == work
-    assert shares == [distributed.share(work, i, 3) for i in range(3)]
-    assert [len(s) for s in shares] == [4, 4, 3]
-    with pytest.raises(ValueError, match='process index 3 is not in'):
-        distributed.share(work, 3, 3)
-
-
 def _start(config: str, workdir: str, cache: str, *flags: str) -> list[subprocess.Popen]:
     argv = [sys.executable, 'launch/evaluate.py', '--config', config, '--workdir', workdir]
     return start_processes([*argv, *flags], 2, dict(SPEC_JAX_COMPILATION_CACHE=cache), ROOT)
+
+
+def _new_samples(output: str) -> int:
+    """The 'N new samples' figure a process of the evaluation job prints at the end."""
+    found = re.findall(r'^(\d+) new samples', output, re.M)
+    assert len(found) == 1, output[-3000:]
+    return int(found[0])
 
 
 def _lines(path: str) -> list[str]:
@@ -62,8 +59,10 @@ def _lines(path: str) -> list[str]:
 
 
 def test_two_processes_split_merge_and_survive_a_kill(tmp_path):
+    tiny = checkpoints.load('random:tiny')
+    target = checkpoints.save_orbax(tmp_path / 'target', tiny.cfg, tiny.params, tiny.tokenizer)
     config = tmp_path / 'two.py'
-    config.write_text(CONFIG)
+    config.write_text(CONFIG.format(model=target))
     c = load_config(str(config))
     workdir, cache = str(tmp_path / 'run'), str(tmp_path / 'cache')
     items = [(name, it.id) for name, (_, its) in runner.load_items(c).items() for it in its]
@@ -93,6 +92,9 @@ def test_two_processes_split_merge_and_survive_a_kill(tmp_path):
     outs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [out[-3000:] for out in outs]
     assert 'report:' in outs[0] and 'report:' not in outs[1]  # Process 0 alone reports.
+    # Between them they decoded exactly the samples missing after the kill.
+    done_before = len(before[0]) + len(before[1])
+    assert sum(_new_samples(out) for out in outs) == len(expected) - done_before, outs
     assert os.path.isfile(os.path.join(workdir, 'report', 'report.md'))
     merged = _lines(os.path.join(workdir, records.RESULTS))
     keys = [records.row_key(json.loads(line)) for line in merged]
@@ -101,6 +103,23 @@ def test_two_processes_split_merge_and_survive_a_kill(tmp_path):
     kept = set(merged)
     assert all(line in kept for lines in before for line in lines)  # Not redone.
 
+    # Process 0's share undone again: it restores the orbax target and decodes alone while
+    # process 1, whose share is done, waits at the barrier (no restore of its own).
+    with open(os.path.join(workdir, records.RESULTS), 'w') as f:
+        f.write(
+            ''.join(
+                line + '\n'
+                for line in merged
+                if share[json.loads(line)['task'], json.loads(line)['item']] == 1
+            )
+        )
+    procs = _start(str(config), workdir, cache)
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [out[-3000:] for out in outs]
+    redone = len(expected) - sum(share[key[1], key[2]] for key in expected)
+    assert [_new_samples(out) for out in outs] == [redone, 0]
+    assert len(_lines(os.path.join(workdir, records.RESULTS))) == len(expected)
+
     # One mesh over both processes (data 2: a row of each batch pair on each process):
     # every batch decoded together, process 0 writes; the same text for every sample.
     together = str(tmp_path / 'together')
@@ -108,6 +127,7 @@ def test_two_processes_split_merge_and_survive_a_kill(tmp_path):
                    '--config.mesh.data=2')  # fmt: skip
     outs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [out[-3000:] for out in outs]
+    assert [_new_samples(out) for out in outs] == [len(expected), 0]  # Process 0 writes.
     rows = [json.loads(line) for line in _lines(os.path.join(together, records.RESULTS))]
     assert {records.row_key(r) for r in rows} == expected and len(rows) == len(expected)
     split = {records.row_key(json.loads(line)): json.loads(line)['text'] for line in merged}

@@ -19,6 +19,7 @@ from jax.sharding import PartitionSpec as P
 from safetensors.numpy import save_file
 
 from spec_jax import checkpoints, decoding, rules, sharding
+from spec_jax.checkpoints.hf import config_to_hf
 from spec_jax.decoding import engine as eng
 from spec_jax.decoding import trees
 from spec_jax.decoding.drafters import Eagle3Drafter, LMDrafter
@@ -32,7 +33,6 @@ from spec_jax.testing import random_params
 from spec_jax.train import common as train_common
 from spec_jax.train import distill
 from spec_jax.train import eagle3 as train_e3
-from tests.checkpoints.conftest import hf_config_dict
 
 CFG = ModelConfig.tiny(vocab_size=72, num_heads=16, num_kv_heads=8, head_dim=6, mlp_width=40)
 DRAFT = CFG.replace(num_layers=1)
@@ -158,9 +158,10 @@ def test_mesh_bench_reports_both_placements_and_compiles():
 
 
 def test_orbax_restores_and_converts_straight_into_shardings(weights, tmp_path):
-    """A saved target restored on a 2 x 4 mesh: every parameter in its rule's sharding with
-    the saved values; converted from HF tensors while placed on 1 x 8, restored on 8 x 1
-    in bf16; a mesh that does not divide the model is refused before anything is read."""
+    """A saved target restored on 2 x 4 (and in bf16 on 8 x 1): every parameter in its
+    rule's sharding with the saved values; HF tensors converted while placed on 1 x 8 and
+    restored on 8 x 1; the HF tensors streamed straight onto 2 x 4; a mesh that does not
+    divide the model is refused before anything is read."""
     out = checkpoints.save_orbax(tmp_path / 'ckpt', CFG, weights['target'])
     for shape, dtype in (((2, 4), None), ((8, 1), 'bfloat16')):
         mesh = sharding.make_mesh(sharding.mesh_config(*shape))
@@ -176,7 +177,7 @@ def test_orbax_restores_and_converts_straight_into_shardings(weights, tmp_path):
     source.mkdir()
     state = checkpoints.params_to_state(CFG, weights['target'])
     save_file(state, str(source / 'model.safetensors'))
-    (source / 'config.json').write_text(json.dumps(hf_config_dict(CFG)))
+    (source / 'config.json').write_text(json.dumps(config_to_hf(CFG)))
     placed_on = sharding.make_mesh(sharding.mesh_config(1, 8))
     converted = checkpoints.convert_to_orbax(source, tmp_path / 'conv', mesh=placed_on)
     mesh = sharding.make_mesh(sharding.mesh_config(8, 1))
@@ -184,6 +185,12 @@ def test_orbax_restores_and_converts_straight_into_shardings(weights, tmp_path):
     q = got.params['layer_1']['attn']['q_dnh']
     assert q.sharding.is_equivalent_to(NamedSharding(mesh, P()), 3)  # Model 1: replicated.
     for x, want in zip(jax.tree.leaves(got.params), jax.tree.leaves(weights['target'])):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(want))
+    # The HF directory itself, streamed tensor by tensor onto a 2 x 4 mesh.
+    mesh = sharding.make_mesh(sharding.mesh_config(2, 4))
+    streamed = checkpoints.load(source, mesh=mesh).params
+    assert streamed['embed_vd'].sharding.spec == P('model', None)
+    for x, want in zip(jax.tree.leaves(streamed), jax.tree.leaves(weights['target'])):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(want))
     odd = checkpoints.save_orbax(tmp_path / 'odd', ModelConfig.tiny(),
                                  random_params(ModelConfig.tiny(), seed=0))  # fmt: skip
