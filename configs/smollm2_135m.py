@@ -15,4 +15,6 @@ from spec_jax.jobs import generate
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    if arg not in (None, '', 'tiny'):
+        raise ValueError(f"unknown config arg {arg!r}; valid: '', 'tiny'")
     return generate.default_config(tiny=arg == 'tiny')

@@ -6,11 +6,10 @@ python launch/diagnose.py --config=configs/diagnose.py:tiny --workdir=/tmp/diag
 
 import os
 
-import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from spec_jax.rules import theory
+from spec_jax.jobs import diagnose, runtime
 
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), '..', 'configs', 'diagnose.py')
 _CONFIG = config_flags.DEFINE_config_file(
@@ -20,9 +19,10 @@ _WORKDIR = flags.DEFINE_string('workdir', None, 'Output directory.', required=Tr
 
 
 def main(argv):
-    del argv
-    logging.info('jax %s, devices %s', jax.__version__, jax.devices())
-    out = theory.run_diagnose(_CONFIG.value, _WORKDIR.value)
+    if len(argv) > 1:
+        raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+    runtime.log_devices()
+    out = diagnose.run(_CONFIG.value, _WORKDIR.value)
     for name, claim in out['claims'].items():
         logging.info('claim %s holds=%s', name, claim['holds'])
     logging.info('wrote %s', out['paths'])

@@ -22,7 +22,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from spec_jax import distributed
-from spec_jax.jobs import common, evaluate
+from spec_jax.jobs import evaluate, runtime
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config.', lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Results and report (default runs/<name>).')
@@ -48,7 +48,7 @@ def main(argv):
         print(evaluate.dry_run(c))
         return
     distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
-    common.enable_compilation_cache(c.compilation_cache or None)
+    runtime.enable_compilation_cache(c.compilation_cache or None)
     evaluate.run(c, _WORKDIR.value or os.path.join('runs', c.name))
 
 

@@ -3,7 +3,7 @@
 from absl import app, flags
 from ml_collections import config_flags
 
-from spec_jax.jobs import common, generate
+from spec_jax.jobs import generate, runtime
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.', lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Where to write generations.jsonl (resumable).')
@@ -13,7 +13,7 @@ flags.mark_flags_as_required(['config'])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-    common.enable_compilation_cache()
+    runtime.enable_compilation_cache()
     generate.run(_CONFIG.value, _WORKDIR.value)
 
 

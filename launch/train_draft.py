@@ -10,7 +10,7 @@ Every stage resumes from the workdir: rerun the same command after a crash.
 from absl import app, flags
 from ml_collections import config_flags
 
-from spec_jax.jobs import common, train_draft
+from spec_jax.jobs import runtime, train_draft
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.', lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Data, checkpoints, metrics and summary.')
@@ -20,7 +20,7 @@ flags.mark_flags_as_required(['config', 'workdir'])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-    common.enable_compilation_cache()
+    runtime.enable_compilation_cache()
     train_draft.run(_CONFIG.value, _WORKDIR.value)
 
 

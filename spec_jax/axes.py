@@ -6,7 +6,9 @@ package uses these letters, so that `x_btd` always means an array of shape
 
   B  batch (rows decoded together)
   T  new tokens in one model call (1 for a decode step, A+1 for chain verification,
-     M for tree verification, the prompt bucket for prefill)
+     M for tree verification, the prompt bucket for prefill), or a training row's tokens
+  O  a row's output buffer (its new tokens, `max_new_tokens` rounded up; also the rounds
+     that fill it: each emits at least one token)
   S  cache length (slots of the KV cache; static, the row's `max_len`)
   N  query heads
   K  key/value heads (GQA: N = K * G)
@@ -22,6 +24,9 @@ package uses these letters, so that `x_btd` always means an array of shape
   P  prompt positions (the prompt bucket, in prefill)
   U  an EAGLE-3 head's draft vocabulary (U <= V; `d2t` maps it into V)
   E  EAGLE-3 feature taps (3: low, middle, high)
+  I  the entries kept of a teacher's top-k law (stored soft labels: ids and log-probs)
+  J  the training-time-test steps of EAGLE-3 training (each feeds the head its own
+     previous outputs)
   X  an EAGLE-3 layer's concatenated input: [embedding, hidden] (2 D), or the taps E D
      before `fc`
   Y  a draft tree's frontier: the nodes one head call expands (`branch` per level)

@@ -5,7 +5,9 @@ name (`model.layers.3.self_attn.q_proj.weight`) to a numpy array in HF layout ([
 Linear weights, rotate-half q/k rows). `state_to_params` turns that into the pytree of
 `spec_jax.models.llama.init_params`, stacking layers on a leading L axis.
 
-Also here: the errors every loader raises and the ModelConfig <-> JSON helpers.
+Also here: the errors every loader raises, the ModelConfig <-> JSON helpers, and the two
+records every format passes around: `SourceState` (a checkpoint opened tensor by tensor)
+and `LoadedModel` (what `checkpoints.load` returns).
 """
 
 from __future__ import annotations
@@ -51,6 +53,23 @@ class SourceState:
     names: list[str]
     tokenizer: Any
     source: str
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    """A loaded checkpoint.
+
+    Attributes:
+      cfg: the model config (static; pass it to spec_jax.models.llama.forward).
+      params: the parameter pytree.
+      tokenizer: the checkpoint's tokenizer, or None when it ships none.
+      source: where it was loaded from (a file or directory path).
+    """
+
+    cfg: ModelConfig
+    params: dict
+    tokenizer: Any  # A spec_jax.tokenizer.Tokenizer, or None.
+    source: str = ''
 
 
 # ---- naming -----------------------------------------------------------------------------

@@ -20,9 +20,13 @@ from __future__ import annotations
 import json
 import os
 
+import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
+from safetensors.numpy import save_file
 
 from spec_jax.checkpoints.convert import CheckpointError
+from spec_jax.checkpoints.hf import open_safetensors
 from spec_jax.models.config import ModelConfig, RopeScaling
 from spec_jax.models.eagle3 import Eagle3Config, Eagle3Head
 
@@ -107,8 +111,6 @@ def state_to_head(cfg: Eagle3Config, state: dict, dtype: str = 'float32') -> Eag
     Raises:
       CheckpointError: a missing tensor (d2t/t2d included) or a shape that does not match.
     """
-    import jax.numpy as jnp
-
     fmt = detect_format(state)
     pre = _prefix(fmt)
     d, n, k, h, f = cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.mlp_width
@@ -366,8 +368,6 @@ def save_head(
     target_name: str = '',
 ) -> str:
     """Writes config.json + model.safetensors of `head` in format `fmt`."""
-    import ml_dtypes
-    from safetensors.numpy import save_file
 
     os.makedirs(directory, exist_ok=True)
     state = head_to_state(head, fmt)
@@ -383,7 +383,6 @@ def save_head(
 
 def read_state(directory: str) -> dict[str, np.ndarray]:
     """All tensors of model.safetensors (or sharded safetensors) in `directory` as numpy."""
-    from spec_jax.checkpoints.hf import open_safetensors
 
     where, _ = open_safetensors(directory)
     state = {name: np.array(st.get(name)) for name, st in where.items()}
@@ -412,7 +411,7 @@ def load_head(
     if any(name.endswith('.safetensors') for name in os.listdir(directory)):
         state = read_state(directory)
     elif os.path.isfile(os.path.join(directory, 'pytorch_model.bin')):
-        import torch
+        import torch  # Optional: only for .bin heads (the parity extra installs it).
 
         sd = torch.load(os.path.join(directory, 'pytorch_model.bin'), map_location='cpu')
         state = {

@@ -22,7 +22,12 @@ import struct
 import gguf as gguf_lib
 import numpy as np
 
-from spec_jax.checkpoints.convert import CheckpointError, SourceState, state_to_params
+from spec_jax.checkpoints.convert import (
+    CheckpointError,
+    LoadedModel,
+    SourceState,
+    state_to_params,
+)
 from spec_jax.models.config import ModelConfig, RopeScaling
 from spec_jax.models.rope import inverse_frequencies
 from spec_jax.tokenizer import Tokenizer
@@ -331,8 +336,6 @@ def load_gguf(path: str | os.PathLike, dtype: str = 'float32'):
     Returns:
       LoadedModel(cfg, params, tokenizer); tokenizer is None when the file has none.
     """
-    from spec_jax.checkpoints.loader import LoadedModel
-
     state = open_gguf(path, dtype)
     params = state_to_params(state.cfg, state.read, state.names, dtype)
     return LoadedModel(state.cfg, params, state.tokenizer, source=state.source)

@@ -17,7 +17,12 @@ import ml_dtypes
 import numpy as np
 
 from spec_jax.checkpoints import hub
-from spec_jax.checkpoints.convert import CheckpointError, SourceState, state_to_params
+from spec_jax.checkpoints.convert import (
+    CheckpointError,
+    LoadedModel,
+    SourceState,
+    state_to_params,
+)
 from spec_jax.models.config import ModelConfig, RopeScaling
 from spec_jax.tokenizer import Tokenizer
 
@@ -320,8 +325,6 @@ def load_hf(path_or_id: str | os.PathLike, dtype: str | None = 'float32'):
       LoadedModel(cfg, params, tokenizer); tokenizer is None when the directory has no
       tokenizer.json.
     """
-    from spec_jax.checkpoints.loader import LoadedModel
-
     state = open_hf(path_or_id, dtype)
     params = state_to_params(state.cfg, state.read, state.names, state.cfg.param_dtype)
     return LoadedModel(state.cfg, params, state.tokenizer, source=state.source)

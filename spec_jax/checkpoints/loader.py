@@ -11,35 +11,18 @@ from jax.sharding import Mesh, NamedSharding
 from spec_jax import sharding
 from spec_jax.checkpoints import gguf, orbax_io, sources
 from spec_jax.checkpoints.convert import (
+    LoadedModel,
     SourceState,
     converted_tensors,
     leaf_at,
     nest,
     state_to_params,
 )
-from spec_jax.models.config import ModelConfig, preset
+from spec_jax.models.config import preset
 from spec_jax.models.llama import init_params
-from spec_jax.tokenizer import Tokenizer
 
 EMBEDDED = sources.EMBEDDED
 RANDOM_PREFIX = 'random:'
-
-
-@dataclasses.dataclass
-class LoadedModel:
-    """A loaded checkpoint.
-
-    Attributes:
-      cfg: the model config (static; pass it to spec_jax.models.llama.forward).
-      params: the parameter pytree.
-      tokenizer: the checkpoint's tokenizer, or None when it ships none.
-      source: where it was loaded from (a file or directory path).
-    """
-
-    cfg: ModelConfig
-    params: dict
-    tokenizer: Tokenizer | None
-    source: str = ''
 
 
 def load(
@@ -62,8 +45,9 @@ def load(
         dtype (HF `torch_dtype`, the saved orbax dtype; float32 for GGUF).
       seed: the PRNG seed of 'random:' weights (unused otherwise).
       mesh: place the parameters on `mesh` by `rules` (spec_jax.sharding; divisibility
-        checked, naming the array, axis and sizes); an orbax directory is restored straight
-        into those shardings, other formats are read on the host and then placed.
+        checked, naming the array, axis and sizes): an orbax directory is restored straight
+        into those shardings, an HF directory or GGUF file streamed onto them tensor by
+        tensor (`sources.open_source`), 'random:' weights drawn on the host and placed.
       rules: the sharding rules of the parameters.
 
     Returns:

@@ -31,6 +31,7 @@ from spec_jax import sharding
 from spec_jax.checkpoints import sources
 from spec_jax.checkpoints.convert import (
     CheckpointError,
+    LoadedModel,
     config_from_dict,
     config_to_dict,
     converted_tensors,
@@ -205,8 +206,6 @@ def load_orbax(
     Returns:
       LoadedModel(cfg, params, tokenizer); tokenizer is None when none was saved.
     """
-    from spec_jax.checkpoints.loader import LoadedModel
-
     path = os.path.abspath(os.fspath(path))
     if not os.path.exists(path):
         raise FileNotFoundError(f'checkpoint path {path!r} does not exist')

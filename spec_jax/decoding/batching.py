@@ -68,6 +68,6 @@ def pack_prompts(
     return PromptBatch(tokens, lengths)
 
 
-def trim_rows(tokens_bn: np.ndarray, lengths_b: np.ndarray) -> list[list[int]]:
+def trim_rows(tokens_bo: np.ndarray, lengths_b: np.ndarray) -> list[list[int]]:
     """Device output [B, N] with per-row lengths -> one token list per row."""
-    return [row[:n].tolist() for row, n in zip(tokens_bn, lengths_b)]
+    return [row[:n].tolist() for row, n in zip(tokens_bo, lengths_b)]

@@ -256,8 +256,8 @@ def decode_loop(
     else:
         body = partial(chain, a_round=a)
     state = jax.lax.while_loop(lambda s: ~jnp.all(s.done_b), body, state)
-    tokens_bn, num_b = state.outputs(engine.decode.buffer_len)
-    return sharding.constrain(tokens_bn, 'b.'), sharding.constrain(num_b, 'b'), state.stats
+    tokens_bo, num_b = state.outputs(engine.decode.buffer_len)
+    return sharding.constrain(tokens_bo, 'b.'), sharding.constrain(num_b, 'b'), state.stats
 
 
 def chain_round(

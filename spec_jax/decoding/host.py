@@ -85,17 +85,17 @@ def generate(
     code_room.ensure_room()
     start = time.perf_counter()
     with sharding.use_mesh(mesh):
-        tokens_bn, num_b, stats = decode_loop(
+        tokens_bo, num_b, stats = decode_loop(
             engine,
             params.target,
             params.draft,
             *(sharding.place_rows(x, mesh) for x in rows),
             jax.random.PRNGKey(seed),
         )
-    tokens_bn, num_b, stats = sharding.to_host((tokens_bn, num_b, stats))
+    tokens_bo, num_b, stats = sharding.to_host((tokens_bo, num_b, stats))
     seconds = time.perf_counter() - start
-    tokens_bn, num_b, stats = jax.tree.map(lambda x: x[:num], (tokens_bn, num_b, stats))
-    return Result(batching.trim_rows(tokens_bn, num_b), summarize(stats), seconds)
+    tokens_bo, num_b, stats = jax.tree.map(lambda x: x[:num], (tokens_bo, num_b, stats))
+    return Result(batching.trim_rows(tokens_bo, num_b), summarize(stats), seconds)
 
 
 def loop_rows(

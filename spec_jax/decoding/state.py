@@ -94,8 +94,8 @@ class DecodeState:
 
     def split_keys(self, num: int) -> tuple[jax.Array, ...]:
         """(the next state's keys, then num - 1 fresh keys), each [B, 2], row by row."""
-        keys_bn = jax.vmap(lambda k: jax.random.split(k, num))(self.key_b)
-        return tuple(keys_bn[:, i] for i in range(num))
+        keys = jax.vmap(lambda k: jax.random.split(k, num))(self.key_b)  # [B, num, 2]
+        return tuple(keys[:, i] for i in range(num))
 
     def commit(self, tokens_bt, num_b, stop_tokens) -> DecodeState:
         """Appends each live row's first `num_b` of `tokens_bt` after its pending token,
@@ -127,9 +127,9 @@ class DecodeState:
     def outputs(self, buffer_len: int) -> tuple[jax.Array, jax.Array]:
         """(generated tokens [B, N] read from the history, their counts [B])."""
         slots = self.history_bs.shape[1]
-        cols_bn = self.prompt_len_b[:, None] + jnp.arange(buffer_len)[None, :]
-        tokens_bn = jnp.take_along_axis(self.history_bs, jnp.minimum(cols_bn, slots - 1), 1)
-        return tokens_bn, self.num_out_b
+        cols_bo = self.prompt_len_b[:, None] + jnp.arange(buffer_len)[None, :]
+        tokens_bo = jnp.take_along_axis(self.history_bs, jnp.minimum(cols_bo, slots - 1), 1)
+        return tokens_bo, self.num_out_b
 
 
 def is_stop(token_b: jax.Array, stop_tokens: tuple[int, ...]) -> jax.Array:
@@ -138,12 +138,12 @@ def is_stop(token_b: jax.Array, stop_tokens: tuple[int, ...]) -> jax.Array:
     return jnp.any(token_b[..., None] == jnp.asarray(stop_tokens, jnp.int32), axis=-1)
 
 
-def cut_block(tokens_bk, num_b, stop_tokens, room_b):
+def cut_block(tokens_bt, num_b, stop_tokens, room_b):
     """How many of a block's tokens a row keeps: up to and including its first stop
     token, at most `room_b`. Returns (kept [B], hit a stop [B])."""
-    k = tokens_bk.shape[1]
-    stop_bk = is_stop(tokens_bk, stop_tokens) & (jnp.arange(k)[None, :] < num_b[:, None])
-    first_stop_b = jnp.where(stop_bk.any(1), jnp.argmax(stop_bk, axis=1) + 1, k + 1)
+    t = tokens_bt.shape[1]
+    stop_bt = is_stop(tokens_bt, stop_tokens) & (jnp.arange(t)[None, :] < num_b[:, None])
+    first_stop_b = jnp.where(stop_bt.any(1), jnp.argmax(stop_bt, axis=1) + 1, t + 1)
     kept_b = jnp.minimum(jnp.minimum(num_b, first_stop_b), room_b)
     return kept_b, first_stop_b <= kept_b
 

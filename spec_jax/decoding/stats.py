@@ -38,8 +38,8 @@ class Stats:
       full_accepted: accepted drafts in those rounds.
       accepted_at_ba: [B, A] rounds whose draft at position i was accepted.
       reached_at_ba: [B, A] rounds that examined position i.
-      block_accepted_bk: [B, K] accepted drafts in round k (K = output buffer length;
-        -1 = no such round).
+      block_accepted_bo: [B, O] accepted drafts in round o (O = output buffer length, at
+        least one token a round; -1 = no such round).
       metered: emitted positions metered (0 unless metering), the first token included.
       tv, kl, outside, overshoot: sums over the metered positions of `rules.Metered`'s
         fields (TV(pi, p_A), KL(p_A || pi), pi outside A, max pi/p); KL and overshoot
@@ -63,7 +63,7 @@ class Stats:
     full_accepted: jax.Array
     accepted_at_ba: jax.Array
     reached_at_ba: jax.Array
-    block_accepted_bk: jax.Array
+    block_accepted_bo: jax.Array
     metered: jax.Array
     tv: jax.Array
     kl: jax.Array
@@ -90,7 +90,7 @@ class Stats:
             full_accepted=z,
             accepted_at_ba=ba,
             reached_at_ba=ba,
-            block_accepted_bk=jnp.full((batch, max_blocks), -1, jnp.int32),
+            block_accepted_bo=jnp.full((batch, max_blocks), -1, jnp.int32),
             metered=z,
             tv=f,
             kl=f,
@@ -115,7 +115,7 @@ class Stats:
         emitted ones, offsets 0..n, are kept)."""
         live = live_b.astype(jnp.int32)
         rows_b = jnp.arange(live_b.shape[0])
-        block_col_b = jnp.where(live_b, self.blocks, self.block_accepted_bk.shape[1])
+        block_col_b = jnp.where(live_b, self.blocks, self.block_accepted_bo.shape[1])
         a_round, a = out.accepted.shape[1], self.accepted_at_ba.shape[1]
         full = live * (a_round == a)
         st = self.replace(
@@ -127,7 +127,7 @@ class Stats:
             full_accepted=self.full_accepted + out.num_accepted * full,
             accepted_at_ba=self.accepted_at_ba + _widen(out.accepted * live[:, None], a),
             reached_at_ba=self.reached_at_ba + _widen(out.reached * live[:, None], a),
-            block_accepted_bk=self.block_accepted_bk.at[rows_b, block_col_b].set(
+            block_accepted_bo=self.block_accepted_bo.at[rows_b, block_col_b].set(
                 out.num_accepted, mode='drop'
             ),
         )
@@ -201,7 +201,7 @@ def summarize(stats: Stats) -> dict:
         block_efficiency=(s.emitted / blocks).tolist(),
         acceptance_rate=(s.accepted / np.maximum(s.drafted, 1)).tolist(),
         acceptance_at_position=(s.accepted_at_ba / np.maximum(s.reached_at_ba, 1)).tolist(),
-        block_accepted=[row[row >= 0].tolist() for row in s.block_accepted_bk],
+        block_accepted=[row[row >= 0].tolist() for row in s.block_accepted_bo],
     )
     total_blocks = max(int(s.blocks.sum()), 1)
     full_blocks = int(s.full_blocks.sum())

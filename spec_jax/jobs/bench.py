@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from spec_jax import checkpoints, decoding
-from spec_jax.jobs import bench_chain, bench_mesh, bench_rules, bench_tree, common
+from spec_jax.jobs import bench_chain, bench_mesh, bench_rules, bench_tree, runtime
 from spec_jax.jobs.timing import interleaved_medians
 from spec_jax.models.cache import KVCache
 from spec_jax.models.llama import forward
@@ -155,7 +155,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     unknown = [k for k in c.kinds if k not in BENCHES]
     if unknown:
         raise ValueError(f'unknown bench kinds {unknown}; valid: {sorted(BENCHES)}')
-    common.log_devices()
+    runtime.log_devices()
     report = {kind: BENCHES[kind](c, workdir) for kind in c.kinds}
     if workdir:
         os.makedirs(workdir, exist_ok=True)

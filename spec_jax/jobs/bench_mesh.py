@@ -26,7 +26,7 @@ from spec_jax.decoding import drafters, host
 from spec_jax.decoding import engine as eng
 from spec_jax.jobs.bench_chain import speed_setup
 from spec_jax.sampling import Sampler
-from spec_jax.train import common as train_common
+from spec_jax.train import core as train_core
 from spec_jax.train import distill
 from spec_jax.train import eagle3 as train_e3
 
@@ -38,6 +38,8 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     unknown = sorted(set(c.entry_points) - set(ENTRY_POINTS))
     if unknown:
         raise ValueError(f'entry_points {unknown} unknown; valid: {ENTRY_POINTS}')
+    if not set(c.modes) <= {'ar', 'chain'}:
+        raise ValueError(f"modes {tuple(c.modes)}: each 'ar' or 'chain'")
     mesh = sharding.make_mesh(c.mesh)
     if mesh is None:
         raise ValueError(f'bench mesh {c.mesh.to_dict()} is one device: give a mesh of several')
@@ -52,7 +54,8 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     placements = {'one device': None, f'mesh {dict(mesh.shape)}': mesh}
     print(f'{len(ids)} rows of {c.max_new_tokens} new tokens max, {jax.device_count()} devices')
     report = {'rows': []}
-    for mode, engine in engines.items():
+    for mode in c.modes:  # Tokens/s of each ('ar', 'chain').
+        engine = engines[mode]
         row = dict(mode=mode)
         for where, on in placements.items():
             params = decoding.Params(
@@ -102,7 +105,7 @@ def entry_points(c, target, draft, dec, engines, ids) -> dict:
 
         return compile_on
 
-    optimizer = train_common.make_optimizer(1e-4, 100, 10)
+    optimizer = train_core.make_optimizer(1e-4, 100, 10)
     rng = np.random.default_rng(0)
     tokens_bt = rng.integers(0, target.cfg.vocab_size, (c.batch, c.train_len), np.int32)
     valid_bt = np.ones(tokens_bt.shape, bool)

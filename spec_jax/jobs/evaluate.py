@@ -18,7 +18,7 @@ import numpy as np
 
 from spec_jax import decoding, distributed, sharding
 from spec_jax.eval import metrics, paper, plan, records, report, runner
-from spec_jax.jobs import common
+from spec_jax.jobs import runtime
 from spec_jax.rules import theory
 
 # Parameter ranges of the theory curves (others: 0.05..0.95).
@@ -137,7 +137,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     """Runs (or resumes) the experiment, writes the report; returns paths and timings (on
     several processes each prints its own figures; process 0 writes the report)."""
     start = time.perf_counter()
-    common.log_devices()
+    runtime.log_devices()
     store, methods, progress = runner.run(c, workdir)
     # Process 0 alone holds the merged results (and writes the report).
     out = write_report(c, runner.results(store), methods, workdir) if distributed.is_main() else {}

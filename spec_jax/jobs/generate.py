@@ -15,7 +15,7 @@ from absl import logging
 from tqdm import tqdm
 
 from spec_jax import decoding, sharding
-from spec_jax.jobs import common
+from spec_jax.jobs import runtime
 
 
 def default_config(tiny: bool = False) -> ml_collections.ConfigDict:
@@ -65,7 +65,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
       One record per prompt: prompt, text, tokens, seconds of its batch (and the round
       statistics of its row in speculative modes).
     """
-    common.log_devices()
+    runtime.log_devices()
     built = decoding.build(c)
     tok = built.tokenizer
     prompts = read_prompts(c)

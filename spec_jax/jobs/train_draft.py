@@ -25,14 +25,18 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import ml_collections
+import ml_dtypes
 import numpy as np
 from absl import logging
+from safetensors.numpy import save_file
 
 from spec_jax import checkpoints, data_files
-from spec_jax.jobs import common as job_common
+from spec_jax.checkpoints import eagle_formats
+from spec_jax.jobs import runtime
+from spec_jax.models import eagle3 as e3
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
-from spec_jax.train import common, data, distill
+from spec_jax.train import core, data, distill
 from spec_jax.train import eagle3 as train_e3
 
 
@@ -44,7 +48,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     """
     check_config(c)
     os.makedirs(workdir, exist_ok=True)
-    job_common.log_devices()
+    runtime.log_devices()
     target = checkpoints.load(c.target, 'float32', c.seed)
     data_dir = c.data.dir or os.path.join(workdir, 'data')
     summary: dict = dict(kind=c.kind)
@@ -230,7 +234,7 @@ def _metrics_logger(workdir: str):
 
 def _train(c, params, opt, step_fn, examples, workdir):
     """The config's training loop (checkpoints, metrics, deadline) from fresh state."""
-    return common.train_loop(
+    return core.train_loop(
         state=_train_state(params, opt),
         step_fn=step_fn,
         batches=_batches(c, examples),
@@ -280,7 +284,7 @@ def _train_draft_lm(c, workdir, target, examples) -> dict:
     )
     n_params = sum(x.size for x in jax.tree.leaves(params))
     logging.info('draft LM %s: %.2fM params', dcfg, n_params / 1e6)
-    opt = common.make_optimizer(
+    opt = core.make_optimizer(
         c.train.lr, c.train.steps, c.train.warmup, c.train.clip, c.train.weight_decay
     )
     step = distill.make_train_step(target.cfg, dcfg, opt, c.train.temperature)
@@ -324,14 +328,9 @@ def ce_step_count(train: ml_collections.ConfigDict) -> int:
 
 def export_draft_lm(directory: str, dcfg: ModelConfig, params, tokenizer, dtype='bfloat16'):
     """Writes the draft LM as an HF LlamaForCausalLM directory readable by checkpoints.load."""
-    import ml_dtypes
-    from safetensors.numpy import save_file
-
-    from spec_jax.checkpoints import params_to_state
-
     os.makedirs(directory, exist_ok=True)
     np_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == 'bfloat16' else np.dtype(dtype)
-    state = params_to_state(dcfg, jax.device_get(params))
+    state = checkpoints.params_to_state(dcfg, jax.device_get(params))
     state = {k: np.asarray(v, np.float32).astype(np_dtype) for k, v in state.items()}
     save_file(state, os.path.join(directory, 'model.safetensors'), metadata={'format': 'pt'})
     config = {
@@ -408,7 +407,7 @@ def evaluate_draft_lm(c, workdir, target, dcfg, params) -> dict:
         chunk = examples[i : i + c.eval.batch_size]
         b = data.make_batch(chunk, c.eval.seq_len, 64)
         tokens, mask, valid = (jnp.asarray(x) for x in (b.tokens_bt, b.loss_mask_bt, b.valid_bt))
-        pos, m = common.positions(*tokens.shape), common.causal_mask(valid)
+        pos, m = core.positions(*tokens.shape), core.causal_mask(valid)
         t_arg, d_arg = _argmaxes(target.cfg, dcfg, target.params, params, tokens, pos, m)
         g = np.asarray(t_arg == d_arg) & b.loss_mask_bt
         agree += int(g.sum())
@@ -451,13 +450,9 @@ def _argmaxes(tcfg, dcfg, tparams, dparams, tokens, pos, mask):
 
 
 def _train_eagle3(c, workdir, target, examples) -> dict:
-    from spec_jax.models import eagle3 as e3
-
     counts = data.token_counts(examples, target.cfg.vocab_size)
     m = c.model
     if m.init_from:  # Fine-tune a head: its own sizes and draft vocabulary.
-        from spec_jax.checkpoints import eagle_formats
-
         start = eagle_formats.load_head(m.init_from, target.cfg)
         hcfg, params = start.cfg, start.params
         used = np.asarray(start.draft_ids_u)
@@ -477,7 +472,7 @@ def _train_eagle3(c, workdir, target, examples) -> dict:
     coverage = float(counts[used].sum() / max(counts.sum(), 1))
     logging.info('draft vocab %d covers %.4f of response tokens', len(used), coverage)
     n_params = sum(x.size for x in jax.tree.leaves(params))
-    opt = common.make_optimizer(
+    opt = core.make_optimizer(
         c.train.lr, c.train.steps, c.train.warmup, c.train.clip, c.train.weight_decay
     )
     draft_ids = jnp.asarray(used.astype(np.int32))
@@ -513,8 +508,6 @@ def _train_eagle3(c, workdir, target, examples) -> dict:
     if c.eval.enabled:
         out['eval'] = evaluate_eagle3(c, workdir, target, head)
     if c.export.dir:
-        from spec_jax.checkpoints import eagle_formats
-
         eagle_formats.save_head(
             c.export.dir, head, c.export.format, c.export.dtype, target_name=c.target
         )

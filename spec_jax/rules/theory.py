@@ -1,11 +1,12 @@
-"""Theory mode of `launch/diagnose.py`: closed-form distortion curves on synthetic (p, q).
+"""Closed-form distortion curves on synthetic (p, q): the theory `launch/diagnose.py`
+plots (spec_jax/jobs/diagnose.py writes the files) and the evaluation report sets beside
+its measurements (`parameter_curve`).
 
 For a family of random targets p and drafts q_t = softmax((1 - t) z_q + t z_p) that move
 towards p as t goes 0 -> 1, every rule's induced law pi (chain: `rule.induced`; tree node:
 `rule.induced_tree_node` with the draft's top-C tokens as ordered siblings) is compared with
-its matched baseline p_A (PAPER.md §5). Draft quality is 1 - TV(p, q_t). The run writes a
-CSV of the curves, a PNG (chain and tree panels) and a JSON of the paper's claims checked
-numerically:
+its matched baseline p_A (PAPER.md §5). Draft quality is 1 - TV(p, q_t). `run_theory`
+computes the curves and checks the paper's claims numerically (`check_claims`):
 
   lossless_exact          lossless (and greedy) distortion is 0 in chain and tree mode;
   chain_truncation_floor  chain min-p/eta distortion does not vanish as q -> p: at q = p it
@@ -16,16 +17,11 @@ numerically:
   lenience_ceiling        lenience keeps pi <= p/l everywhere (chain and tree);
   cos_no_ceiling          CoS's pi/p is unbounded (large on tail tokens).
 
-This module imports matplotlib lazily (only to write the PNG); `spec_jax.rules` does not
-import it.
+Pure jax and numpy, like the rest of `spec_jax.rules`.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import math
-import os
 from typing import Any
 
 import jax
@@ -183,73 +179,6 @@ def check_claims(results: dict) -> dict[str, Any]:
                 comparison_1_over_1_minus_lam=bound,
             )
     return claims
-
-
-def write_outputs(rows: list[dict[str, Any]], claims: dict[str, Any], workdir: str) -> dict:
-    """Writes diagnose_theory.csv, diagnose_theory.png and diagnose_claims.json."""
-    import matplotlib
-
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-
-    os.makedirs(workdir, exist_ok=True)
-    paths = {
-        'csv': os.path.join(workdir, 'diagnose_theory.csv'),
-        'png': os.path.join(workdir, 'diagnose_theory.png'),
-        'claims': os.path.join(workdir, 'diagnose_claims.json'),
-    }
-    with open(paths['csv'], 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    with open(paths['claims'], 'w') as f:
-        json.dump(claims, f, indent=2, default=lambda x: None if math.isnan(x) else x)
-
-    specs = list(dict.fromkeys(r['rule'] for r in rows))
-    colors = plt.get_cmap('tab20')(np.linspace(0, 1, max(len(specs), 2)))
-    styles = ('-', '--', '-.', ':')
-    fig, axes = plt.subplots(1, 2, figsize=(15, 5), sharey=True)
-    for ax, mode in zip(axes, ('chain', 'tree'), strict=True):
-        for k, spec in enumerate(specs):
-            sel = [r for r in rows if r['mode'] == mode and r['rule'] == spec]
-            if not sel:
-                continue
-            ax.plot(
-                [r['quality'] for r in sel],
-                [r['tv_baseline'] for r in sel],
-                marker='o',
-                markersize=3,
-                color=colors[k],
-                linestyle=styles[k % len(styles)],
-                label=spec,
-            )
-        ax.set_title(f'{mode} verification (TV to the matched baseline)')
-        ax.set_xlabel('draft quality 1 - TV(p, q)')
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel('TV(pi, matched baseline p_A)')
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, loc='center right')
-    fig.tight_layout(rect=(0, 0, 0.8, 1))
-    fig.savefig(paths['png'], dpi=110)
-    plt.close(fig)
-    return paths
-
-
-def run_diagnose(config: Any, workdir: str) -> dict[str, Any]:
-    """The library entry point of `launch/diagnose.py`.
-
-    Args:
-      config: ml_collections ConfigDict from configs/diagnose.py (mode 'theory').
-      workdir: output directory.
-
-    Returns:
-      {'rows': csv rows, 'claims': claims dict, 'paths': written files}.
-    """
-    if config.mode != 'theory':
-        raise ValueError(f"diagnose: mode={config.mode!r}; only 'theory' is implemented")
-    rows, claims = run_theory(config)
-    paths = write_outputs(rows, claims, workdir)
-    return {'rows': rows, 'claims': claims, 'paths': paths}
 
 
 def parameter_curve(

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from spec_jax import data_files, decoding
 from spec_jax.sampling import Sampler
+from spec_jax.train import core
 
 # MBPP's test split (task ids 11-510) is evaluated, and so is MBPP+, whose tasks come from
 # every MBPP split (160 of the 170 sanitized train/validation/prompt tasks are in it):
@@ -120,7 +121,7 @@ def bfcl_live_multiple(root: str = '') -> list[Prompt]:
 
 def hf_chat_dataset(name: str, split: str = 'train', field: str = 'messages') -> list[Prompt]:
     """Prompts from any chat dataset through `datasets` (the last assistant turn dropped)."""
-    import datasets  # Optional dependency; only on a user's machine with network.
+    import datasets  # Imported on use: loading it costs a second, and only hub sources need it.
 
     try:
         rows = datasets.load_dataset(name, split=split)
@@ -411,10 +412,9 @@ def teacher_topk(model, directory: str, top_k: int, **kw) -> dict:
     """Stores the target's top-`top_k` next-token law of every position as sidecar
     `top<k>`: labels 'topk_ids' [T, k] int32 and 'topk_logprobs' [T, k] float16, the soft
     labels of `distill.make_topk_step` and of cached EAGLE-3 training."""
-    from spec_jax.train.common import teacher_topk_logprobs
 
     def compute(tokens_bt, valid_bt):
-        lp, ids = teacher_topk_logprobs(model.cfg, model.params, tokens_bt, valid_bt, top_k)
+        lp, ids = core.teacher_topk_logprobs(model.cfg, model.params, tokens_bt, valid_bt, top_k)
         return dict(topk_ids=np.asarray(ids, np.int32), topk_logprobs=np.float16(lp))
 
     return write_sidecar(directory, topk_name(top_k), compute, **kw)
@@ -432,13 +432,11 @@ def teacher_taps(model, directory: str, tap_layers: Sequence[int], **kw) -> dict
     Raises:
       ValueError: a tap leaves float16's range (|x| > 65,000).
     """
-    from spec_jax.train import common
-
     tap_layers = tuple(tap_layers)
 
     def compute(tokens_bt, valid_bt):
         taps = np.asarray(
-            common.teacher_taps(model.cfg, model.params, tokens_bt, valid_bt, tap_layers)
+            core.teacher_taps(model.cfg, model.params, tokens_bt, valid_bt, tap_layers)
         )
         if np.abs(taps).max() > 65000:
             raise ValueError(

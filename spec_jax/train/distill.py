@@ -18,7 +18,7 @@ import optax
 
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import init_params
-from spec_jax.train.common import apply_gradients, batch_forward
+from spec_jax.train.core import apply_gradients, batch_forward
 
 
 def draft_config(
@@ -97,7 +97,7 @@ def kl_loss(teacher_logits_btv, student_logits_btv, mask_bt, temperature: float 
     return (kl_bt * m).sum() / denom, (agree * m).sum() / denom
 
 
-def topk_loss(topk_logprobs_btk, topk_ids_btk, student_logits_btv, mask_bt):
+def topk_loss(topk_logprobs_bti, topk_ids_bti, student_logits_btv, mask_bt):
     """Mean masked cross-entropy to the teacher's renormalised top-k law, and agreement.
 
     With p~ = softmax of the k stored log-probs (the teacher's law restricted to its top k)
@@ -105,12 +105,12 @@ def topk_loss(topk_logprobs_btk, topk_ids_btk, student_logits_btv, mask_bt):
     fraction of its cost (no teacher forward). Agreement compares q's argmax with the
     teacher's top-1 id.
     """
-    weights_btk = jax.nn.softmax(topk_logprobs_btk.astype(jnp.float32), axis=-1)
+    weights_bti = jax.nn.softmax(topk_logprobs_bti.astype(jnp.float32), axis=-1)
     logq_btv = jax.nn.log_softmax(student_logits_btv, axis=-1)
-    ce_bt = -jnp.sum(weights_btk * jnp.take_along_axis(logq_btv, topk_ids_btk, axis=-1), -1)
+    ce_bt = -jnp.sum(weights_bti * jnp.take_along_axis(logq_btv, topk_ids_bti, axis=-1), -1)
     m = mask_bt.astype(jnp.float32)
     denom = jnp.maximum(m.sum(), 1.0)
-    agree = jnp.argmax(student_logits_btv, -1) == topk_ids_btk[..., 0]
+    agree = jnp.argmax(student_logits_btv, -1) == topk_ids_bti[..., 0]
     return (ce_bt * m).sum() / denom, (agree * m).sum() / denom
 
 
@@ -171,10 +171,10 @@ def make_topk_step(draft_cfg: ModelConfig, optimizer: optax.GradientTransformati
     metrics): soft labels stored by `data.teacher_topk` (see `topk_loss`), at CE's cost."""
 
     @partial(jax.jit, donate_argnums=(0,))
-    def step(state, tokens_bt, loss_mask_bt, valid_bt, topk_ids_btk, topk_logprobs_btk):
+    def step(state, tokens_bt, loss_mask_bt, valid_bt, topk_ids_bti, topk_logprobs_bti):
         def loss_fn(params):
             logits = _student(draft_cfg, params, tokens_bt, valid_bt)
-            return topk_loss(topk_logprobs_btk, topk_ids_btk, logits, loss_mask_bt)
+            return topk_loss(topk_logprobs_bti, topk_ids_bti, logits, loss_mask_bt)
 
         state, loss, acc, grad_norm = apply_gradients(optimizer, state, loss_fn)
         return state, dict(soft_ce=loss, acc=acc, grad_norm=grad_norm)

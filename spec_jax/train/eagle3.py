@@ -25,7 +25,7 @@ import optax
 
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.eagle3 import Eagle3Config, eagle3_forward, embed
-from spec_jax.train.common import apply_gradients, batch_forward, causal_mask, positions
+from spec_jax.train.core import apply_gradients, batch_forward, causal_mask, positions
 
 
 def shift_left(x, j: int, fill=0):
@@ -76,7 +76,7 @@ def teacher_from_logits(teacher_logits_btv, draft_ids_u):
     )
 
 
-def teacher_from_topk(topk_ids_btk, topk_logprobs_btk, draft_ids_u, t2d_v):
+def teacher_from_topk(topk_ids_bti, topk_logprobs_bti, draft_ids_u, t2d_v):
     """The TTT teacher from stored top-k labels (`data.teacher_topk`): the target's top-k law
     restricted to the draft vocabulary and renormalised [B, T, U], and its top-1 [B, T].
 
@@ -85,13 +85,13 @@ def teacher_from_topk(topk_ids_btk, topk_logprobs_btk, draft_ids_u, t2d_v):
     """
     u = draft_ids_u.shape[0]
     index_v = jnp.full(t2d_v.shape, u, jnp.int32).at[draft_ids_u].set(jnp.arange(u))
-    w_btk = jnp.exp(topk_logprobs_btk.astype(jnp.float32)) * t2d_v[topk_ids_btk]
-    w_btk = w_btk / jnp.maximum(w_btk.sum(-1, keepdims=True), 1e-30)
-    b, t, _ = topk_ids_btk.shape
+    w_bti = jnp.exp(topk_logprobs_bti.astype(jnp.float32)) * t2d_v[topk_ids_bti]
+    w_bti = w_bti / jnp.maximum(w_bti.sum(-1, keepdims=True), 1e-30)
+    b, t, _ = topk_ids_bti.shape
     rows, cols = jnp.arange(b)[:, None, None], jnp.arange(t)[None, :, None]
     # Ids outside the draft vocabulary (weight 0) land in a spare last column, dropped.
-    p_btu = jnp.zeros((b, t, u + 1)).at[rows, cols, index_v[topk_ids_btk]].add(w_btk)
-    return p_btu[..., :u], topk_ids_btk[..., 0]
+    p_btu = jnp.zeros((b, t, u + 1)).at[rows, cols, index_v[topk_ids_bti]].add(w_bti)
+    return p_btu[..., :u], topk_ids_bti[..., 0]
 
 
 def ttt_targets(teacher, loss_mask_bt, valid_bt, steps: int):
@@ -196,10 +196,10 @@ def make_cached_train_step(
         loss_mask_bt,
         valid_bt,
         taps_bted,
-        topk_ids_btk,
-        topk_logprobs_btk,
+        topk_ids_bti,
+        topk_logprobs_bti,
     ):
-        teacher = teacher_from_topk(topk_ids_btk, topk_logprobs_btk, draft_ids_u, t2d_v)
+        teacher = teacher_from_topk(topk_ids_bti, topk_logprobs_bti, draft_ids_u, t2d_v)
         return update(
             state,
             embed_vd,

@@ -76,10 +76,10 @@ def test_convert_refusals(numpy_hf_dir, tmp_path):
     assert not orbax_io.is_orbax_dir(tmp_path / 'none')
 
 
-# A model of 340 MB in float32 whose largest tensors (33.5 MB) are the MLP's, three in a
-# row in the middle of the stream (holding the previous one as well would show).
+# A model of 240 MB in float32 whose largest tensors (32 MB) are the MLP's, three in a row
+# in the middle of the stream.
 BIG = ModelConfig(
-    family='llama', vocab_size=2048, width=1024, num_layers=3, num_heads=16,
+    family='llama', vocab_size=2048, width=1024, num_layers=2, num_heads=16,
     num_kv_heads=4, head_dim=64, mlp_width=8192, tie_embeddings=True,
 )  # fmt: skip
 
@@ -110,7 +110,7 @@ print(json.dumps(dict(peak=status('VmHWM') - before)))
 
 
 def test_streaming_conversion_holds_one_tensor(tmp_path):
-    """Peak resident memory above the process's start, converting a 326 MB model: the
+    """Peak resident memory above the process's start, converting a 240 MB model: the
     streaming conversion stays under what one tensor in flight costs, 4 x the largest
     (32 MB: the placed array, and at moments the read buffer or orbax's host copy and
     encoded chunk, see `convert_to_orbax`) + 32 MB (measured 76-113 MB); loading the whole

@@ -14,7 +14,7 @@ from spec_jax.models.cache import KVCache
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import causal_forward
 from spec_jax.testing import random_params
-from spec_jax.train import common
+from spec_jax.train import core
 from spec_jax.train import eagle3 as te
 
 V = 31
@@ -44,7 +44,7 @@ def models():
 def _ttt_law(target, head, tokens_bt, index_b, steps):
     """Softmax over V of TTT step j at index_b[b] (j < steps): [B, steps, V]."""
     valid = jnp.ones(tokens_bt.shape, bool)
-    _, taps = common.teacher_forward(CFG, target, tokens_bt, valid, taps=True)
+    _, taps = core.teacher_forward(CFG, target, tokens_bt, valid, taps=True)
     logits_jbtu = te.ttt_forward(
         HEAD, head.params, target['embed_vd'], taps, tokens_bt, valid, steps
     )

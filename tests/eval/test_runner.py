@@ -15,7 +15,7 @@ import pytest
 from figures import check_series
 
 from spec_jax.eval import metrics, paper, plots, records, report, runner
-from spec_jax.jobs import common, evaluate
+from spec_jax.jobs import evaluate, runtime
 
 ROOT = os.path.join(os.path.dirname(__file__), '..', '..')
 LAUNCH = os.path.join(ROOT, 'launch', 'evaluate.py')
@@ -23,7 +23,7 @@ CONFIG = os.path.join(ROOT, 'configs', 'experiments', 'smollm2_135m.py')
 
 
 def tiny_config():
-    return common.load_config(CONFIG, 'tiny')
+    return runtime.load_config(CONFIG, 'tiny')
 
 
 def count_lines(path: str) -> int:
@@ -218,7 +218,7 @@ def test_short_batches_run_at_a_few_sizes():
 def test_the_paper_setups_plan_here(name, methods):
     """The paper's two setups (hub weights, accelerators) dry-run offline: every rule of
     PAPER.md §1.7's grids with its matched baseline, the paper's task sizes."""
-    c = common.load_config(os.path.join(ROOT, 'configs', 'experiments', f'{name}.py'))
+    c = runtime.load_config(os.path.join(ROOT, 'configs', 'experiments', f'{name}.py'))
     text = evaluate.dry_run(c)
     assert f'{methods} methods:' in text
     assert 'baseline[min_p=0.9]' in text and 'baseline[eta=0.25]' in text

@@ -13,7 +13,7 @@ import time
 
 from spec_jax import checkpoints, distributed
 from spec_jax.eval import records, runner
-from spec_jax.jobs.common import load_config
+from spec_jax.jobs.runtime import load_config
 from spec_jax.testing.processes import start_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -27,8 +27,8 @@ def get_config(arg=None):
     c.name = 'two_processes'
     c.model = {model!r}  # An orbax target: its restores must not wait on the other process.
     c.grid = ('lenience:l=0.5',)  # With AR and lossless SD: three methods.
-    c.tasks.gsm8k = evaluate.task(4, 6)
-    c.tasks.humaneval = evaluate.task(3, 6)
+    c.tasks.gsm8k = evaluate.task(3, 6)
+    c.tasks.humaneval = evaluate.task(2, 6)
     c.max_new_tokens = 6
     c.batch_size = 2
     c.prompt_bucket = c.max_prompt_len = 384

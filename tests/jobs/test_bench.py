@@ -5,7 +5,7 @@ import os
 import pytest
 
 from spec_jax.jobs import bench
-from spec_jax.jobs.common import load_config
+from spec_jax.jobs.runtime import load_config
 
 CONFIGS = os.path.join(os.path.dirname(__file__), '..', '..', 'configs')
 

@@ -8,7 +8,7 @@ import pytest
 
 from spec_jax import checkpoints, data_files
 from spec_jax.jobs import train_draft
-from spec_jax.jobs.common import load_config
+from spec_jax.jobs.runtime import load_config
 
 CONFIGS = os.path.join(os.path.dirname(__file__), '..', '..', 'configs')
 

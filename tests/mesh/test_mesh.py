@@ -25,12 +25,12 @@ from spec_jax.decoding import trees
 from spec_jax.decoding.drafters import Eagle3Drafter, LMDrafter
 from spec_jax.decoding.state import DecodeSettings
 from spec_jax.jobs import bench_mesh, generate
-from spec_jax.jobs.common import load_config
+from spec_jax.jobs.runtime import load_config
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.config import ModelConfig
 from spec_jax.sampling import Sampler
 from spec_jax.testing import random_params
-from spec_jax.train import common as train_common
+from spec_jax.train import core as train_core
 from spec_jax.train import distill
 from spec_jax.train import eagle3 as train_e3
 
@@ -109,11 +109,11 @@ def test_params_and_outputs_carry_the_intended_shardings(weights):
     rows = [np.zeros((8, 8), np.int32), np.full(8, 3, np.int32), np.full(8, 5, np.int32),
             np.arange(8, dtype=np.int32)]  # fmt: skip
     with jax.set_mesh(mesh):
-        tokens_bn, num_b, stats = eng.decode_loop(
+        tokens_bo, num_b, stats = eng.decode_loop(
             engine, placed, draft, *(sharding.place_rows(x, mesh) for x in rows),
             jax.random.PRNGKey(0),
         )  # fmt: skip
-    for out, spec in ((tokens_bn, P('data', None)), (num_b, P('data'))):
+    for out, spec in ((tokens_bo, P('data', None)), (num_b, P('data'))):
         assert out.sharding.is_equivalent_to(NamedSharding(mesh, spec), out.ndim), out.sharding
 
 
@@ -147,12 +147,12 @@ def test_the_generate_job_runs_on_the_config_mesh():
 
 def test_mesh_bench_reports_both_placements_and_compiles():
     report = bench_mesh.run(load_config('configs/bench_mesh.py', 'tiny'))
-    assert [row['mode'] for row in report['rows']] == ['ar', 'chain']
+    assert [row['mode'] for row in report['rows']] == ['ar']
     for row in report['rows']:
         placed = [v for k, v in row.items() if isinstance(v, dict)]
         assert len(placed) == 2 and all(p['tokens_per_s'] > 0 for p in placed)
         assert row['mesh_over_one'] > 0
-    assert [row['entry_point'] for row in report['compile']] == ['ar', 'train_lm']
+    assert [row['entry_point'] for row in report['compile']] == ['train_lm']
     for row in report['compile']:
         assert all(v > 0.1 for k, v in row.items() if k != 'entry_point')  # Compiled anew.
 
@@ -223,7 +223,7 @@ def test_training_steps_on_a_mesh_equal_one_device(weights):
     tokens = jnp.asarray(rng.integers(0, CFG.vocab_size, (8, 11)), jnp.int32)
     valid = jnp.asarray(np.arange(11)[None, :] < rng.integers(6, 12, (8, 1)))
     batch = [tokens, valid, valid]  # tokens, loss mask, valid keys.
-    optimizer = train_common.make_optimizer(3e-3, 10, 1)
+    optimizer = train_core.make_optimizer(3e-3, 10, 1)
     mesh = sharding.make_mesh(sharding.mesh_config(2, 4))
     target_on_mesh = sharding.shard(weights['target'], mesh)
     head = e3.init_params(HEAD, jax.random.PRNGKey(5))

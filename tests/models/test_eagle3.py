@@ -9,7 +9,7 @@ from spec_jax.models import eagle3 as e3
 from spec_jax.models import llama
 from spec_jax.models.cache import empty_layer
 from spec_jax.models.config import ModelConfig
-from spec_jax.train import common, data
+from spec_jax.train import core, data
 from spec_jax.train import eagle3 as te
 
 TARGET = ModelConfig.tiny(num_layers=6)
@@ -25,7 +25,7 @@ def setup():
     hp = e3.init_params(HEAD, jax.random.PRNGKey(1))
     tokens = jnp.asarray(np.random.default_rng(0).integers(0, TARGET.vocab_size, (B, T)), jnp.int32)
     valid = jnp.ones((B, T), bool)
-    logits, taps = common.teacher_forward(TARGET, tp, tokens, valid, taps=True)
+    logits, taps = core.teacher_forward(TARGET, tp, tokens, valid, taps=True)
     ttt = jax.jit(te.ttt_forward, static_argnums=(0, 6))(
         HEAD, hp, tp['embed_vd'], taps, tokens, valid, 3
     )
@@ -49,9 +49,9 @@ def test_taps_are_hf_hidden_states(setup):
         TARGET,
         tp,
         tokens,
-        common.positions(B, T),
+        core.positions(B, T),
         None,
-        common.causal_mask(jnp.ones((B, T), bool)),
+        core.causal_mask(jnp.ones((B, T), bool)),
         tap_layers=(0,),
     )
     np.testing.assert_allclose(emb_tap[:, :, 0], tp['embed_vd'][tokens], atol=1e-6)

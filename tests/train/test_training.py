@@ -16,7 +16,7 @@ from spec_jax import checkpoints, data_files
 from spec_jax.models import eagle3 as e3
 from spec_jax.models import llama
 from spec_jax.models.config import ModelConfig, RopeScaling
-from spec_jax.train import common, data, distill
+from spec_jax.train import core, data, distill
 from spec_jax.train import eagle3 as te
 
 TARGET = ModelConfig.tiny(num_layers=6, vocab_size=61)
@@ -31,7 +31,7 @@ def _greedy_texts(tp, n, seed):
     rng = np.random.default_rng(seed)
     toks = np.zeros((n, SEQ), np.int32)
     toks[:, :PROMPT] = rng.integers(0, TARGET.vocab_size, (n, PROMPT))
-    fwd = jax.jit(lambda p, x: common.teacher_forward(TARGET, p, x, jnp.ones(x.shape, bool))[0])
+    fwd = jax.jit(lambda p, x: core.teacher_forward(TARGET, p, x, jnp.ones(x.shape, bool))[0])
     for t in range(PROMPT, SEQ):
         logits = fwd(tp, jnp.asarray(toks))
         toks[:, t] = np.asarray(jnp.argmax(logits[:, t - 1], -1))
@@ -79,7 +79,7 @@ def _depth_agreement(tp, hp, ids, examples):
 @functools.cache
 def _optimizer_and_step():
     """One optimizer (a 300-step schedule) and one compiled TTT step for every test."""
-    opt = common.make_optimizer(1e-2, 300, 20, 1.0)
+    opt = core.make_optimizer(1e-2, 300, 20, 1.0)
     return opt, te.make_train_step(TARGET, HEAD, opt, steps=7)
 
 
@@ -114,7 +114,7 @@ def test_tiny_head_learns_far_above_chance(world):
     tp, _, heldout, ids, _ = world
     state, step_fn, batches = _eagle_setup(world)
     before, len_before = _depth_agreement(tp, state['params'], ids, heldout)
-    state, history = common.train_loop(
+    state, history = core.train_loop(
         state=state,
         step_fn=step_fn,
         batches=batches,
@@ -148,7 +148,7 @@ def test_cached_step_equals_online_step(world):
     cached = te.make_cached_train_step(HEAD, opt, steps=7)
     b = data.make_batch(train[:BATCH], SEQ, 8)
     tokens, mask, valid = (jnp.asarray(x) for x in (b.tokens_bt, b.loss_mask_bt, b.valid_bt))
-    logits, taps = common.teacher_forward(TARGET, tp, tokens, valid, taps=True)
+    logits, taps = core.teacher_forward(TARGET, tp, tokens, valid, taps=True)
     logp, top_ids = jax.lax.top_k(jax.nn.log_softmax(logits, -1), TARGET.vocab_size)
 
     def fresh():
@@ -252,7 +252,7 @@ def test_resume_matches_uninterrupted(world, tmp_path):
     """Kill after 7 steps (last checkpoint at 4), resume to 12 == 12 uninterrupted steps."""
     state, step_fn, batches = _eagle_setup(world)
     init = jax.tree.map(np.array, state)
-    full, _ = common.train_loop(
+    full, _ = core.train_loop(
         state=jax.tree.map(jnp.asarray, init),
         step_fn=step_fn,
         batches=batches,
@@ -261,7 +261,7 @@ def test_resume_matches_uninterrupted(world, tmp_path):
         checkpoint_every=4,
         progress=False,
     )
-    crashed, _ = common.train_loop(
+    crashed, _ = core.train_loop(
         state=jax.tree.map(jnp.asarray, init),
         step_fn=step_fn,
         batches=batches,
@@ -278,7 +278,7 @@ def test_resume_matches_uninterrupted(world, tmp_path):
         starts.append(start)
         return batches(start)
 
-    resumed, _ = common.train_loop(
+    resumed, _ = core.train_loop(
         state=jax.tree.map(jnp.asarray, init),
         step_fn=step_fn,
         batches=recorded,
@@ -317,7 +317,7 @@ def test_draft_lm_kl_step_learns(world):
         TARGET, width=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, mlp_width=48
     )
     params = distill.init_draft(dcfg, tp, jax.random.PRNGKey(0))
-    opt = common.make_optimizer(1e-2, 60, 5)
+    opt = core.make_optimizer(1e-2, 60, 5)
     step = distill.make_train_step(TARGET, dcfg, opt)
     state = dict(params=params, opt_state=opt.init(params), step=jnp.zeros((), jnp.int32))
     losses = []
@@ -387,7 +387,7 @@ def test_draft_lm_export_loads_with_checkpoints_load(tmp_path):
     assert loaded.cfg.rope_scaling == scaling
     assert loaded.tokenizer.vocab_size == tok.vocab_size
     x = jnp.asarray([[1, 2, 3, 4]], jnp.int32)
-    pos, mask = common.positions(1, 4), common.causal_mask(jnp.ones((1, 4), bool))
+    pos, mask = core.positions(1, 4), core.causal_mask(jnp.ones((1, 4), bool))
     a = llama.forward(dcfg, params, x, pos, None, mask)[0]
     b = llama.forward(loaded.cfg, loaded.params, x, pos, None, mask)[0]
     np.testing.assert_allclose(a, b, atol=1e-5)
@@ -441,11 +441,11 @@ def _check_teacher_topk(model, directory):
     top3 = data.topk_name(3)
     with pytest.raises(ValueError, match='run teacher_topk'):
         data.read_examples(directory, [top3])
-    compiled = common.teacher_topk_logprobs._cache_size()
+    compiled = core.teacher_topk_logprobs._cache_size()
     first = data.teacher_topk(model, directory, 3, batch_size=2, bucket=1024, progress=False)
     assert first['shards_written'] == 2
     # Lengths are padded to the bucket: one shape per batch size (2, and 1 for the rest).
-    assert common.teacher_topk_logprobs._cache_size() - compiled <= 2
+    assert core.teacher_topk_logprobs._cache_size() - compiled <= 2
     examples = data.read_examples(directory, [top3])
     for e in examples:
         ids, logprobs = e.labels['topk_ids'], e.labels['topk_logprobs']
@@ -473,7 +473,7 @@ def _check_teacher_topk(model, directory):
     for e in both[:2]:
         assert set(e.labels) == {'topk_ids', 'topk_logprobs', 'taps'}
         tokens = jnp.asarray(e.tokens)[None]
-        _, want = common.teacher_forward(
+        _, want = core.teacher_forward(
             model.cfg, model.params, tokens, jnp.ones(tokens.shape, bool), taps=True
         )
         assert e.labels['taps'].dtype == np.float16

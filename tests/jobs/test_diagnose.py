@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import os
 
 import numpy as np
 
-from spec_jax.rules import theory
+from spec_jax.jobs import diagnose, runtime
 
-_ROOT = os.path.join(os.path.dirname(__file__), '..')
+_ROOT = os.path.join(os.path.dirname(__file__), '..', '..')
 
 
 def _config(arg):
-    spec = importlib.util.spec_from_file_location(
-        'diag_cfg', os.path.join(_ROOT, 'configs', 'diagnose.py')
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
+    return runtime.load_config(os.path.join(_ROOT, 'configs', 'diagnose.py'), arg)
 
 
 def test_theory_tiny_writes_outputs_and_reproduces_claims(tmp_path):
-    out = theory.run_diagnose(_config('tiny'), str(tmp_path))
+    out = diagnose.run(_config('tiny'), str(tmp_path))
     for key in ('csv', 'png', 'claims'):
         assert os.path.getsize(out['paths'][key]) > 0, key
     with open(out['paths']['csv']) as f:

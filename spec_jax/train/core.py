@@ -16,7 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
 from absl import logging
+from tqdm import tqdm
 
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
@@ -102,9 +104,6 @@ class Checkpointer:
     """Orbax CheckpointManager around a {'params', 'opt_state', 'step'} pytree."""
 
     def __init__(self, directory: str, max_to_keep: int = 2):
-        import orbax.checkpoint as ocp
-
-        self._ocp = ocp
         self.directory = os.path.abspath(directory)
         self.manager = ocp.CheckpointManager(
             self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep)
@@ -114,13 +113,13 @@ class Checkpointer:
         return self.manager.latest_step()
 
     def save(self, step: int, state: dict) -> None:
-        self.manager.save(step, args=self._ocp.args.StandardSave(state), force=True)
+        self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
         self.manager.wait_until_finished()
 
     def restore(self, like: dict, step: int | None = None) -> dict:
         step = self.latest_step() if step is None else step
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), like)
-        return self.manager.restore(step, args=self._ocp.args.StandardRestore(abstract))
+        return self.manager.restore(step, args=ocp.args.StandardRestore(abstract))
 
     def close(self) -> None:
         self.manager.close()
@@ -166,8 +165,6 @@ def train_loop(
     Returns:
       (final state, list of logged metric dicts with 'step', 'tokens_per_s').
     """
-    from tqdm import tqdm
-
     ckpt = Checkpointer(os.path.join(workdir, 'checkpoints')) if workdir else None
     if ckpt is not None and ckpt.latest_step() is not None:
         state = ckpt.restore(state)
