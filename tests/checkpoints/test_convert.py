@@ -76,7 +76,7 @@ def test_convert_refusals(numpy_hf_dir, tmp_path):
     assert not orbax_io.is_orbax_dir(tmp_path / 'none')
 
 
-# A model of 240 MB in float32 whose largest tensors (32 MB) are the MLP's, three in a row
+# A model of 220 MB in float32 whose largest tensors (32 MB) are the MLP's, three in a row
 # in the middle of the stream.
 BIG = ModelConfig(
     family='llama', vocab_size=2048, width=1024, num_layers=2, num_heads=16,
@@ -110,11 +110,11 @@ print(json.dumps(dict(peak=status('VmHWM') - before)))
 
 
 def test_streaming_conversion_holds_one_tensor(tmp_path):
-    """Peak resident memory above the process's start, converting a 240 MB model: the
+    """Peak resident memory above the process's start, converting a 220 MB model: the
     streaming conversion stays under what one tensor in flight costs, 4 x the largest
     (32 MB: the placed array, and at moments the read buffer or orbax's host copy and
-    encoded chunk, see `convert_to_orbax`) + 32 MB (measured 76-113 MB); loading the whole
-    model and saving it, measured the same way, holds more than the model (718 MB). The
+    encoded chunk, see `convert_to_orbax`) + 32 MB (measured 79 MB); loading the whole
+    model and saving it, measured the same way, holds more than the model (505 MB). The
     allocator's mmap threshold is fixed, so a freed tensor is returned, not kept in an
     arena (glibc's dynamic threshold would keep some)."""
     source = tmp_path / 'big'
