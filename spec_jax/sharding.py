@@ -171,12 +171,20 @@ def check_divides(params, specs, mesh: Mesh) -> None:
                 )
 
 
+def checked_specs(params, mesh: Mesh | None, rules: ShardingRules = RULES):
+    """`param_specs` of `params` (arrays or shapes) on `mesh`, divisibility checked first
+    (`check_divides`); without a mesh, unchecked."""
+    specs = param_specs(params, mesh, rules)
+    if mesh is not None:
+        check_divides(params, specs, mesh)
+    return specs
+
+
 def shard(params, mesh: Mesh | None, rules: ShardingRules = RULES):
     """Places a parameter pytree on `mesh` by `rules` (checked first); None: unchanged."""
     if mesh is None:
         return params
-    specs = param_specs(params, mesh, rules)
-    check_divides(params, specs, mesh)
+    specs = checked_specs(params, mesh, rules)
     return jax.tree.map(lambda x, s: put(x, NamedSharding(mesh, s)), params, specs)
 
 

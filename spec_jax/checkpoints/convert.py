@@ -16,11 +16,13 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import ml_dtypes  # noqa: F401  (registers bfloat16 & co with numpy)
 import numpy as np
 
 from spec_jax.models.config import ModelConfig, RopeScaling
+from spec_jax.models.llama import init_params
 
 StateReader = Callable[[str], np.ndarray]
 
@@ -210,6 +212,11 @@ def converted_tensors(
                 f'layer_{i}/{path}',
                 _hf_to_ours(path, get(name, raw_shape), cfg).astype(np_dtype, copy=False),
             )
+
+
+def param_shapes(cfg: ModelConfig) -> dict:
+    """The parameter tree of `cfg` as ShapeDtypeStructs (nothing computed)."""
+    return jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
 
 
 def leaf_at(tree: dict, path: str):

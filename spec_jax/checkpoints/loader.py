@@ -16,6 +16,7 @@ from spec_jax.checkpoints.convert import (
     converted_tensors,
     leaf_at,
     nest,
+    param_shapes,
     state_to_params,
 )
 from spec_jax.models.config import preset
@@ -87,9 +88,7 @@ def _onto_mesh(state: SourceState, mesh: Mesh, rules: sharding.ShardingRules) ->
     read, placed by its spec (each process its own devices' slices) and dropped, so no host
     ever holds the whole model."""
     cfg = state.cfg
-    shapes = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
-    specs = sharding.param_specs(shapes, mesh, rules)
-    sharding.check_divides(shapes, specs, mesh)
+    specs = sharding.checked_specs(param_shapes(cfg), mesh, rules)
     params: dict = {}
     for name, w in converted_tensors(cfg, state.read, state.names, cfg.param_dtype):
         nest(name, sharding.put(w, NamedSharding(mesh, leaf_at(specs, name))), params)

@@ -37,9 +37,9 @@ from spec_jax.checkpoints.convert import (
     converted_tensors,
     leaf_at,
     nest,
+    param_shapes,
 )
 from spec_jax.models.config import ModelConfig
-from spec_jax.models.llama import init_params
 from spec_jax.tokenizer import Tokenizer
 
 CONFIG_FILE = sources.ORBAX_CONFIG_FILE
@@ -114,10 +114,8 @@ def convert_to_orbax(
     """
     state = sources.open_source(source, dtype, mapped=False)
     cfg = state.cfg
-    shapes = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
-    specs = sharding.param_specs(shapes, mesh, rules)
-    if mesh is not None:
-        sharding.check_divides(shapes, specs, mesh)
+    shapes = param_shapes(cfg)
+    specs = sharding.checked_specs(shapes, mesh, rules)
     _check_apart(state.source, path)
     path = _output_dir(path, overwrite)
     staged = os.path.join(path, PARAMS_DIR + '.partial')
@@ -231,7 +229,7 @@ def load_orbax(
     except Exception as e:  # orbax raises many types for missing/corrupt trees.
         raise CheckpointError(f'cannot restore the orbax params in {path}: {e}') from None
     # The saved tree must be the one `cfg` describes; dtypes are kept as saved.
-    expected = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+    expected = param_shapes(cfg)
     got_shapes = jax.tree.map(lambda m: tuple(m.shape), saved)
     want_shapes = jax.tree.map(lambda s: tuple(s.shape), expected)
     if got_shapes != want_shapes:
@@ -243,8 +241,7 @@ def load_orbax(
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         placement = jax.tree.map(lambda _: device, expected)
     else:
-        specs = sharding.param_specs(expected, mesh, rules)
-        sharding.check_divides(expected, specs, mesh)
+        specs = sharding.checked_specs(expected, mesh, rules)
         placement = jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=_is_spec)
     target = jax.tree.map(
         lambda m, where: jax.ShapeDtypeStruct(m.shape, dtype or m.dtype, sharding=where),
