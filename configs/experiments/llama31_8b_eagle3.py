@@ -1,4 +1,4 @@
-"""The paper's tree setup (PAPER.md §1.4, §1.7, §7.1): Llama-3.1-8B-Instruct with its
+"""The paper's tree setup (docs/paper.md §1, §4, §5.1): Llama-3.1-8B-Instruct with its
 public EAGLE-3 head, the paper's tree (total_token 60, depth 5, top_k 10: "block size 7"),
 T 0.7, max_new_tokens 2048, one run; MATH, MBPP+, INCLUDE and BFCL parallel_multiple.
 

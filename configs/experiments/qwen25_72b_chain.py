@@ -1,4 +1,4 @@
-"""The paper's chain setup (PAPER.md §1.4, §1.7, §7.2): Qwen2.5-72B-Instruct with a
+"""The paper's chain setup (docs/paper.md §1, §4, §5.2): Qwen2.5-72B-Instruct with a
 Qwen2.5-0.5B-Instruct draft, gamma 10, T 0.7, max_new_tokens 2048, three seeds; MATH,
 MBPP+, INCLUDE and BFCL parallel_multiple with the paper's grids.
 

@@ -29,7 +29,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.draft = checkpoints.DRAFT_LM
         c.lookup = 2
     c.num_draft = 1 if not tiny else 3
-    # Values the paper also ran (PAPER.md §1.7), so the report sets its gaps beside ours.
+    # Values the paper also ran (docs/paper.md §4), so the report sets its gaps beside ours.
     c.grid = ('minp_verify:rho=0.3', 'lenience:l=0.4', 'cos:lam=0.4')
     n, speed = (3, 1) if tiny else (20, 2)
     new = (lambda m: 12) if tiny else (lambda m: m)

@@ -1,5 +1,5 @@
 """Distortion and overshoot of every rule family over its parameter, on the speed sets
-(no task scores): the paper's grids (PAPER.md §1.7) on the embedded default, T 0.7.
+(no task scores): the paper's grids (docs/paper.md §4) on the embedded default, T 0.7.
 
     python launch/evaluate.py --config configs/experiments/smollm2_135m_distortion.py
     python launch/evaluate.py --config configs/experiments/smollm2_135m_distortion.py:perfect

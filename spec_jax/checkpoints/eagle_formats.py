@@ -1,4 +1,4 @@
-"""EAGLE-3 heads on disk: the official layout and the speculators layout (EAGLE3.md §1.3-1.5).
+"""EAGLE-3 heads on disk: the official layout and the speculators layout (docs/eagle3.md §3).
 
 Official (SafeAILab/EAGLE, SpecForge): `fc.weight [D, 3*D_t]`, `midlayer.*` (a Llama layer
 with `hidden_norm`, q/k/v in-dim 2D), `norm.weight`, `lm_head.weight [U, D]`, `d2t [U]`

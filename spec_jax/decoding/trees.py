@@ -1,6 +1,6 @@
 """Draft trees of the tree round: their shape, the selection of M nodes from a static
 candidate pool, and the ancestor masks the target and the head read (docs/engine.md,
-"Tree rounds"; EAGLE3.md §1.7 and §5.4-5.8).
+"Tree rounds"; docs/eagle3.md §4).
 
 A tree of M nodes is node 0, the root (the row's pending token s_C), and M - 1 drafted
 nodes, given by parent pointers [B, M] with parents[i] < i (parents precede children) and
@@ -16,7 +16,7 @@ precedes its children in the pool, so ranking by (score descending, pool index a
 puts every parent before its children, ties included: the selection is ancestor-closed.
 Static trees (EAGLE-1, Medusa) fix the parents: node i is the r-th best child of its parent,
 r its rank among its siblings. Sampled static trees draw each node's children from the
-head's processed law q there, i.i.d. (SpecInfer, PAPER.md §2.3) or without replacement
+head's processed law q there, i.i.d. (SpecInfer, docs/laws.md §2.3) or without replacement
 ('distinct'), and hand q to the lossless verifier (`rules.verify_tree`'s sibling modes).
 
 EAGLE's `depth` counts the expansions after the first level, so its (total_token 60,

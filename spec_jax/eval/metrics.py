@@ -1,6 +1,6 @@
 """Metrics of an evaluation: one row per (task, method) from the per-sample results.
 
-Definitions (docs/eval.md, PAPER.md §1.6):
+Definitions (docs/eval.md; the paper's, docs/paper.md §3):
 
   score             mean of `correct` over items (each item's mean over its seeds first);
                     95% interval: Wilson's for one sample per item, else the normal

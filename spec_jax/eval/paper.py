@@ -1,8 +1,8 @@
-"""The paper's headline numbers (PAPER.md §7.1 and §7.2) as data, and the map from our method
-and task names to its rows, so a report can put the paper's gaps beside ours.
+"""The paper's headline numbers (docs/paper.md §5.1 and §5.2) as data, and the map from our
+method and task names to its rows, so a report can put the paper's gaps beside ours.
 
-Two setups, transcribed verbatim from PAPER.md §7 (itself a re-layout of the Fast-HSD legacy
-README "Results"; the repository never reads PAPER.md at run time):
+Two setups, transcribed verbatim from the Fast-HSD legacy README "Results" (docs/paper.md §5;
+the repository never reads it at run time):
 
   tree:  Llama-3.1-8B-Instruct + EAGLE-3 draft, T = 0.7, block size 7, a single run;
          BE = accepted draft tokens per target step (EAGLE's accept_length, no +1);
@@ -12,7 +12,7 @@ README "Results"; the repository never reads PAPER.md at run time):
          11; the tail block is excluded); DS = gamma-normalised proposed tokens/s.
 
 Tasks are the paper's columns MATH, MBPP+ (Pass@1), INCLUDE and BFCL (the parallel_multiple
-category); accuracies are in percent. Matched pairs (PAPER.md §5): a lossy truncation rule at
+category); accuracies are in percent. Matched pairs (docs/laws.md §5): a lossy truncation rule at
 a parameter is compared with its truncation sampler + lossless SD at the same parameter
 (SpecCascade rho <-> Min-p + SD rho, lossy eta <-> eta + SD eta); lenience and CoS, which
 truncate nothing, with the lossless baseline.
@@ -33,7 +33,7 @@ TASK_COLUMNS = {
     'bfcl_parallel_multiple': 'BFCL',
 }
 
-# The paper's task sizes (PAPER.md §1.5) and its grids (PAPER.md §1.7): rule -> (parameter,
+# The paper's task sizes (docs/paper.md §2) and its grids (docs/paper.md §4): rule -> (parameter,
 # values); min-p + SD and eta + SD at each value come from the plan's matched baselines.
 TASK_SIZES = {'math': 500, 'mbppplus': 378, 'include': 220, 'bfcl_parallel_multiple': 200}
 GRIDS = {
@@ -57,14 +57,14 @@ def grid(rule_names) -> tuple[str, ...]:
 SETUPS: dict[str, dict[str, str]] = {
     'tree': {
         'label': 'Llama-3.1-8B-Instruct + EAGLE-3 (tree, paper)',
-        'section': 'PAPER.md §7.1',
+        'section': 'docs/paper.md §5.1',
         'runs': 'single run',
         'be_definition': 'accepted draft tokens per target step (EAGLE accept_length, no +1)',
         'ds_definition': 'new tokens / wall time (tokens/s)',
     },
     'chain': {
         'label': 'Qwen2.5-72B + 0.5B draft (chain, gamma 10, paper)',
-        'section': 'PAPER.md §7.2',
+        'section': 'docs/paper.md §5.2',
         'runs': 'mean ± std over 3 seeds',
         'be_definition': 'tokens per full-gamma block incl. the bonus token (max 11)',
         'ds_definition': 'gamma-normalised proposed tokens/s (gamma * full blocks / decode s)',
@@ -113,7 +113,7 @@ NOTES = {
 }
 
 # fmt: off
-# PAPER.md §7.1: (method, param, MATH, MBPP+, INCLUDE, BFCL), each task (BE, DS, Acc %).
+# docs/paper.md §5.1: (method, param, MATH, MBPP+, INCLUDE, BFCL), each task (BE, DS, Acc %).
 _TREE = (
     ('Baseline', None,
      (3.76, 140.21, 73.2), (4.7, 167.83, 59.3), (0.67, 45.72, 35.5), (2.57, 85.27, 86.0)),
@@ -167,7 +167,7 @@ _TREE = (
      (4.46, 158.17, 73.0), (5.17, 179.31, 57.14), (1.0, 53.21, 26.82), (2.62, 85.05, 83.0)),
 )
 
-# PAPER.md §7.2: (method, param, MATH, MBPP+, INCLUDE, BFCL), each task
+# docs/paper.md §5.2: (method, param, MATH, MBPP+, INCLUDE, BFCL), each task
 # (BE, DS, Acc %, BE std, DS std, Acc std).
 _CHAIN = (
     ('SD Baseline', None,

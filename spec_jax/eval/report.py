@@ -5,7 +5,7 @@ Input: the metrics rows of `spec_jax.eval.metrics`, one dict per task x method (
 speed set has `scored` False and no score). `write_report` writes into one directory:
 
   report.md             per task the headline table; the matched pairs (each lossy method
-                        beside its matched baseline, PAPER.md §5: the score difference with
+                        beside its matched baseline, docs/laws.md §5: the score difference with
                         both intervals, the block-efficiency difference, TV, KL, the mass
                         outside the allowed set and the overshoot); the paper's gaps beside
                         ours (`spec_jax.eval.paper`); links to the figures, each with the
@@ -89,7 +89,7 @@ PAPER_FIELDS = (
     'paper_note',
 )
 
-# Which of our block efficiencies follows the paper's definition (PAPER.md §1.6) per setup.
+# Which of our block efficiencies follows the paper's definition (docs/paper.md §3) per setup.
 PAPER_BE_FIELD = {'chain': 'be_full_gamma', 'tree': 'accept_length'}
 
 
@@ -461,7 +461,7 @@ def _pairs_section(rows: Sequence[dict[str, Any]]) -> list[str]:
         '## Matched pairs',
         '',
         'Each lossy method beside its matched baseline (the same truncation sampled and '
-        'verified losslessly, or lossless SD for rules that truncate nothing; PAPER.md §5). '
+        'verified losslessly, or lossless SD for rules that truncate nothing; docs/laws.md §5). '
         'Δ = method minus matched baseline (score in percentage points); TV, KL, outside '
         "and overshoot are the lossy method's distortion against the baseline law.",
         '',
@@ -505,7 +505,7 @@ def write_report(
       rows: metrics rows (FIELDS), one per task x method.
       out_dir: the directory (created if needed).
       mode: the run's speculative mode, 'chain' or 'tree': the matched-baseline convention and
-        the paper setup to compare with (PAPER.md §7.2 chain, §7.1 tree).
+        the paper setup to compare with (docs/paper.md §5.2 chain, §5.1 tree).
       title: the page title.
       theory: theory distortion curves for the distortion figure,
         {rule_name: {'param': [...], 'tv': [...], 'label': str}}

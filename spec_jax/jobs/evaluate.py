@@ -75,7 +75,7 @@ def task(limit: int, max_new_tokens: int, source: str = '') -> ml_collections.Co
 
 
 def paper_setup(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """The decoding and tasks both of the paper's setups share (PAPER.md §1.4, §1.5): T 0.7,
+    """The decoding and tasks both of the paper's setups share (docs/paper.md §1, §2): T 0.7,
     2048 new tokens, MATH, MBPP+, INCLUDE and BFCL parallel_multiple at the paper's sizes
     from the hub (or a `data_root` holding the full sets: set each task's source to '')."""
     c.temperature = 0.7

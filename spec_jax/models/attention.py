@@ -71,7 +71,7 @@ def attend(
       keys_rsh, values_rsh: [R, S, H].
       mask_bts: [B, T, S], True where new token t may see key s.
       diagonal: extra (keys [R, T, H], values [R, T, H]) blocks; new token t sees only
-        entry t of each (the EAGLE-3 training-time test's earlier steps, EAGLE3.md §1.10).
+        entry t of each (the EAGLE-3 training-time test's earlier steps, docs/eagle3.md §5).
         One softmax runs over the S keys and these together.
 
     Returns:

@@ -1,4 +1,4 @@
-"""The EAGLE-3 draft head (docs EAGLE3.md §1.1) in Flax.
+"""The EAGLE-3 draft head (docs/eagle3.md §1) in Flax.
 
 One call of the head:
 
@@ -15,14 +15,14 @@ One call of the head:
   of width 2D (embedding FIRST), residual = the hidden stream before `hidden_norm`;
   `norm` then `lm_head` over the reduced draft vocabulary U (`draft_vocab_size`);
   `d2t` maps a draft id u to the target id u + d2t[u]; `t2d` marks target ids in U.
-- Pairing (§1.6): feature of position t goes with token t+1 at RoPE position t; the output at
-  t predicts token t+2.
+- Pairing (docs/eagle3.md §2): feature of position t goes with token t+1 at RoPE position t;
+  the output at t predicts token t+2.
 
 Attention context: with a KV cache (`kv=(cache_k [R, S, H], cache_v, lengths [B])`, R = B * K)
 the new keys are written at slots lengths+t and the mask is [B, T, S] (chain or tree
 drafting). Without a cache the T tokens attend each other through a [B, T, T] mask, plus,
 for the training-time test, `diag_kv`: keys/values of earlier TTT steps, each attended only
-at the same index t (EAGLE3.md §1.10).
+at the same index t (docs/eagle3.md §5).
 """
 
 from __future__ import annotations

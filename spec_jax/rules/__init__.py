@@ -7,7 +7,7 @@
   base = rules.matched_baseline(rule)               # truncation + lossless verifier
   rules.tv(pi, base.law(p))
 
-Rules (registry names; PAPER.md sections in each docstring):
+Rules (registry names; docs/laws.md sections in each docstring):
   lossless: lossless, greedy
   collaborative: lenience (l), cos (lam), overshoot_only (l), overshoot_tail (l, rho),
     uniform_interp (w)

@@ -8,7 +8,7 @@ a static field compiles a new trace. Parameters are validated in `__post_init__`
 builds a rule (`make`, the constructor); pytree unflattening skips that validation, since
 during tree operations the leaves may be tracers or placeholders. A rule whose parameters are
 Python floats is hashable and compares by value. Probabilities are always the
-*processed* distributions (PAPER.md §0): p is the target's next-token law after temperature
+*processed* distributions (docs/laws.md §1): p is the target's next-token law after temperature
 (and whatever warper the run uses), q the draft's law after the same processing.
 
 The contract (all methods vectorised over leading axes; V is the vocabulary):
@@ -29,7 +29,7 @@ scalars p(x), q(x) and calls `accept_from(px, qx, x, stats)`, where `stats(p, q)
 few per-row reductions a rule needs (max p, entropy, q(A), ...). `accept_prob` and
 `accept_all` are defined from the same two methods, so there is one formula per rule.
 
-The yield shape (PAPER.md §4.5). Many rules are 'yield rules': a yield y(x) <= q(x) is
+The yield shape (docs/laws.md §4.5). Many rules are 'yield rules': a yield y(x) <= q(x) is
 accepted with probability y(x)/q(x), and a rejection emits a sample of norm((t - y)_+) where
 t is the law the rule is exact for (t = p for all but SpecCascade, where t = its mixture pi).
 Their law is then, in closed form,
@@ -51,7 +51,7 @@ import jax.numpy as jnp
 Array = jax.Array
 
 # Normalisers at or below this are treated as zero (the residual falls back to p). The same
-# value is EAGLE's numerical guard for the tree residual (PAPER.md §3.3).
+# value is EAGLE's numerical guard for the tree residual (docs/laws.md §3.3).
 ZERO_MASS = 1e-9
 
 _REGISTRY: dict[str, type] = {}
@@ -309,7 +309,7 @@ class Rule:
       tree_modes: the tree verification modes supported: 'deterministic' (EAGLE-style
         ordered siblings, rejection zeroes the sibling), 'iid' (SpecInfer's siblings drawn
         i.i.d. from q) and/or 'distinct' (drawn from q without replacement).
-      section: the PAPER.md section that defines the rule.
+      section: the docs/laws.md section that defines the rule.
       stats_need_q: whether `stats(p, q)` reads q. When it does not, `verify_chain` computes
         the statistics on the whole target [B, A+1, V] with q=None and drops the last row,
         which avoids copying a [B, A, V] slice of the target.

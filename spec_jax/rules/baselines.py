@@ -1,4 +1,4 @@
-"""Matched baselines: the truncation sampler plus lossless verification (PAPER.md §5).
+"""Matched baselines: the truncation sampler plus lossless verification (docs/laws.md §5).
 
 A lossy truncation verifier must be compared with 'target + the same truncation sampler +
 lossless SD', whose output law is exactly the truncated target p_A; otherwise accuracy
@@ -87,7 +87,7 @@ base.register_pytree(MatchedBaseline)
 
 
 def matched_baseline(rule: base.Rule) -> MatchedBaseline:
-    """The matched baseline of `rule` (PAPER.md §5).
+    """The matched baseline of `rule` (docs/laws.md §5).
 
     minp_verify(rho), overshoot_tail(rho) -> min-p(rho); eta_verify(eta) -> eta sampling;
     speccascade token_v3(alpha) -> min-p(1 - alpha); token_v2(alpha) -> the gap set

@@ -1,4 +1,4 @@
-"""Speculative cascades (Narasimhan et al., ICLR 2025), PAPER.md §3.4."""
+"""Speculative cascades (Narasimhan et al., ICLR 2025), docs/laws.md §3.4."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ DEFERRALS = ('chow', 'diff', 'opt', 'token_v1', 'token_v2', 'token_v3')
 @base.register
 @dataclasses.dataclass(frozen=True)
 class SpecCascade(base.YieldRule):
-    """SpecCascade: lossless speculative sampling against a deferral mixture pi, PAPER.md §3.4.
+    """SpecCascade: lossless speculative sampling against a deferral mixture pi, docs/laws.md §3.4.
 
     Inputs: p and q as given. The original colab evaluates the deferral criteria on T = 1
     probabilities and the mixture on temperature-scaled ones; this rule reads both from the

@@ -50,7 +50,7 @@ def verify_chain(
     draft_tokens_ba: jax.Array,
     pad_id: int = 0,
 ) -> ChainResult:
-    """Verifies a chain of drafted tokens with `rule` (PAPER.md §6, 'Chain, vectorised').
+    """Verifies a chain of drafted tokens with `rule` (docs/laws.md §6).
 
     For positions i < A: a_i = rule.a(x_i) from the gathered p_i(x_i), q_i(x_i) and the
     rule's per-row statistics; u_i ~ U(0, 1]; accept on u_i <= a_i; n = number of leading

@@ -1,4 +1,4 @@
-"""Collaborative verification: lenience, CoS and the overshoot ablations (PAPER.md §4)."""
+"""Collaborative verification: lenience, CoS and the overshoot ablations (docs/laws.md §4)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def _lossless_residual(p, q):
 @base.register
 @dataclasses.dataclass(frozen=True)
 class Lenience(base.Rule):
-    """Lenience (Leviathan et al. 2023, App. A.5), PAPER.md §4.1 (chain) and §4.2 (tree).
+    """Lenience (Leviathan et al. 2023, App. A.5), docs/laws.md §4.1 (chain) and §4.2 (tree).
 
     Inputs: processed p and q (temperature only in the paper's lossy runs).
 
@@ -73,7 +73,7 @@ class Lenience(base.Rule):
 @base.register
 @dataclasses.dataclass(frozen=True)
 class CoS(base.YieldRule):
-    """CoS, collaborative decoding via speculation (Fu et al. 2025), PAPER.md §4.3.
+    """CoS, collaborative decoding via speculation (Fu et al. 2025), docs/laws.md §4.3.
 
     Follows the Fast-HSD experiment code: `lam` is the weight on the DRAFT.
 
@@ -113,7 +113,7 @@ class CoS(base.YieldRule):
 @base.register
 @dataclasses.dataclass(frozen=True)
 class OvershootOnly(base.YieldRule):
-    """Overshoot capping only (Fast-HSD disabled variant), PAPER.md §4.5.
+    """Overshoot capping only (Fast-HSD disabled variant), docs/laws.md §4.5.
 
     - Yield y = min(q, p/l): a(x) = min(1, p(x) / (l q(x))).
     - Replacement: norm((p - y)_+), falling back to p. Bonus: p.
@@ -143,7 +143,7 @@ class OvershootOnly(base.YieldRule):
 @base.register
 @dataclasses.dataclass(frozen=True)
 class OvershootTail(base.YieldRule):
-    """Overshoot capping with tail truncation (Fast-HSD disabled variant), PAPER.md §4.5.
+    """Overshoot capping with tail truncation (Fast-HSD disabled variant), docs/laws.md §4.5.
 
     Inputs: processed p, q; the tail set is min-p on p with ratio `rho` (the patch used 0.5).
 
@@ -185,7 +185,7 @@ class OvershootTail(base.YieldRule):
 @base.register
 @dataclasses.dataclass(frozen=True)
 class UniformInterp(base.Rule):
-    """Uniform interpolation without an overshoot ceiling (contrast to PAPER.md §4.1, §4.5).
+    """Uniform interpolation without an overshoot ceiling (contrast to docs/laws.md §4.1, §4.5).
 
     Definition. With U = {q <= p} (draft under-estimates), O = {q > p} (overshoot),
     TV = sum_v (p - q)_+ and q(O) = sum_{v in O} q(v), the rule targets

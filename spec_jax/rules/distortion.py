@@ -1,4 +1,4 @@
-"""Distortion measures between an induced law pi and a reference law (PAPER.md §3-§5).
+"""Distortion measures between an induced law pi and a reference law (docs/laws.md §3-§5).
 
 `compare` / `measure` (theory, diagnose) put pi first: KL(pi || reference). `meter` is what
 the engine records at every emitted position of a run (docs/eval.md, metrics): TV(pi, p_A),

@@ -1,4 +1,4 @@
-"""Lossless rules: speculative sampling and greedy verification (PAPER.md §2)."""
+"""Lossless rules: speculative sampling and greedy verification (docs/laws.md §2)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from spec_jax.rules import base
 @base.register
 @dataclasses.dataclass(frozen=True)
 class Lossless(base.YieldRule):
-    """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023), PAPER.md §2.1-§2.3.
+    """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023), docs/laws.md §2.1-§2.3.
 
     Inputs: p and q processed identically (temperature, and the truncation warper in matched
     baselines); q must be the law the draft token was actually sampled from.
@@ -53,7 +53,7 @@ class Lossless(base.YieldRule):
 @base.register
 @dataclasses.dataclass(frozen=True)
 class Greedy(base.Rule):
-    """Greedy verification (PAPER.md §2; EAGLE3.md §1.8 greedy path).
+    """Greedy verification (docs/laws.md §2.1).
 
     Accept the drafted token iff it is the target argmax.
 
@@ -71,7 +71,7 @@ class Greedy(base.Rule):
     name = 'greedy'
     lossless = True
     tree_modes = ('deterministic',)
-    section = '§2 (greedy)'
+    section = '§2.1 (greedy)'
 
     def stats(self, p, q):
         return jnp.argmax(p, -1).astype(jnp.int32)

@@ -5,12 +5,12 @@ its measurements (`parameter_curve`).
 For a family of random targets p and drafts q_t = softmax((1 - t) z_q + t z_p) that move
 towards p as t goes 0 -> 1, every rule's induced law pi (chain: `rule.induced`; tree node:
 `rule.induced_tree_node` with the draft's top-C tokens as ordered siblings) is compared with
-its matched baseline p_A (PAPER.md §5). Draft quality is 1 - TV(p, q_t). `run_theory`
+its matched baseline p_A (docs/laws.md §5). Draft quality is 1 - TV(p, q_t). `run_theory`
 computes the curves and checks the paper's claims numerically (`check_claims`):
 
   lossless_exact          lossless (and greedy) distortion is 0 in chain and tree mode;
   chain_truncation_floor  chain min-p/eta distortion does not vanish as q -> p: at q = p it
-                          equals (1 - p(A))^2, the leaked tail mass (PAPER.md §3.2 writes
+                          equals (1 - p(A))^2, the leaked tail mass (the paper writes
                           1 - p(A), assuming pi -> p; the exact limit is the square);
   tree_truncation_greedy  tree min-p/eta tends to onehot(argmax p) (near-greedy) and its
                           distortion tends to 1 - p_A(argmax) > 0;

@@ -1,6 +1,6 @@
 """Tree (multi-draft) verification at one node and over a whole static tree.
 
-Representation (EAGLE3.md §5). A tree of M nodes is given by parent pointers [M]: node 0 is
+Representation (docs/eagle3.md §4). A tree of M nodes is given by parent pointers [M]: node 0 is
 the root (the last committed token, never verified), parents[i] < i for i >= 1 (depth
 order), and the children of a node are visited in index order, which is the draft order
 (EAGLE: descending draft probability). From the pointers we build a children table
@@ -19,7 +19,7 @@ have static shapes: the accepted path [B, D+1] padded with its last node (never 
 length, and the final token (residual sample, or the bonus at a leaf).
 
 Three sibling modes (`rule.tree_modes`; docs/engine.md "Tree rounds"):
-  deterministic  EAGLE (PAPER.md §2.2, §3.3, §4.2): rule.tree_gate(P(c_j)) accepts;
+  deterministic  EAGLE (docs/laws.md §2.2, §3.3, §4.2): rule.tree_gate(P(c_j)) accepts;
                  a rejection zeroes c_j and renormalises; duplicates and -1 are skipped;
                  if the residual mass falls to <= 1e-9 the scan stops and the token comes
                  from the full p (EAGLE's guard).

@@ -1,4 +1,4 @@
-"""Truncation-based verification: min-p, eta and Medusa typical acceptance (PAPER.md §3)."""
+"""Truncation-based verification: min-p, eta and Medusa typical acceptance (docs/laws.md §3)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def _set_law(p, q, mask, rest):
 
 
 class _HardSetChain(base.Rule):
-    """The chain form Fast-HSD runs for a truncation set A(p) (PAPER.md §3.2): accept iff
+    """The chain form Fast-HSD runs for a truncation set A(p) (docs/laws.md §3.2): accept iff
     p(x) >= threshold (`stats`), else emit a sample of the full p; law q 1_A + (1 - q(A)) p.
     Subclasses define `allowed(p)` and `stats(p, q)` (the per-row threshold)."""
 
@@ -36,7 +36,7 @@ class _HardSetChain(base.Rule):
 @base.register
 @dataclasses.dataclass(frozen=True)
 class MinPVerify(_HardSetChain):
-    """Min-p truncation verification as Fast-HSD runs it (SpecCascade), PAPER.md §3.2-§3.3.
+    """Min-p truncation verification as Fast-HSD runs it (SpecCascade), docs/laws.md §3.2-§3.3.
 
     Inputs: the processed target p (temperature only; the set is read from it) and q.
     A = {v : p(v) >= rho max p} (`sampling.min_p_mask`).
@@ -46,8 +46,8 @@ class MinPVerify(_HardSetChain):
     - Bonus: p.
     - Law: pi = q 1_A + (1 - q(A)) p; acceptance q(A). The tail keeps (1 - q(A)) p(x), so
       the distortion against the matched baseline p_A does not vanish as the draft improves:
-      at q = p, pi = p 1_A + (1 - p(A)) p and TV(pi, p_A) = (1 - p(A))^2. (PAPER.md §3.2
-      writes 'pi -> p, TV -> 1 - p(A)'; the exact limit is this one.)
+      at q = p, pi = p 1_A + (1 - p(A)) p and TV(pi, p_A) = (1 - p(A))^2. (The paper
+      writes 'pi -> p, TV -> 1 - p(A)'; the exact limit is this one: docs/laws.md §3.2.)
     - rho = 0 accepts everything; rho = 1 accepts only the argmax (and exact ties).
     - Tree (§3.3): g_j = 1[P_{j-1}(c_j) >= rho max P_{j-1}] = 1[c_j in A] (the argmax is
       never rejected, so the ratio is invariant to renormalisation); rejection zeroes the
@@ -85,7 +85,7 @@ class MinPVerify(_HardSetChain):
 @base.register
 @dataclasses.dataclass(frozen=True)
 class EtaVerify(_HardSetChain):
-    """Eta truncation verification ('Medusa'/'Typical' rows), PAPER.md §3.2-§3.3.
+    """Eta truncation verification ('Medusa'/'Typical' rows), docs/laws.md §3.2-§3.3.
 
     Inputs: the processed target p (temperature only) and q.
     A = {v : p(v) >= tau(p)}, tau(P) = min(eta, sqrt(eta) exp(-H(P))) (`sampling.eta_mask`).
@@ -132,7 +132,7 @@ class EtaVerify(_HardSetChain):
 @base.register
 @dataclasses.dataclass(frozen=True)
 class Typical(base.Rule):
-    """Medusa typical acceptance (FasterDecoding/Medusa; vLLM), PAPER.md §3.5-§3.6.
+    """Medusa typical acceptance (FasterDecoding/Medusa; vLLM), docs/laws.md §3.5-§3.6.
 
     Inputs: the processed target p (temperature before both probability and entropy); q is
     ignored by the gate. A = {v : p(v) > min(eps, delta exp(-H(p)))} with Medusa's entropy

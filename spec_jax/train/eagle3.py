@@ -1,7 +1,7 @@
-"""EAGLE-3 head training with the training-time test (TTT), EAGLE3.md §1.10.
+"""EAGLE-3 head training with the training-time test (TTT), docs/eagle3.md §5.
 
-Pairs (the "shift", §1.6): with tokens x_0..x_{T-1}, target taps f_t and target logits z_t
-(z_t predicts x_{t+1}),
+Pairs (the "shift", docs/eagle3.md §2): with tokens x_0..x_{T-1}, target taps f_t and target
+logits z_t (z_t predicts x_{t+1}),
 
     step 0, index t: hidden fc(f_t), token x_{t+1}, position t -> x_{t+2} ~ z_{t+1}
     step j, index t: hidden out_{j-1}[t], token x_{t+j+1}, pos t+j -> x_{t+j+2} ~ z_{t+j+1}

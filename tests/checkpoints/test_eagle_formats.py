@@ -249,7 +249,7 @@ def test_norm_before_residual_survives_export(tmp_path, fmt):
 
 
 def _reference_logits(state, config, emb_td, taps_td, eps):
-    """The official head's forward in numpy, written from EAGLE3.md §1.1 (one sequence at
+    """The official head's forward in numpy, written from docs/eagle3.md §1 (one sequence at
     positions 0..T-1): fc over the concatenated taps; attention input = [input_layernorm(
     embedding), hidden_norm(hidden)] (embedding first); residual = the hidden before its norm;
     RoPE rotate-half; GQA; SiLU MLP; final norm; lm_head over the draft vocabulary."""

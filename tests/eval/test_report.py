@@ -122,7 +122,7 @@ def test_write_report(tmp_path, curve):
         plain = list(csv.DictReader(f))
     assert len(plain) == len(rows) and list(plain[0])[: len(report.FIELDS)] == list(report.FIELDS)
 
-    # paper_comparison.csv: our gaps beside the paper's (PAPER.md §7.2).
+    # paper_comparison.csv: our gaps beside the paper's (docs/paper.md §5.2).
     with open(paths['paper_csv'], newline='') as f:
         comparison = {(r['task'], r['method']): r for r in csv.DictReader(f)}
     assert not any(task in ('gsm8k', 'speed_mtbench') for task, _ in comparison)
@@ -200,7 +200,7 @@ def test_paper_rows():
     assert paper.paper_row('tree', 'mbppplus', 'lossless')['method'] == 'Baseline'
     bfcl = paper.paper_row('tree', 'bfcl_parallel_multiple', 'baseline[eta=0.25]')
     assert bfcl['ds'] == 63.85 and bfcl['note'] and bfcl['acc_std'] is None
-    # PAPER.md §7.3's contrasts.
+    # docs/paper.md §5.3's contrasts.
     gap = paper.paper_gap('tree', 'math', 'eta_verify:eta=0.05')
     assert gap['matched']['method'] == 'η + SD' and gap['d_acc'] == pytest.approx(-9.2)
     assert gap['d_be'] == pytest.approx(4.82 - 3.85)
@@ -218,7 +218,7 @@ def test_paper_rows():
 
 def test_gaps_by_method_on_tasks_the_paper_did_not_run(tmp_path):
     """A run on other tasks (the README's: GSM8K, HumanEval, BFCL simple) still gets the
-    paper's gaps for its methods: CoS 0.4 on MATH, 60.40 - 76.47 (PAPER.md §7.2)."""
+    paper's gaps for its methods: CoS 0.4 on MATH, 60.40 - 76.47 (docs/paper.md §5.2)."""
     rows = [r for r in make_rows() if r['task'] in ('gsm8k', 'speed_mtbench')]
     gaps = {g['method']: g for g in report.method_gaps(rows, 'chain')}
     assert gaps['cos:lam=0.4']['paper']['MATH'] == pytest.approx(60.40 - 76.47)

@@ -217,7 +217,7 @@ def test_short_batches_run_at_a_few_sizes():
 @pytest.mark.parametrize('name, methods', [('qwen25_72b_chain', 30), ('llama31_8b_eagle3', 26)])
 def test_the_paper_setups_plan_here(name, methods):
     """The paper's two setups (hub weights, accelerators) dry-run offline: every rule of
-    PAPER.md §1.7's grids with its matched baseline, the paper's task sizes."""
+    docs/paper.md §4's grids with its matched baseline, the paper's task sizes."""
     c = runtime.load_config(os.path.join(ROOT, 'configs', 'experiments', f'{name}.py'))
     text = evaluate.dry_run(c)
     assert f'{methods} methods:' in text

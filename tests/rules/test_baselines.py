@@ -1,4 +1,4 @@
-"""Matched baselines (PAPER.md §5) and distortion measures."""
+"""Matched baselines (docs/laws.md §5) and distortion measures."""
 
 from __future__ import annotations
 
@@ -70,7 +70,8 @@ def test_distortion_measures():
     np.testing.assert_allclose(rules.overshoot_ratio(p, pi), 2.0, rtol=1e-6)
     np.testing.assert_allclose(rules.tv(p, p), 0.0)
     # Chain truncation at q = p: pi = p 1_A + (1 - p(A)) p, so TV(pi, p_A) = (1 - p(A))^2 > 0
-    # (the leaked tail mass). PAPER.md §3.2 says '-> 1 - p(A)', assuming pi -> p; it does not.
+    # (the leaked tail mass). The paper says '-> 1 - p(A)', assuming pi -> p; it does not
+    # (docs/laws.md §3.2).
     rng = np.random.default_rng(1)
     pp = jnp.asarray(rng.dirichlet(np.full(V, 0.5), size=16), jnp.float32)
     rule = rules.make('minp_verify', rho=0.3)

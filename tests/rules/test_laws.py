@@ -35,7 +35,7 @@ further than r(n) from the mistaken closed form, and verifiers built with a wron
 parameter fail the comparison with the correct closed form.
 
 Tree mode: the law at one node is compared with an enumeration of the sibling walk written
-independently in numpy (`node_law_enumerated`, from PAPER.md §2.2, §3.3, §4.2).
+independently in numpy (`node_law_enumerated`, from docs/laws.md §2.2, §3.3, §4.2).
 """
 
 from __future__ import annotations
@@ -355,7 +355,7 @@ def _entropy(x: np.ndarray) -> float:
 def node_law_enumerated(name: str, params: dict, p, siblings, mistake: str | None = None):
     """Law of the token emitted at one tree node, deterministic ordered siblings, in numpy.
 
-    Written from PAPER.md (§2.2 skeleton; gates of §2.2, §3.3, §4.2), not from the library:
+    Written from docs/laws.md (§2.2 skeleton; gates of §2.2, §3.3, §4.2), not from the library:
     P_0 = p; for each sibling c_j in order (padding -1 and repeated tokens skipped) accept
     with g_j computed on the current residual P_{j-1}; on rejection zero c_j and
     renormalise; P(emit c_j) = g_j prod_{i<j} (1 - g_i); if all are rejected emit a sample

@@ -1,4 +1,4 @@
-"""Unit properties of PAPER.md §6 and parameter validation."""
+"""Unit properties of docs/laws.md §6 and parameter validation."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_lenience_law_is_capped_by_p_over_l(l):
     _, pi, _, rate = _accept_and_law(rule)(p, q)
     assert np.all(np.asarray(pi) <= np.asarray(p) / l + 1e-6)
     np.testing.assert_allclose(rate, jnp.minimum(q, p / l).sum(-1), atol=1e-5)
-    # The tree form keeps the ceiling too (PAPER.md §4.2).
+    # The tree form keeps the ceiling too (docs/laws.md §4.2).
     sibs = jnp.argsort(-q, axis=-1)[:, :3]
     pi_tree = jax.jit(rule.induced_tree_node)(p, sibs)
     assert np.all(np.asarray(pi_tree) <= np.asarray(p) / l + 1e-6)

@@ -2,7 +2,7 @@
 
 The node-law tests compare `rules.verify_node` (Monte Carlo) and `rule.induced_tree_node`
 (closed form) with `test_laws.node_law_enumerated`, a numpy walk over the ordered siblings
-written from PAPER.md (§2.2, §3.3, §4.2) that shares no code with the library's
+written from docs/laws.md (§2.2, §3.3, §4.2) that shares no code with the library's
 `tree_gate`. The Monte Carlo bound is the Bretagnolle-Huber-Carol radius of
 `test_laws.tv_radius` (delta = 1e-8 per comparison).
 """

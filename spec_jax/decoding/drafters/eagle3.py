@@ -44,7 +44,7 @@ class Eagle3State:
 
 @dataclasses.dataclass(frozen=True)
 class Eagle3Drafter:
-    """An EAGLE-3 head drafting a chain from the target's feature taps (EAGLE3.md §1.6).
+    """An EAGLE-3 head drafting a chain from the target's feature taps (docs/eagle3.md §2).
 
     The head's entry at position t pairs the target's taps f_t with token x_{t+1} and
     predicts x_{t+2}. With C committed tokens and s_C pending, f_t exists for t <= C - 1
@@ -164,7 +164,7 @@ class Eagle3Drafter:
         # The steps' cache writes sit at or past C: the next window overwrites them.
         return state, x_ba, q_bav
 
-    # --- trees (docs/engine.md, "Tree rounds"; EAGLE3.md §1.7) ---------------------------
+    # --- trees (docs/engine.md, "Tree rounds"; docs/eagle3.md §4) ----------------------
 
     def propose_tree(
         self, params, state: Eagle3State, committed_b, shape: trees.TreeShape, key_b=None,
