@@ -36,7 +36,7 @@ from spec_jax.jobs import runtime
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
-from spec_jax.train import core, data, distill
+from spec_jax.train import batches, core, distill, generation, prompts, shards, teacher
 from spec_jax.train import eagle3 as train_e3
 
 
@@ -55,12 +55,12 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     if c.data.generate:
         deadline = _deadline(c.data.seconds)
         generated = {}
-        if data.SELF_INSTRUCT in c.data.sources:
+        if prompts.SELF_INSTRUCT in c.data.sources:
             si = c.data.self_instruct
-            generated[data.SELF_INSTRUCT] = data.self_instruct_prompts(
+            generated[prompts.SELF_INSTRUCT] = generation.self_instruct_prompts(
                 target,
                 si.num_prompts,
-                os.path.join(data_dir, data.SELF_INSTRUCT),
+                os.path.join(data_dir, prompts.SELF_INSTRUCT),
                 batch_size=si.batch_size,
                 max_tokens=si.max_tokens,
                 temperature=si.temperature,
@@ -68,18 +68,18 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
                 seed=c.data.seed,
                 deadline=deadline,
             )
-        if data.SUMMARIZE in c.data.sources:
-            generated[data.SUMMARIZE] = data.summarize_prompts(
+        if prompts.SUMMARIZE in c.data.sources:
+            generated[prompts.SUMMARIZE] = prompts.summarize_prompts(
                 target.tokenizer, tuple(c.data.summarize_dirs), c.data.seed
             )
         # An unfinished self-instruct stage means the deadline has passed, so no answer
         # shard is written from the (shorter) prompt list; shard k always holds batch k.
-        prompts = data.training_prompts(
+        prompts = prompts.training_prompts(
             tuple(c.data.sources), c.data.seed, c.data.root, generated=generated
         )
         if c.data.num_prompts:
             prompts = prompts[: c.data.num_prompts]
-        summary['data'] = data.generate_dataset(
+        summary['data'] = generation.generate_dataset(
             target,
             prompts,
             data_dir,
@@ -90,21 +90,21 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
             deadline=deadline,
         )
     for extra in c.data.extra_dirs:
-        if not data.finished_shards(extra):
+        if not shards.finished_shards(extra):
             raise ValueError(f'data.extra_dirs: no finished shards in {extra!r}')
     dirs = ([data_dir] if os.path.isdir(data_dir) else []) + list(c.data.extra_dirs)
     sidecars = []
     top_k = soft_label_count(c)
     if top_k:
-        summary['teacher_topk'] = {d: data.teacher_topk(target, d, top_k) for d in dirs}
-        sidecars.append(data.topk_name(top_k))
+        summary['teacher_topk'] = {d: teacher.teacher_topk(target, d, top_k) for d in dirs}
+        sidecars.append(shards.topk_name(top_k))
     if top_k and c.kind == 'eagle3':  # Cached EAGLE-3 training: the taps too, once.
         taps = target.cfg.hf_taps()
-        summary['teacher_taps'] = {d: data.teacher_taps(target, d, taps) for d in dirs}
-        sidecars.append(data.taps_name(taps))
-    examples = [e for d in dirs for e in data.read_examples(d, sidecars)]
+        summary['teacher_taps'] = {d: teacher.teacher_taps(target, d, taps) for d in dirs}
+        sidecars.append(shards.taps_name(taps))
+    examples = [e for d in dirs for e in shards.read_examples(d, sidecars)]
     if c.data.reference:
-        examples += data.reference_examples(
+        examples += prompts.reference_examples(
             target.tokenizer,
             tuple(c.data.reference),
             c.data.seed,
@@ -135,9 +135,9 @@ def check_config(c: ml_collections.ConfigDict) -> None:
     if c.kind not in ('draft_lm', 'eagle3'):
         raise ValueError(f'kind must be draft_lm or eagle3, got {c.kind!r}')
     soft_label_count(c)
-    if data.SUMMARIZE in c.data.sources and not c.data.summarize_dirs:
+    if prompts.SUMMARIZE in c.data.sources and not c.data.summarize_dirs:
         raise ValueError(
-            f'data.sources={tuple(c.data.sources)} has {data.SUMMARIZE!r}, whose documents are '
+            f'data.sources={tuple(c.data.sources)} has {prompts.SUMMARIZE!r}, whose documents are '
             'the responses stored in finished data directories: set data.summarize_dirs'
         )
     if c.kind == 'draft_lm' and c.data.reference and ce_step_count(c.train) >= c.train.steps:
@@ -155,14 +155,14 @@ def data_paths(c: ml_collections.ConfigDict) -> list[str]:
     answers, held-out speed sets)."""
     paths = []
     if c.data.generate:
-        paths += [p for name in c.data.sources for p in data.SOURCE_FILES.get(name, ())]
-    paths += [p for name in c.data.reference for p in data.SOURCE_FILES.get(name, ())]
+        paths += [p for name in c.data.sources for p in prompts.SOURCE_FILES.get(name, ())]
+    paths += [p for name in c.data.reference for p in prompts.SOURCE_FILES.get(name, ())]
     if c.eval.enabled:
         paths += data_files.speed_files(c.eval.sets)
     return list(dict.fromkeys(paths))
 
 
-def check_training_data(workdir: str, examples: list[data.Example]) -> None:
+def check_training_data(workdir: str, examples: list[shards.Example]) -> None:
     """Refuses to resume checkpoints that were trained on other examples.
 
     The batch stream (and an EAGLE-3 head's draft vocabulary) is a function of the example
@@ -254,7 +254,7 @@ def _train_state(params, optimizer):
 
 def _batches(c, examples):
     def make(start):
-        yield from data.batch_stream(
+        yield from batches.batch_stream(
             examples, c.train.batch_size, c.train.seq_len, c.train.seed, start, c.train.bucket
         )
 
@@ -366,15 +366,15 @@ def export_draft_lm(directory: str, dcfg: ModelConfig, params, tokenizer, dtype=
 # ---- held-out evaluation ----------------------------------------------------------------
 
 
-def heldout_examples(c, target, workdir: str) -> tuple[list[data.Example], list[str]]:
+def heldout_examples(c, target, workdir: str) -> tuple[list[shards.Example], list[str]]:
     """Target-greedy responses to held-out speed prompts (generated once, cached), and the
     speed set of each."""
     prompts = [
-        data.Prompt(name, ({'role': 'user', 'content': text},))
+        prompts.Prompt(name, ({'role': 'user', 'content': text},))
         for name, text in data_files.speed_prompts(c.eval.sets, c.eval.per_set, c.data.root)
     ]
     directory = c.eval.data_dir or os.path.join(workdir, 'eval_data')
-    data.generate_dataset(
+    generation.generate_dataset(
         target,
         prompts,
         directory,
@@ -383,7 +383,7 @@ def heldout_examples(c, target, workdir: str) -> tuple[list[data.Example], list[
         max_prompt_len=c.eval.max_prompt_len,
         seed=0,
     )
-    return data.read_examples(directory), data.read_sources(directory)
+    return shards.read_examples(directory), shards.read_sources(directory)
 
 
 def _per_set(hits: dict[str, list[int]]) -> dict:
@@ -405,7 +405,7 @@ def evaluate_draft_lm(c, workdir, target, dcfg, params) -> dict:
     k = c.eval.chain
     for i in range(0, len(examples), c.eval.batch_size):
         chunk = examples[i : i + c.eval.batch_size]
-        b = data.make_batch(chunk, c.eval.seq_len, 64)
+        b = batches.make_batch(chunk, c.eval.seq_len, 64)
         tokens, mask, valid = (jnp.asarray(x) for x in (b.tokens_bt, b.loss_mask_bt, b.valid_bt))
         pos, m = core.positions(*tokens.shape), core.causal_mask(valid)
         t_arg, d_arg = _argmaxes(target.cfg, dcfg, target.params, params, tokens, pos, m)
@@ -450,7 +450,7 @@ def _argmaxes(tcfg, dcfg, tparams, dparams, tokens, pos, mask):
 
 
 def _train_eagle3(c, workdir, target, examples) -> dict:
-    counts = data.token_counts(examples, target.cfg.vocab_size)
+    counts = batches.token_counts(examples, target.cfg.vocab_size)
     m = c.model
     if m.init_from:  # Fine-tune a head: its own sizes and draft vocabulary.
         start = eagle_formats.load_head(m.init_from, target.cfg)
@@ -528,7 +528,7 @@ def evaluate_eagle3(c, workdir, target, head) -> dict:
     chain, tree, hit_sum, hit_n, per_set = [], [], np.zeros(depth), np.zeros(depth), {}
     for i in range(0, len(examples), c.eval.batch_size):
         chunk = examples[i : i + c.eval.batch_size]
-        b = data.make_batch(chunk, c.eval.seq_len, 64)
+        b = batches.make_batch(chunk, c.eval.seq_len, 64)
         topk = np.asarray(
             train_e3.ttt_topk(
                 target.cfg,

@@ -212,7 +212,7 @@ def make_cached_train_step(
     return step
 
 
-# ---- acceptance on held-out target-greedy text ------------------------------------------
+# ---- the head's top predictions per TTT step (held-out acceptance: eval/acceptance.py) ---
 
 
 @partial(jax.jit, static_argnames=('target_cfg', 'cfg', 'steps', 'top'))
@@ -242,51 +242,3 @@ def ttt_topk(
     )
     _, idx = jax.lax.top_k(logits, top)
     return draft_ids_u[idx]
-
-
-def chain_lengths(hits_jt: np.ndarray, start: int, last: int, k: int) -> list[int]:
-    """Tokens per target call (accepted drafts + 1) of each round of greedy speculation.
-
-    Args:
-      hits_jt: [>= k, T] bool; hits_jt[j, r] = the draft at depth j+1 of a round whose root
-        (last committed token) is x_{r+1} proposes x_{r+j+2} correctly, given a correct prefix.
-      start: r of the first round, whose root is x_{r+1}: r = P - 1 for a prompt of P tokens
-        (the root is x_P, the first response token, which prefill produced).
-      last: index of the last token of the sequence; drafts past it do not count.
-      k: draft length.
-
-    Returns:
-      Per-round acceptance lengths, each in [1, k + 1].
-    """
-    out, r = [], start
-    while r + 1 < last:
-        a = 0
-        while a < k and r + a + 2 <= last and hits_jt[a, r]:
-            a += 1
-        out.append(a + 1)
-        r += a + 1
-    return out
-
-
-def tree_hits(topk_jbtc: np.ndarray, tokens_bt: np.ndarray, branching) -> np.ndarray:
-    """[k, B, T] hits of a static tree with `branching[j]` children per node at depth j+1.
-
-    Every node is expanded, so the node on the target's path at depth j exists whenever the
-    path matched so far; it matches when the target token is among the top-branching[j].
-    """
-    k = len(branching)
-    b, t = tokens_bt.shape
-    hits = np.zeros((k, b, t), bool)
-    for j, c in enumerate(branching):
-        want = np.zeros((b, t), np.int64) - 1
-        want[:, : t - j - 2] = tokens_bt[:, j + 2 :]
-        hits[j] = (topk_jbtc[j, :, :, :c] == want[..., None]).any(-1)
-    return hits
-
-
-def tree_size(branching) -> int:
-    n, width = 0, 1
-    for c in branching:
-        width *= c
-        n += width
-    return n

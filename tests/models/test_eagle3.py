@@ -9,7 +9,7 @@ from spec_jax.models import eagle3 as e3
 from spec_jax.models import llama
 from spec_jax.models.cache import empty_layer
 from spec_jax.models.config import ModelConfig
-from spec_jax.train import core, data
+from spec_jax.train import batches, core, shards
 from spec_jax.train import eagle3 as te
 
 TARGET = ModelConfig.tiny(num_layers=6)
@@ -147,13 +147,13 @@ def test_ttt_equals_chain_drafting(setup):
 
 
 def test_make_batch_loss_mask_is_shifted():
-    ex = data.Example(np.arange(1, 8, dtype=np.int32), np.array([0, 0, 0, 1, 1, 1, 1], bool))
-    b = data.make_batch([ex], seq_len=16, bucket=4)
+    ex = shards.Example(np.arange(1, 8, dtype=np.int32), np.array([0, 0, 0, 1, 1, 1, 1], bool))
+    b = batches.make_batch([ex], seq_len=16, bucket=4)
     assert b.tokens_bt.shape == (1, 8)
     # Position t predicts token t+1: trained where token t+1 is a response token.
     np.testing.assert_array_equal(b.loss_mask_bt[0], [0, 0, 1, 1, 1, 1, 0, 0])
     np.testing.assert_array_equal(b.valid_bt[0], [1] * 7 + [0])
-    short = data.make_batch([ex], seq_len=5, bucket=4)  # keeps the LAST 5 tokens
+    short = batches.make_batch([ex], seq_len=5, bucket=4)  # keeps the LAST 5 tokens
     np.testing.assert_array_equal(short.tokens_bt[0], [3, 4, 5, 6, 7])
 
 

@@ -16,7 +16,7 @@ from spec_jax import checkpoints, data_files
 from spec_jax.models import eagle3 as e3
 from spec_jax.models import llama
 from spec_jax.models.config import ModelConfig, RopeScaling
-from spec_jax.train import core, data, distill
+from spec_jax.train import batches, core, distill, generation, prompts, shards, teacher
 from spec_jax.train import eagle3 as te
 
 TARGET = ModelConfig.tiny(num_layers=6, vocab_size=61)
@@ -37,7 +37,7 @@ def _greedy_texts(tp, n, seed):
         toks[:, t] = np.asarray(jnp.argmax(logits[:, t - 1], -1))
     mask = np.zeros((n, SEQ), bool)
     mask[:, PROMPT:] = True
-    return [data.Example(toks[i], mask[i]) for i in range(n)]
+    return [shards.Example(toks[i], mask[i]) for i in range(n)]
 
 
 @pytest.fixture(scope='module')
@@ -47,7 +47,7 @@ def world():
     tp = jax.tree.map(lambda x: x * 2.0 if x.ndim >= 2 else x, tp)
     train = _greedy_texts(tp, 96, 1)
     heldout = _greedy_texts(tp, 16, 2)
-    counts = data.token_counts(train, TARGET.vocab_size)
+    counts = batches.token_counts(train, TARGET.vocab_size)
     used = e3.draft_vocab_from_counts(counts, HEAD.draft_vocab_size)
     return (
         tp,
@@ -59,7 +59,7 @@ def world():
 
 
 def _depth_agreement(tp, hp, ids, examples):
-    b = data.make_batch(examples, SEQ, 8)
+    b = batches.make_batch(examples, SEQ, 8)
     top = np.asarray(
         te.ttt_topk(
             TARGET, HEAD, tp, hp, ids, jnp.asarray(b.tokens_bt), jnp.asarray(b.valid_bt), 3, 1
@@ -101,7 +101,7 @@ def _eagle_setup(world):
         )
 
     def batches(start):
-        return data.batch_stream(train, BATCH, SEQ, 0, start, 8)
+        return batches.batch_stream(train, BATCH, SEQ, 0, start, 8)
 
     return state, step_fn, batches
 
@@ -146,7 +146,7 @@ def test_cached_step_equals_online_step(world):
     tp, train, _, ids, t2d = world
     opt, online = _optimizer_and_step()
     cached = te.make_cached_train_step(HEAD, opt, steps=7)
-    b = data.make_batch(train[:BATCH], SEQ, 8)
+    b = batches.make_batch(train[:BATCH], SEQ, 8)
     tokens, mask, valid = (jnp.asarray(x) for x in (b.tokens_bt, b.loss_mask_bt, b.valid_bt))
     logits, taps = core.teacher_forward(TARGET, tp, tokens, valid, taps=True)
     logp, top_ids = jax.lax.top_k(jax.nn.log_softmax(logits, -1), TARGET.vocab_size)
@@ -169,12 +169,12 @@ def test_mbpp_source_leaves_out_every_evaluated_task(tmp_path):
         releases = json.load(f)
     assert [len(ids) for ids in releases.values()] == [399, 378]
     evaluated = set(range(11, 511)) | {int(t.split('/')[1]) for r in releases.values() for t in r}
-    rows = data.mbpp_training_rows()
+    rows = prompts.mbpp_training_rows()
     assert rows and not {r['task_id'] for r in rows} & evaluated
     with open(os.path.join(data_files.BUNDLED, 'mbpp', 'sanitized-mbpp.json')) as f:
         kept = {r['task_id'] for r in json.load(f)} - evaluated
     assert {r['task_id'] for r in rows} == kept  # Nothing else is dropped.
-    assert len(data.mbpp_train()) == len(rows)
+    assert len(prompts.mbpp_train()) == len(rows)
     # A user's directory with the full MBPP+ release and no id list: ids from its rows.
     os.makedirs(tmp_path / 'mbpp')
     shutil.copy(os.path.join(data_files.BUNDLED, 'mbpp', 'sanitized-mbpp.json'), tmp_path / 'mbpp')
@@ -182,10 +182,10 @@ def test_mbpp_source_leaves_out_every_evaluated_task(tmp_path):
     plus = {t for r in releases.values() for t in r} | {f'Mbpp/{i}' for i in sorted(kept)[:3]}
     with open(tmp_path / 'mbppplus' / 'MbppPlus-v0.2.0.jsonl', 'w') as f:
         f.writelines(json.dumps({'task_id': t}) + '\n' for t in sorted(plus))
-    assert len(data.mbpp_training_rows(str(tmp_path))) == len(rows) - 3
+    assert len(prompts.mbpp_training_rows(str(tmp_path))) == len(rows) - 3
     os.remove(tmp_path / 'mbppplus' / 'MbppPlus-v0.2.0.jsonl')
     with pytest.raises(data_files.DataFileError, match=r"no MBPP\+ task ids .* drop 'mbpp'"):
-        data.mbpp_train(str(tmp_path))
+        prompts.mbpp_train(str(tmp_path))
 
 
 def test_missing_training_data_names_the_file_the_field_and_the_hub(tmp_path, monkeypatch):
@@ -194,17 +194,17 @@ def test_missing_training_data_names_the_file_the_field_and_the_hub(tmp_path, mo
     monkeypatch.delenv(data_files.ENV_VAR, raising=False)
     hub = {'gsm8k': 'openai/gsm8k', 'mbpp': 'google-research-datasets/mbpp',
            'bfcl': 'bfcl-eval'}
-    for name, wanted in data.SOURCE_FILES.items():
+    for name, wanted in prompts.SOURCE_FILES.items():
         with pytest.raises(data_files.DataFileError) as e:
-            data.training_prompts((name,), seed=0, root=str(tmp_path))
+            prompts.training_prompts((name,), seed=0, root=str(tmp_path))
         message = str(e.value)
         assert wanted[0] in message and hub[name] in message, message
         assert f'data.root={str(tmp_path)!r}' in message and data_files.ENV_VAR in message
     monkeypatch.setenv(data_files.ENV_VAR, str(tmp_path))  # The variable as the fallback.
     with pytest.raises(data_files.DataFileError, match=r'\$SPEC_JAX_DATA=.*data.root unset'):
-        data.gsm8k_train()
+        prompts.gsm8k_train()
     monkeypatch.delenv(data_files.ENV_VAR)
-    assert data_files.data_root() == data_files.BUNDLED and data.gsm8k_train()
+    assert data_files.data_root() == data_files.BUNDLED and prompts.gsm8k_train()
 
 
 def test_ttt_loss_by_hand():
@@ -296,9 +296,9 @@ def test_resume_matches_uninterrupted(world, tmp_path):
 
 def test_batch_stream_is_a_function_of_the_step(world):
     _, train, _, _, _ = world
-    a = data.batch_stream(train, 8, SEQ, 5, 0, 8)
+    a = batches.batch_stream(train, 8, SEQ, 5, 0, 8)
     seq = [next(a).tokens_bt for _ in range(15)]
-    b = data.batch_stream(train, 8, SEQ, 5, 9, 8)
+    b = batches.batch_stream(train, 8, SEQ, 5, 9, 8)
     for s in range(9, 15):
         np.testing.assert_array_equal(next(b).tokens_bt, seq[s])
 
@@ -321,7 +321,7 @@ def test_draft_lm_kl_step_learns(world):
     step = distill.make_train_step(TARGET, dcfg, opt)
     state = dict(params=params, opt_state=opt.init(params), step=jnp.zeros((), jnp.int32))
     losses = []
-    for b in data.batch_stream(train, 8, SEQ, 0, 0, 8):
+    for b in batches.batch_stream(train, 8, SEQ, 0, 0, 8):
         state, m = step(
             tp,
             state,
@@ -398,55 +398,55 @@ def test_data_generation_resumes_without_redoing_work(tmp_path):
     identically (greedy, fixed order)."""
 
     model = checkpoints.load('random:tiny')
-    prompts = data.training_prompts(('gsm8k', 'mbpp'), seed=0)[:6]
+    chosen = prompts.training_prompts(('gsm8k', 'mbpp'), seed=0)[:6]
     kw = dict(batch_size=3, max_new_tokens=4, max_prompt_len=512, progress=False)
-    first = data.generate_dataset(model, prompts, str(tmp_path), **kw)
-    assert first['shards_written'] == 2 and data.finished_shards(str(tmp_path)) == {0, 1}
-    examples = data.read_examples(str(tmp_path))
+    first = generation.generate_dataset(model, chosen, str(tmp_path), **kw)
+    assert first['shards_written'] == 2 and shards.finished_shards(str(tmp_path)) == {0, 1}
+    examples = shards.read_examples(str(tmp_path))
     assert len(examples) == 6
     # Each example is one prompt's chat ids (batches group prompts by length) followed by
     # its response (at most 4 new tokens), and only the response is masked in.
-    unused = [model.tokenizer.encode_chat(list(p.messages)) for p in prompts]
+    unused = [model.tokenizer.encode_chat(list(p.messages)) for p in chosen]
     for e in examples:
         (ids,) = [x for x in unused if list(e.tokens[: len(x)]) == x]
         unused.remove(ids)
         assert len(e.tokens) - len(ids) in range(1, kw['max_new_tokens'] + 1)
         np.testing.assert_array_equal(e.loss_mask, np.arange(len(e.tokens)) >= len(ids))
-    kept = os.path.getmtime(data.shard_path(str(tmp_path), 0))
-    lost = data.read_shard(data.shard_path(str(tmp_path), 1))
-    os.remove(data.shard_path(str(tmp_path), 1))  # a crash before shard 1 was finished
-    again = data.generate_dataset(model, prompts, str(tmp_path), **kw)
+    kept = os.path.getmtime(shards.shard_path(str(tmp_path), 0))
+    lost = shards.read_shard(shards.shard_path(str(tmp_path), 1))
+    os.remove(shards.shard_path(str(tmp_path), 1))  # a crash before shard 1 was finished
+    again = generation.generate_dataset(model, chosen, str(tmp_path), **kw)
     assert again['shards_written'] == 1
-    assert os.path.getmtime(data.shard_path(str(tmp_path), 0)) == kept
-    for a, b in zip(lost, data.read_shard(data.shard_path(str(tmp_path), 1)), strict=True):
+    assert os.path.getmtime(shards.shard_path(str(tmp_path), 0)) == kept
+    for a, b in zip(lost, shards.read_shard(shards.shard_path(str(tmp_path), 1)), strict=True):
         np.testing.assert_array_equal(a.tokens, b.tokens)
-    assert data.generate_dataset(model, prompts, str(tmp_path), **kw)['shards_written'] == 0
+    assert generation.generate_dataset(model, chosen, str(tmp_path), **kw)['shards_written'] == 0
     _check_teacher_topk(model, str(tmp_path))
     # The same directory with other prompts or fewer batches: stale shards, refused.
-    other = data.training_prompts(('gsm8k', 'mbpp'), seed=1)[:6]
+    other = prompts.training_prompts(('gsm8k', 'mbpp'), seed=1)[:6]
     with pytest.raises(ValueError, match='shard_00000.npz does not hold the prompts of batch 0'):
-        data.generate_dataset(model, other, str(tmp_path), **kw)
+        generation.generate_dataset(model, other, str(tmp_path), **kw)
     with pytest.raises(ValueError, match='shard_00001.npz exists, but these prompts make only 1'):
-        data.generate_dataset(model, prompts[:3], str(tmp_path), **kw)
+        generation.generate_dataset(model, chosen[:3], str(tmp_path), **kw)
 
 
 def test_unknown_data_source_names_the_builtin_ones():
     with pytest.raises(ValueError, match=r"'no_such_set' is none of the built-in sources"):
-        data.training_prompts(('gsm8k', 'no_such_set'), seed=0)
+        prompts.training_prompts(('gsm8k', 'no_such_set'), seed=0)
 
 
 def _check_teacher_topk(model, directory):
     """Soft labels line up with their tokens: on target-greedy text the teacher's top-1 at
     every response prediction position IS the next token; a rerun skips finished shards."""
-    top3 = data.topk_name(3)
+    top3 = shards.topk_name(3)
     with pytest.raises(ValueError, match='run teacher_topk'):
-        data.read_examples(directory, [top3])
+        shards.read_examples(directory, [top3])
     compiled = core.teacher_topk_logprobs._cache_size()
-    first = data.teacher_topk(model, directory, 3, batch_size=2, bucket=1024, progress=False)
+    first = teacher.teacher_topk(model, directory, 3, batch_size=2, bucket=1024, progress=False)
     assert first['shards_written'] == 2
     # Lengths are padded to the bucket: one shape per batch size (2, and 1 for the rest).
     assert core.teacher_topk_logprobs._cache_size() - compiled <= 2
-    examples = data.read_examples(directory, [top3])
+    examples = shards.read_examples(directory, [top3])
     for e in examples:
         ids, logprobs = e.labels['topk_ids'], e.labels['topk_logprobs']
         assert ids.shape == logprobs.shape == (len(e.tokens), 3)
@@ -456,10 +456,10 @@ def _check_teacher_topk(model, directory):
             ids[:-1, 0][predicts_response], e.tokens[1:][predicts_response]
         )
         assert (np.diff(logprobs.astype(np.float32), axis=1) <= 0).all()
-    kept = os.path.getmtime(data.sidecar_path(directory, top3, 0))
-    assert data.teacher_topk(model, directory, 3, progress=False)['shards_written'] == 0
-    assert os.path.getmtime(data.sidecar_path(directory, top3, 0)) == kept
-    b = data.make_batch(examples[:3], 16, 8)  # Padded like the tokens; pads weigh nothing.
+    kept = os.path.getmtime(shards.sidecar_path(directory, top3, 0))
+    assert teacher.teacher_topk(model, directory, 3, progress=False)['shards_written'] == 0
+    assert os.path.getmtime(shards.sidecar_path(directory, top3, 0)) == kept
+    b = batches.make_batch(examples[:3], 16, 8)  # Padded like the tokens; pads weigh nothing.
     assert b.labels['topk_ids'].shape == (*b.tokens_bt.shape, 3)
     assert (b.labels['topk_logprobs'][~b.valid_bt] == -1e9).all()
     np.testing.assert_array_equal(
@@ -468,8 +468,8 @@ def _check_teacher_topk(model, directory):
     )
     # Feature taps: each example's stored taps are the target's on that example alone.
     taps = model.cfg.hf_taps()
-    assert data.teacher_taps(model, directory, taps, progress=False)['shards_written'] == 2
-    both = data.read_examples(directory, [top3, data.taps_name(taps)])
+    assert teacher.teacher_taps(model, directory, taps, progress=False)['shards_written'] == 2
+    both = shards.read_examples(directory, [top3, shards.taps_name(taps)])
     for e in both[:2]:
         assert set(e.labels) == {'topk_ids', 'topk_logprobs', 'taps'}
         tokens = jnp.asarray(e.tokens)[None]
@@ -485,26 +485,26 @@ def test_self_instruct_prompts_are_user_turns_and_resume(embedded, tmp_path):
     messages are kept; batch files are reused on rerun and a lost one is regenerated
     identically (seeded)."""
     kw = dict(batch_size=4, max_tokens=40, seed=3, progress=False)
-    first = data.self_instruct_prompts(embedded, 8, str(tmp_path), **kw)
+    first = generation.self_instruct_prompts(embedded, 8, str(tmp_path), **kw)
     paths = [os.path.join(tmp_path, f'prompts_{k:05d}.json') for k in (0, 1)]
     assert all(os.path.exists(p) for p in paths)
     assert len(first) >= 1  # sampled at T=1: not every message finishes within 40 tokens
     for p in first:
-        assert p.source == data.SELF_INSTRUCT
+        assert p.source == prompts.SELF_INSTRUCT
         (turn,) = p.messages
         assert turn['role'] == 'user' and turn['content'].strip()
         assert '<|im_start|>' not in turn['content'] and '<|im_end|>' not in turn['content']
     kept = os.path.getmtime(paths[0])
     os.remove(paths[1])
-    again = data.self_instruct_prompts(embedded, 8, str(tmp_path), **kw)
+    again = generation.self_instruct_prompts(embedded, 8, str(tmp_path), **kw)
     assert again == first and os.path.getmtime(paths[0]) == kept
     # The prompts slot into the interleaved training order like any other source.
-    mixed = data.training_prompts(
-        (data.SELF_INSTRUCT, 'mbpp'), seed=0, generated={data.SELF_INSTRUCT: first}
+    mixed = prompts.training_prompts(
+        (prompts.SELF_INSTRUCT, 'mbpp'), seed=0, generated={prompts.SELF_INSTRUCT: first}
     )
-    assert mixed[0].source == data.SELF_INSTRUCT and mixed[1].source == 'mbpp'
+    assert mixed[0].source == prompts.SELF_INSTRUCT and mixed[1].source == 'mbpp'
     with pytest.raises(ValueError, match='self_instruct_prompts'):
-        data.training_prompts((data.SELF_INSTRUCT,), seed=0)
+        prompts.training_prompts((prompts.SELF_INSTRUCT,), seed=0)
 
 
 def test_summarize_prompts_wrap_stored_responses(embedded, tmp_path):
@@ -515,18 +515,18 @@ def test_summarize_prompts_wrap_stored_responses(embedded, tmp_path):
     long_text = 'Rivers carry water from the mountains to the sea, shaping valleys on the way.'
     responses = [tok.encode(long_text) + [tok.stop_ids[0]], tok.encode('Yes.')]
     examples = [
-        data.Example(np.array(prompt + r, np.int32), np.arange(len(prompt) + len(r)) >= len(prompt))
+        shards.Example(np.array(prompt + r, np.int32), np.arange(len(prompt) + len(r)) >= len(prompt))
         for r in responses
     ]
-    data.write_shard(str(tmp_path), 0, examples, {})
-    prompts = data.summarize_prompts(tok, [str(tmp_path)], seed=0, min_tokens=8)
-    (p,) = prompts
-    assert p.source == data.SUMMARIZE
+    shards.write_shard(str(tmp_path), 0, examples, {})
+    made = prompts.summarize_prompts(tok, [str(tmp_path)], seed=0, min_tokens=8)
+    (p,) = made
+    assert p.source == prompts.SUMMARIZE
     (turn,) = p.messages
     assert turn['role'] == 'user'
-    assert turn['content'] in [t.format(long_text) for t in data.SUMMARIZE_TEMPLATES]
-    assert data.summarize_prompts(tok, [str(tmp_path)], seed=0, min_tokens=8) == prompts
+    assert turn['content'] in [t.format(long_text) for t in prompts.SUMMARIZE_TEMPLATES]
+    assert prompts.summarize_prompts(tok, [str(tmp_path)], seed=0, min_tokens=8) == made
     with pytest.raises(ValueError, match='no finished shards'):
-        data.summarize_prompts(tok, [str(tmp_path / 'empty')], seed=0)
+        prompts.summarize_prompts(tok, [str(tmp_path / 'empty')], seed=0)
     with pytest.raises(ValueError, match='summarize_prompts'):
-        data.training_prompts((data.SUMMARIZE,), seed=0)
+        prompts.training_prompts((prompts.SUMMARIZE,), seed=0)
