@@ -4,6 +4,7 @@
     model = checkpoints.load('embedded')          # SmolLM2-135M-Instruct Q4_1 GGUF
     model = checkpoints.load('/models/Qwen3-0.6B')  # HF directory (or a hub id)
     checkpoints.save_orbax('/ckpt/qwen3', model.cfg, model.params, model.tokenizer)
+    checkpoints.save_hf('/out/draft', cfg, params, tokenizer)  # an HF directory
     model = checkpoints.load('/ckpt/qwen3')       # converted once, restored fast
     checkpoints.convert_to_orbax('/models/Llama-3.1-8B', '/ckpt/llama', 'bfloat16', mesh)
     model = checkpoints.load('/ckpt/llama', mesh=mesh)  # each device reads its shards
@@ -23,7 +24,7 @@ from spec_jax.checkpoints.convert import (
     state_to_params,
 )
 from spec_jax.checkpoints.gguf import embedded_default_path, load_gguf, load_gguf_tokenizer
-from spec_jax.checkpoints.hf import ARCHITECTURES, config_from_hf, load_hf
+from spec_jax.checkpoints.hf import ARCHITECTURES, config_from_hf, load_hf, save_hf
 from spec_jax.checkpoints.loader import EMBEDDED, LoadedModel, load
 from spec_jax.checkpoints.orbax_io import convert_to_orbax, load_orbax, save_orbax
 
@@ -52,6 +53,7 @@ __all__ = [
     'load_hf',
     'load_orbax',
     'params_to_state',
+    'save_hf',
     'save_orbax',
     'state_to_params',
 ]

@@ -15,12 +15,14 @@ import os
 
 import ml_dtypes
 import numpy as np
+from safetensors.numpy import save_file
 
 from spec_jax.checkpoints import hub
 from spec_jax.checkpoints.convert import (
     CheckpointError,
     LoadedModel,
     SourceState,
+    params_to_state,
     state_to_params,
 )
 from spec_jax.models.config import ModelConfig, RopeScaling
@@ -259,6 +261,40 @@ def config_to_hf(cfg: ModelConfig) -> dict:
         'hidden_act': 'silu',
         'dtype': 'float32',
     }
+
+
+def save_hf(
+    directory: str, cfg: ModelConfig, params, tokenizer: Tokenizer | None, dtype='bfloat16'
+) -> dict:
+    """Writes `params` as an HF directory (config.json, model.safetensors in `dtype`, the
+    tokenizer) that `load_hf` and transformers read; the shipped draft LMs are written so.
+
+    config.json uses the layout both transformers 4 and 5 read: `rope_theta` and, for a
+    scaled RoPE, `rope_scaling` (not v5's `rope_parameters`), and `torch_dtype`.
+
+    Returns:
+      {'dir': directory, 'bytes': the size of model.safetensors}.
+    """
+    os.makedirs(directory, exist_ok=True)
+    np_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == 'bfloat16' else np.dtype(dtype)
+    state = params_to_state(cfg, params)
+    state = {k: np.asarray(v, np.float32).astype(np_dtype) for k, v in state.items()}
+    weights = os.path.join(directory, 'model.safetensors')
+    save_file(state, weights, metadata={'format': 'pt'})
+    config = config_to_hf(cfg)
+    config.pop('dtype')
+    config['rope_theta'] = config.pop('rope_parameters')['rope_theta']
+    if cfg.rope_scaling.to_hf():
+        config['rope_scaling'] = cfg.rope_scaling.to_hf()
+    config.update(attention_bias=cfg.qkv_bias, mlp_bias=False, torch_dtype=dtype)
+    if tokenizer is not None:
+        for key in ('bos', 'eos'):
+            token = getattr(tokenizer, f'{key}_token')
+            config[f'{key}_token_id'] = tokenizer.token_to_id(token) if token else None
+        tokenizer.save(directory)
+    with open(os.path.join(directory, 'config.json'), 'w') as f:
+        json.dump(config, f, indent=2)
+    return dict(dir=directory, bytes=os.path.getsize(weights))
 
 
 def checkpoint_dtype(config: dict) -> str:

@@ -9,6 +9,7 @@ import pytest
 from spec_jax import checkpoints, data_files
 from spec_jax.jobs import train_draft
 from spec_jax.jobs.runtime import load_config
+from spec_jax.train import fit
 
 CONFIGS = os.path.join(os.path.dirname(__file__), '..', '..', 'configs')
 
@@ -87,10 +88,10 @@ def _check_extra_dirs(summary, tmp_path):
 
 
 def test_metrics_log_drops_what_a_crashed_run_wrote_after_its_checkpoint(tmp_path):
-    log = train_draft._metrics_logger(str(tmp_path))
+    log = fit.metrics_logger(str(tmp_path))
     for step in (5, 10, 15):  # Checkpoint at 10, crash after logging 15.
         log(step, {'loss': float(step)})
-    resumed = train_draft._metrics_logger(str(tmp_path))
+    resumed = fit.metrics_logger(str(tmp_path))
     resumed(15, {'loss': -1.0})
     resumed(20, {'loss': -2.0})
     with open(tmp_path / 'metrics.jsonl') as f:
@@ -102,9 +103,9 @@ def test_full_size_draft_trains_with_ce_for_every_step():
     """Overriding train.steps never switches the full-size recipe to KL; :tiny tests both."""
     c = load_config(os.path.join(CONFIGS, 'smollm2_135m_draft.py'))
     c.train.steps = 1400
-    assert train_draft.ce_step_count(c.train) == 1400
+    assert fit.ce_step_count(c.train) == 1400
     tiny = load_config(os.path.join(CONFIGS, 'smollm2_135m_draft.py'), 'tiny')
-    assert 0 < train_draft.ce_step_count(tiny.train) < tiny.train.steps
+    assert 0 < fit.ce_step_count(tiny.train) < tiny.train.steps
 
 
 def test_summarize_source_needs_data_dirs():

@@ -13,6 +13,8 @@ import optax
 import pytest
 
 from spec_jax import checkpoints, data_files
+from spec_jax.checkpoints import gguf
+from spec_jax.eval import acceptance
 from spec_jax.models import eagle3 as e3
 from spec_jax.models import llama
 from spec_jax.models.config import ModelConfig, RopeScaling
@@ -65,14 +67,14 @@ def _depth_agreement(tp, hp, ids, examples):
             TARGET, HEAD, tp, hp, ids, jnp.asarray(b.tokens_bt), jnp.asarray(b.valid_bt), 3, 1
         )
     )
-    hits = te.tree_hits(top, b.tokens_bt, (1, 1, 1))
+    hits = acceptance.tree_hits(top, b.tokens_bt, (1, 1, 1))
     out, lengths = [], []
     for j in range(3):
         m = np.zeros_like(b.loss_mask_bt)
         m[:, PROMPT - 1 : SEQ - j - 2] = True
         out.append(hits[j][m].mean())
     for row in range(len(examples)):
-        lengths += te.chain_lengths(hits[:, row], PROMPT - 1, SEQ - 1, 3)
+        lengths += acceptance.chain_lengths(hits[:, row], PROMPT - 1, SEQ - 1, 3)
     return np.array(out), float(np.mean(lengths))
 
 
@@ -305,10 +307,10 @@ def test_batch_stream_is_a_function_of_the_step(world):
 
 def test_chain_lengths():
     hits = np.ones((3, 10), bool)
-    assert te.chain_lengths(hits, 0, 9, 3) == [4, 4]  # rounds at r=0, 4; r=8: root x_9 = last
+    assert acceptance.chain_lengths(hits, 0, 9, 3) == [4, 4]  # rounds at r=0, 4; r=8: x_9 last
     hits[1, 0] = False
-    assert te.chain_lengths(hits, 0, 9, 3)[0] == 2
-    assert te.tree_size((4, 2, 2, 1, 1)) == 60
+    assert acceptance.chain_lengths(hits, 0, 9, 3)[0] == 2
+    assert acceptance.tree_size((4, 2, 2, 1, 1)) == 60
 
 
 def test_draft_lm_kl_step_learns(world):
@@ -368,9 +370,6 @@ def test_projected_embedding_keeps_geometry():
 
 def test_draft_lm_export_loads_with_checkpoints_load(tmp_path):
     """The exported draft LM is an HF directory that spec_jax.checkpoints.load reads."""
-    from spec_jax import checkpoints
-    from spec_jax.checkpoints import gguf
-    from spec_jax.jobs.train_draft import export_draft_lm
 
     tok = gguf.load_gguf_tokenizer(gguf.embedded_default_path())
     # A Llama-3.x-style RoPE scaling must survive the round trip (the draft inherits it).
@@ -380,7 +379,7 @@ def test_draft_lm_export_loads_with_checkpoints_load(tmp_path):
         target, width=8, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=4, mlp_width=12
     )
     params = distill.init_draft(dcfg, None, jax.random.PRNGKey(0), 'random')
-    out = export_draft_lm(str(tmp_path), dcfg, params, tok, 'float32')
+    out = checkpoints.save_hf(str(tmp_path), dcfg, params, tok, 'float32')
     assert out['bytes'] > 49152 * 8 * 4
     loaded = checkpoints.load(str(tmp_path))
     assert loaded.cfg.width == 8 and loaded.cfg.num_layers == 2 and loaded.cfg.tie_embeddings
@@ -515,7 +514,7 @@ def test_summarize_prompts_wrap_stored_responses(embedded, tmp_path):
     long_text = 'Rivers carry water from the mountains to the sea, shaping valleys on the way.'
     responses = [tok.encode(long_text) + [tok.stop_ids[0]], tok.encode('Yes.')]
     examples = [
-        shards.Example(np.array(prompt + r, np.int32), np.arange(len(prompt) + len(r)) >= len(prompt))
+        shards.Example(np.array(prompt + r, np.int32), np.arange(len(prompt + r)) >= len(prompt))
         for r in responses
     ]
     shards.write_shard(str(tmp_path), 0, examples, {})
