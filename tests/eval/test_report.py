@@ -9,7 +9,7 @@ import math
 import pytest
 from figures import check_series, has_color, read_png
 
-from spec_jax.eval import paper, plots, report
+from spec_jax.eval import compare, paper, plots, report
 from spec_jax.rules import theory
 
 PAPER_TASKS = ('math', 'include')
@@ -220,7 +220,7 @@ def test_gaps_by_method_on_tasks_the_paper_did_not_run(tmp_path):
     """A run on other tasks (the README's: GSM8K, HumanEval, BFCL simple) still gets the
     paper's gaps for its methods: CoS 0.4 on MATH, 60.40 - 76.47 (docs/paper.md §5.2)."""
     rows = [r for r in make_rows() if r['task'] in ('gsm8k', 'speed_mtbench')]
-    gaps = {g['method']: g for g in report.method_gaps(rows, 'chain')}
+    gaps = {g['method']: g for g in compare.method_gaps(rows, 'chain')}
     assert gaps['cos:lam=0.4']['paper']['MATH'] == pytest.approx(60.40 - 76.47)
     assert set(gaps['cos:lam=0.4']['ours']) == {'gsm8k'}  # Speed sets have no score.
     assert 'baseline[min_p=0.1]' not in gaps and 'ar' not in gaps

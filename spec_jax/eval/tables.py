@@ -1,0 +1,76 @@
+"""Table cells and row lookups shared by the report's sections (markdown and CSV)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+
+def num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def fmt(x: Any, spec: str = '.2f') -> str:
+    """A number for a table: '-' for None or NaN, 'inf' for infinities."""
+    if not num(x) or math.isnan(x):
+        return '-'
+    if math.isinf(x):
+        return 'inf' if x > 0 else '-inf'
+    return format(x, spec)
+
+
+def pct(x: Any) -> str:
+    return fmt(x * 100.0, '.1f') if num(x) else '-'
+
+
+def signed_pct(x: Any) -> str:
+    return fmt(x * 100.0, '+.1f') if num(x) else '-'
+
+
+def score_text(row: dict[str, Any]) -> str:
+    """'51.2 [41.0, 61.0]' (percent), '-' for a row without a score."""
+    if not num(row.get('score')):
+        return '-'
+    lo, hi = row.get('score_lo'), row.get('score_hi')
+    if num(lo) and num(hi):
+        return f'{pct(row["score"])} [{pct(lo)}, {pct(hi)}]'
+    return pct(row['score'])
+
+
+def overshoot_text(row: dict[str, Any]) -> str:
+    mean, top = row.get('overshoot_mean'), row.get('overshoot_max')
+    if not num(mean) and not num(top):
+        return '-'
+    # '.3g': CoS's ratios reach 1e20 and more (no ceiling: p is tiny where q is not).
+    return f'{fmt(mean, ".3g")} / {fmt(top, ".3g")}'
+
+
+def diff(a: Any, b: Any) -> float | None:
+    return a - b if num(a) and num(b) else None
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r'[^\w.-]+', '_', text)
+
+
+def tasks(rows: Sequence[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(r['task'] for r in rows))
+
+
+def by_method(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(r['task'], r['method']): r for r in rows}
+
+
+def matched_name(row: dict[str, Any]) -> str | None:
+    """A lossy row's matched baseline name (its first pair), None for other kinds."""
+    if row.get('kind') != 'lossy' or not row.get('pairs'):
+        return None
+    return row['pairs'][0]
+
+
+def table(header: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+    lines += ['| ' + ' | '.join(cells) + ' |' for cells in body]
+    return lines
