@@ -18,7 +18,7 @@ Tree verification: `verify_node` (one node's ordered siblings) and `verify_tree`
 static tree from parent pointers; see `spec_jax.rules.tree`).
 """
 
-from spec_jax.rules.base import Rule, YieldRule, make, names, register
+from spec_jax.rules.base import Rule, YieldRule
 from spec_jax.rules.baselines import MatchedBaseline, matched_baseline
 from spec_jax.rules.cascade import SpecCascade
 from spec_jax.rules.chain import ChainResult, verify_chain
@@ -35,6 +35,7 @@ from spec_jax.rules.distortion import (
     tv,
 )
 from spec_jax.rules.lossless import Greedy, Lossless
+from spec_jax.rules.registry import make, names, register
 from spec_jax.rules.tree import (
     NodeResult,
     Tree,

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax import sampling
-from spec_jax.rules import base
+from spec_jax.rules import base, registry
 from spec_jax.rules.cascade import SpecCascade
 from spec_jax.rules.collaborative import OvershootTail
 from spec_jax.rules.lossless import Greedy, Lossless
@@ -83,7 +83,7 @@ class MatchedBaseline:
         return self.transform(p)
 
 
-base.register_pytree(MatchedBaseline)
+registry.register_pytree(MatchedBaseline)
 
 
 def matched_baseline(rule: base.Rule) -> MatchedBaseline:

@@ -7,12 +7,12 @@ import dataclasses
 import jax.numpy as jnp
 
 from spec_jax import sampling
-from spec_jax.rules import base
+from spec_jax.rules import base, registry
 
 DEFERRALS = ('chow', 'diff', 'opt', 'token_v1', 'token_v2', 'token_v3')
 
 
-@base.register
+@registry.register
 @dataclasses.dataclass(frozen=True)
 class SpecCascade(base.YieldRule):
     """SpecCascade: lossless speculative sampling against a deferral mixture pi, docs/laws.md §3.4.

@@ -7,7 +7,7 @@ import dataclasses
 import jax.numpy as jnp
 
 from spec_jax import sampling
-from spec_jax.rules import base
+from spec_jax.rules import base, registry
 
 
 def _lossless_residual(p, q):
@@ -15,7 +15,7 @@ def _lossless_residual(p, q):
     return base.normalize_or(jnp.maximum(p - q, 0.0), p)
 
 
-@base.register
+@registry.register
 @dataclasses.dataclass(frozen=True)
 class Lenience(base.Rule):
     """Lenience (Leviathan et al. 2023, App. A.5), docs/laws.md §4.1 (chain) and §4.2 (tree).
@@ -70,7 +70,7 @@ class Lenience(base.Rule):
         return jnp.clip(pc / jnp.maximum(state.mass, base.ZERO_MASS) / self.l, 0.0, 1.0)
 
 
-@base.register
+@registry.register
 @dataclasses.dataclass(frozen=True)
 class CoS(base.YieldRule):
     """CoS, collaborative decoding via speculation (Fu et al. 2025), docs/laws.md §4.3.
@@ -110,7 +110,7 @@ class CoS(base.YieldRule):
         return self.lam * q + (1.0 - self.lam) * p
 
 
-@base.register
+@registry.register
 @dataclasses.dataclass(frozen=True)
 class OvershootOnly(base.YieldRule):
     """Overshoot capping only (Fast-HSD disabled variant), docs/laws.md §4.5.
@@ -140,7 +140,7 @@ class OvershootOnly(base.YieldRule):
         return jnp.minimum(qx, px / self.l)
 
 
-@base.register
+@registry.register
 @dataclasses.dataclass(frozen=True)
 class OvershootTail(base.YieldRule):
     """Overshoot capping with tail truncation (Fast-HSD disabled variant), docs/laws.md §4.5.
@@ -182,7 +182,7 @@ class OvershootTail(base.YieldRule):
         return jnp.where(px >= stats, jnp.minimum(qx, px / self.l), 0.0)
 
 
-@base.register
+@registry.register
 @dataclasses.dataclass(frozen=True)
 class UniformInterp(base.Rule):
     """Uniform interpolation without an overshoot ceiling (contrast to docs/laws.md §4.1, §4.5).

@@ -6,10 +6,10 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from spec_jax.rules import base
+from spec_jax.rules import base, registry
 
 
-@base.register
+@registry.register
 @dataclasses.dataclass(frozen=True)
 class Lossless(base.YieldRule):
     """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023), docs/laws.md §2.1-§2.3.
@@ -50,7 +50,7 @@ class Lossless(base.YieldRule):
         return p
 
 
-@base.register
+@registry.register
 @dataclasses.dataclass(frozen=True)
 class Greedy(base.Rule):
     """Greedy verification (docs/laws.md §2.1).

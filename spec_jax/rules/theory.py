@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spec_jax.rules import base, distortion
+from spec_jax.rules import base, distortion, registry
 from spec_jax.rules.baselines import matched_baseline
 
 
@@ -95,7 +95,7 @@ def run_theory(config: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     )
     rows, results = [], {}
     for spec in config.rules:
-        rule = base.make(spec)
+        rule = registry.make(spec)
         modes = ['chain'] + (['tree'] if 'deterministic' in rule.tree_modes else [])
         for mode in modes:
             res = curves(rule, fam, mode, config.num_siblings)
@@ -226,7 +226,7 @@ def parameter_curve(
     family = {'t': np.asarray([quality_t]), 'p': ends['p'], 'q': np.asarray(q_t)[None]}
     tvs, quality = [], float('nan')
     for v in values:
-        res = curves(base.make(f'{rule_name}:{param_name}={v}'), family, 'chain', 1)
+        res = curves(registry.make(f'{rule_name}:{param_name}={v}'), family, 'chain', 1)
         tvs.append(float(res['tv_baseline'][0].mean()))
         quality = float(res['quality'][0].mean())
     return {

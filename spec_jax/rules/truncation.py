@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax import sampling
-from spec_jax.rules import base
+from spec_jax.rules import base, registry
 
 
 def _set_law(p, q, mask, rest):
@@ -33,7 +33,7 @@ class _HardSetChain(base.Rule):
         return _set_law(p, q, self.allowed(p), p)
 
 
-@base.register
+@registry.register
 @dataclasses.dataclass(frozen=True)
 class MinPVerify(_HardSetChain):
     """Min-p truncation verification as Fast-HSD runs it (SpecCascade), docs/laws.md §3.2-§3.3.
@@ -82,7 +82,7 @@ class MinPVerify(_HardSetChain):
         return (pc >= self.rho * state.pmax).astype(pc.dtype)
 
 
-@base.register
+@registry.register
 @dataclasses.dataclass(frozen=True)
 class EtaVerify(_HardSetChain):
     """Eta truncation verification ('Medusa'/'Typical' rows), docs/laws.md §3.2-§3.3.
@@ -129,7 +129,7 @@ class EtaVerify(_HardSetChain):
         return jnp.where(tau <= 1e-9, 1.0, jnp.clip(big_p / jnp.maximum(tau, 1e-30), 0.0, 1.0))
 
 
-@base.register
+@registry.register
 @dataclasses.dataclass(frozen=True)
 class Typical(base.Rule):
     """Medusa typical acceptance (FasterDecoding/Medusa; vLLM), docs/laws.md §3.5-§3.6.

@@ -11,7 +11,7 @@ import pytest
 
 import spec_jax.rules as rules
 from spec_jax import draws
-from spec_jax.rules import base
+from spec_jax.rules import base, registry
 
 from . import _cases
 
@@ -254,7 +254,7 @@ def test_register_pytree_checks_static_fields():
         x: float = 0.5
 
     with pytest.raises(ValueError, match="field 'kind'.*static_fields"):
-        base.register_pytree(Forgot)
+        registry.register_pytree(Forgot)
 
     @dataclasses.dataclass(frozen=True)
     class Typo(base.Rule):
@@ -262,4 +262,4 @@ def test_register_pytree_checks_static_fields():
         static_fields = ('kindd',)
 
     with pytest.raises(ValueError, match='kindd'):
-        base.register_pytree(Typo)
+        registry.register_pytree(Typo)
