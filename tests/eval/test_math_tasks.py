@@ -354,10 +354,11 @@ def test_a_stuck_sympy_call_times_out_and_scores_wrong_on_any_thread():
     score = results['score']
     assert not score.correct and score.detail['timeout'] is True
     assert score.extracted == '9^{9^{9^{9}}}'
-    assert 1.0 <= results['seconds'] < 3.0
+    # The 1 s timeout fired (the call alone runs for hours); the slack is a loaded runner's.
+    assert 1.0 <= results['seconds'] < 10.0
     start = time.monotonic()
     score = task.score(item, PATHOLOGICAL)  # On the main thread too.
-    assert score.detail['timeout'] and time.monotonic() - start < 8.0  # Includes a restart.
+    assert score.detail['timeout'] and time.monotonic() - start < 15.0  # Includes a restart.
     assert task.score(item, boxed('9')).correct  # A fresh worker takes over.
 
 

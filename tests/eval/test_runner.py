@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import defaultdict
 
 import pytest
 from figures import check_series
@@ -94,11 +95,22 @@ def test_metrics_and_report_of_the_run(tiny_run, tmp_path):
     rows = metrics.aggregate(read_rows(workdir), methods)
     assert {r['method'] for r in rows} == {m.name for m in methods}
     by = {(r['task'], r['method']): r for r in rows}
+    samples = defaultdict(list)
+    for sample in read_rows(workdir):
+        samples[(sample['task'], sample['method'])].append(sample)
     for r in rows:
         assert r['tokens_per_s'] > 0
+        group = samples[(r['task'], r['method'])]
+        # Each target call emits its accepted drafts plus one token; the first token comes
+        # from prefill (the counters' `emitted` leaves it out, the samples' texts do not).
+        blocks = sum(s['stats']['blocks'] for s in group)
+        accepted = sum(s['stats']['accepted'] for s in group)
+        assert sum(s['stats']['emitted'] for s in group) == accepted + blocks
         if r['kind'] == 'ar':
             assert r['speedup'] == pytest.approx(1.0) and r['block_efficiency'] == 1.0
         else:
+            assert r['block_efficiency'] == pytest.approx((accepted + blocks) / blocks)
+            assert r['accept_length'] == pytest.approx(accepted / blocks)
             assert 1.0 <= r['block_efficiency'] <= c.num_draft + 1
         if r['kind'] in ('ar', 'lossless', 'baseline'):
             assert r['tv'] < 1e-5 and r['outside'] < 1e-6  # They emit the reference law.
