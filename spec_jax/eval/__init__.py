@@ -1,2 +1,16 @@
-"""Evaluation: tasks (prompt, extraction, scoring), sandboxed code execution, and (next) the
-runner that evaluates rules against their matched baselines, metrics and reports."""
+"""Evaluation: rules against their matched baselines on tasks (docs/eval.md).
+
+Modules:
+  tasks/      base (the Task protocol, Item, Score); math (GSM8K, MATH-500, MATH, AIME:
+              math-verify in killable workers, timeouts); code/ (HumanEval, MBPP, MBPP+,
+              pass@k); bfcl/ (AST categories with the upstream checker's rules); include
+              (multiple choice); speed (the speed sets, unscored); the registry (`make`)
+  sandbox/    one contained process per code sample (namespaces, mounts, rlimits, uid drop)
+  plan        a rule grid -> methods: AR, lossless SD, the rules, their matched baselines
+  runner      run(config, workdir): batches -> generate -> score (threads) -> store
+  records     results.jsonl (a line per sample; per process, merged by process 0), run.json
+  metrics     aggregate(rows, methods): score and interval, block efficiencies, speed, meter
+  acceptance  a draft's teacher-forced greedy acceptance on held-out target text
+  report      report.md, metrics.csv; tables (cells, row lookups); plots (the PNGs)
+  paper       the paper's numbers as data (docs/paper.md §5); compare: ours beside them
+"""

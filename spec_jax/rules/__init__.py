@@ -16,6 +16,12 @@ Rules (registry names; docs/laws.md sections in each docstring):
 
 Tree verification: `verify_node` (one node's ordered siblings) and `verify_tree` (a whole
 static tree from parent pointers; see `spec_jax.rules.tree`).
+
+Modules: base (the Rule contract, YieldRule, tree-scan helpers), registry (`make`, `names`,
+`register`), lossless, collaborative, truncation, cascade (the rule families), chain
+(`verify_chain`), tree, baselines (`matched_baseline`), distortion (TV, KL, the meter),
+theory (closed-form curves and the paper's claims, for jobs/diagnose.py). The contract and
+adding a rule: docs/rules.md; every rule's law: docs/laws.md.
 """
 
 from spec_jax.rules.base import Rule, YieldRule
