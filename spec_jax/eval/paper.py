@@ -36,6 +36,9 @@ TASK_COLUMNS = {
 # The paper's task sizes (docs/paper.md §2) and its grids (docs/paper.md §4): rule -> (parameter,
 # values); min-p + SD and eta + SD at each value come from the plan's matched baselines.
 TASK_SIZES = {'math': 500, 'mbppplus': 378, 'include': 220, 'bfcl_parallel_multiple': 200}
+# How those items are drawn: INCLUDE's 220 are 5 per language of its 44 (seed 42), not the
+# first 220 rows (which would be one or two languages).
+TASK_OPTIONS = {'include': {'per_language': 5, 'sample_seed': 42}}
 GRIDS = {
     'lenience': ('l', (0.2, 0.4, 0.6, 0.8)),
     'cos': ('lam', (0.2, 0.4, 0.6, 0.8)),

@@ -63,7 +63,8 @@ def methods_of(c: ml_collections.ConfigDict) -> list[plan_lib.Method]:
 
 
 def task_limits(c: ml_collections.ConfigDict) -> dict[str, dict]:
-    """{task name: {'limit', 'max_new_tokens'}} of a config, names checked."""
+    """{task name: {'limit', 'max_new_tokens', 'source', 'options'}} of a config, names
+    checked."""
     out = {}
     for name, spec in c.tasks.items():
         if name not in tasks_lib.TASKS:
@@ -76,7 +77,10 @@ def task_limits(c: ml_collections.ConfigDict) -> dict[str, dict]:
                 f'tasks.{name}.max_new_tokens={new} exceeds max_new_tokens='
                 f'{c.max_new_tokens} (the output buffer); raise max_new_tokens'
             )
-        out[name] = dict(limit=limit, max_new_tokens=new, source=spec.get('source', ''))
+        options = dict(spec.get('options', None) or {})
+        out[name] = dict(
+            limit=limit, max_new_tokens=new, source=spec.get('source', ''), options=options
+        )
     if not out:
         raise ValueError('tasks is empty: name at least one task')
     return out
@@ -91,7 +95,7 @@ def load_items(c: ml_collections.ConfigDict) -> Items:
     """
     out = {}
     for name, spec in task_limits(c).items():
-        task = tasks_lib.make(name, c.data_root)
+        task = tasks_lib.make(name, c.data_root, **spec['options'])
         its = task.load(spec['source'], spec['limit'])
         if len(its) < spec['limit']:
             where = spec['source'] or f'the data root ({data_files.data_root(c.data_root)})'

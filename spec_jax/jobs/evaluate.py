@@ -65,12 +65,12 @@ def default_config(tiny: bool = False) -> ml_collections.ConfigDict:
     return c
 
 
-def task(limit: int, max_new_tokens: int, source: str = '') -> ml_collections.ConfigDict:
+def task(limit: int, max_new_tokens: int, source: str = '', **options) -> ml_collections.ConfigDict:
     """One entry of `c.tasks`: the first `limit` items (0 = all) of `source` ('' = the data
     root, 'hub' = through `datasets`, or a local file), each generating at most
-    `max_new_tokens`."""
+    `max_new_tokens`; `options` are fields of the task (e.g. INCLUDE's `per_language`)."""
     return ml_collections.ConfigDict(
-        dict(limit=limit, max_new_tokens=max_new_tokens, source=source)
+        dict(limit=limit, max_new_tokens=max_new_tokens, source=source, options=options)
     )
 
 
@@ -83,7 +83,7 @@ def paper_setup(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.prompt_bucket = 256
     c.batch_size = 8
     for name, size in paper.TASK_SIZES.items():
-        c.tasks[name] = task(size, 2048, 'hub')
+        c.tasks[name] = task(size, 2048, 'hub', **paper.TASK_OPTIONS.get(name, {}))
     return c
 
 
@@ -100,7 +100,8 @@ def dry_run(c: ml_collections.ConfigDict) -> str:
         try:
             if spec['source'] == 'hub':
                 raise OSError('the hub is not read in a dry run')
-            n = len(runner.tasks_lib.make(name, c.data_root).load(spec['source'], spec['limit']))
+            task = runner.tasks_lib.make(name, c.data_root, **spec['options'])
+            n = len(task.load(spec['source'], spec['limit']))
             where = (
                 'items'
                 if n == spec['limit'] or not spec['limit']

@@ -10,6 +10,7 @@ families or the sandbox.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from typing import TYPE_CHECKING, Any
@@ -41,17 +42,23 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 
 
-def make(name: str, root: str = '') -> Task:
+def make(name: str, root: str = '', **options: Any) -> Task:
     """The task named `name` (a key of `TASKS`), reading its data under the data root `root`.
 
     Args:
       name: e.g. 'gsm8k', 'humaneval', 'bfcl_simple_python', 'include', 'speed_mt_bench'.
       root: the data root ('' = $SPEC_JAX_DATA, else the samples bundled in the package).
+      **options: fields of the task's dataclass, e.g. `per_language=5` for 'include'.
 
     Raises:
-      ValueError: an unknown name (the error lists the valid ones).
+      ValueError: an unknown name or option (the error lists the valid ones).
     """
     tasks = _registry()
     if name not in tasks:
         raise ValueError(f'unknown task {name!r}; valid: {sorted(tasks)}')
-    return tasks[name](root=root)
+    cls = tasks[name]
+    fields = sorted(f.name for f in dataclasses.fields(cls) if f.name != 'root')
+    unknown = sorted(set(options) - set(fields))
+    if unknown:
+        raise ValueError(f'task {name!r} has no option(s) {unknown}; its options: {fields}')
+    return cls(root=root, **options)
