@@ -1,10 +1,21 @@
 """Shared pytest fixtures: the embedded default model (loaded once) and a tiny config."""
 
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('HF_HUB_OFFLINE', '1')  # Tests never touch the network.
 os.environ.pop('SPEC_JAX_DATA', None)  # Tests read the samples bundled in the package.
+# JAX's persistent compilation cache in a fresh folder for this run (and the processes its
+# tests start, which inherit the variables): a program compiled again after the per-module
+# cache clearing below, or by another test's subprocess, is loaded instead of recompiled.
+# Nothing carries over between runs, so each run still compiles everything once.
+_OWN_CACHE = None
+if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
+    _OWN_CACHE = tempfile.mkdtemp(prefix='spec_jax_test_jit_')
+    os.environ['JAX_COMPILATION_CACHE_DIR'] = _OWN_CACHE
+    os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0.2'
 
 import pytest  # noqa: E402
 
@@ -61,3 +72,9 @@ def _free_compiled_code():
     import jax
 
     jax.clear_caches()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Removes this run's compilation cache (only the one this conftest made)."""
+    if _OWN_CACHE:
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)

@@ -31,7 +31,8 @@ def enable_compilation_cache(directory: str | None = None) -> str | None:
     second or more are stored. Returns the directory, or None when disabled.
     """
     directory = directory or os.environ.get(CACHE_ENV)
-    if directory == 'off':
+    if directory == 'off':  # Also when JAX's own variables turned a cache on.
+        jax.config.update('jax_enable_compilation_cache', False)
         return None
     if not directory:
         base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
