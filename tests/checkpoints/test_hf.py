@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from spec_jax import checkpoints
-from spec_jax.checkpoints import CheckpointError
+from spec_jax.checkpoints import CheckpointError, gguf
+from spec_jax.models.config import ModelConfig, RopeScaling
+from spec_jax.testing import random_params
 from spec_jax.tokenizer import TokenizerError
 
 TOKENS_BT = np.random.default_rng(0).integers(0, 67, size=(2, 11))
@@ -33,6 +35,30 @@ def test_logits_match_transformers(torch_hf_dir, causal_logits, family, shard):
     want = _torch_logits(model, TOKENS_BT)
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
     assert loaded.tokenizer is not None and loaded.tokenizer.stop_ids == (2, 0)
+
+
+def test_save_hf_reads_back_and_into_transformers(tmp_path, causal_logits):
+    """`save_hf` (how the train_draft job exports a draft LM) writes a directory that
+    `checkpoints.load` reads back exactly, scaled RoPE and tokenizer included, and that
+    transformers (when installed) loads to the same logits."""
+    tok = gguf.load_gguf_tokenizer(gguf.embedded_default_path())
+    scaling = RopeScaling('llama3', 32.0, 1.0, 4.0, 8192)  # A draft inherits Llama 3.x's.
+    cfg = ModelConfig.smollm2_135m().replace(
+        width=8, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=4, mlp_width=12,
+        rope_scaling=scaling, dtype='float32', param_dtype='float32',
+    )  # fmt: skip
+    params = random_params(cfg, seed=1, std=0.3)
+    out = checkpoints.save_hf(str(tmp_path), cfg, params, tok, 'float32')
+    assert out == {'dir': str(tmp_path), 'bytes': os.path.getsize(tmp_path / 'model.safetensors')}
+    loaded = checkpoints.load(str(tmp_path))
+    assert loaded.cfg == cfg and loaded.tokenizer.vocab_size == tok.vocab_size
+    tokens = TOKENS_BT + 100
+    want = causal_logits(cfg, params, tokens)
+    np.testing.assert_array_equal(causal_logits(loaded.cfg, loaded.params, tokens), want)
+    transformers = pytest.importorskip('transformers', reason='transformers reads it too')
+    pytest.importorskip('torch', reason='transformers needs torch')
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
+    np.testing.assert_allclose(_torch_logits(model, tokens), want, atol=1e-4, rtol=0)
 
 
 def test_state_round_trip(numpy_hf_dir):
