@@ -30,7 +30,7 @@ Every allowed set also keeps the argmax, so none is ever empty (HF `min_tokens_t
 
 `Sampler` bundles the transforms and applies them in Hugging Face's order: temperature, top-k,
 top-p, min-p, typical, epsilon, eta; each truncation sees the renormalised output of the
-previous one. Drawing a token from a processed vector is `spec_jax.draws`.
+previous one. Drawing a token from a processed vector is `spec_jax.categorical`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spec_jax import draws
+from spec_jax import categorical
 
 Array = jax.Array
 
@@ -324,7 +324,7 @@ class Sampler:
     def sample(self, key: Array, logits: Array) -> tuple[Array, Array]:
         """Processes logits [..., V] and draws one token per row: (tokens [...], probs)."""
         p = self.probs(logits)
-        return draws.sample(key, p), p
+        return categorical.sample(key, p), p
 
 
 jax.tree_util.register_dataclass(

@@ -33,7 +33,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from spec_jax import draws, rules, sharding
+from spec_jax import categorical, rules, sharding
 from spec_jax.decoding import trees
 from spec_jax.decoding.drafters import Drafter, NoDrafter
 from spec_jax.decoding.state import DecodeSettings, DecodeState, check_context, is_stop, prefill
@@ -200,7 +200,7 @@ def init_state(
     keys_b2 = jax.vmap(jax.random.split)(key_b)
     raw_p, first_p = target_probs(engine, verification, logits_bv)
     first_law = verification.bonus(first_p)
-    first_b = draws.sample_rows(keys_b2[:, 1], first_law)
+    first_b = categorical.sample_rows(keys_b2[:, 1], first_law)
     stats = Stats.zeros(batch, engine.num_draft, dec.buffer_len)
     if engine.meter_distortion:  # The first token is drawn from the bonus law.
         stats = stats.meter(verification.meter(first_law, raw_p), jnp.ones((batch,), bool))

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from spec_jax import draws
+from spec_jax import categorical
 from spec_jax.rules import base
 
 
@@ -65,7 +65,7 @@ def verify_chain(
     it for the whole batch at once (so row b's draws depend on B). With B keys (one per row:
     a raw uint32 array [B, 2] as `jax.random.split(k, B)` returns, or a typed key array
     [B]), row b splits its own key into a uniform key and a sampling key and draws its A
-    uniforms and its final token from them only (`draws.map_rows`, `draws.sample_rows`:
+    uniforms and its final token from them only (`categorical.map_rows`, `categorical.sample_rows`:
     a vmap for threefry keys, a loop over rows for rbg keys, which vmap does not keep per
     row): row b's result is then the same whichever other rows share the batch, and equals
     verify_chain on row b alone with the single key keys[b].
@@ -93,11 +93,11 @@ def verify_chain(
             f'{draft_probs_bav.shape}, tokens {draft_tokens_ba.shape} do not match [B, A+1, V], '
             '[B, A, V], [B, A]'
         )
-    per_row = draws.is_key_batch(key)
+    per_row = categorical.is_key_batch(key)
     if per_row:
         if key.shape[0] != b:
             raise ValueError(f'verify_chain: {key.shape[0]} keys for a batch of {b} rows')
-        key_u, key_s = draws.map_rows(lambda k: tuple(jax.random.split(k)), key)
+        key_u, key_s = categorical.map_rows(lambda k: tuple(jax.random.split(k)), key)
     else:
         key_u, key_s = jax.random.split(key)
     rows = jnp.arange(b)
@@ -113,7 +113,7 @@ def verify_chain(
         accept_probs = rule.accept_from(px, qx, x, stats)
         accept_probs = accept_probs.astype(jnp.float32)
         if per_row:
-            u = draws.map_rows(lambda k: uniform_open_closed(k, (a,)), key_u)
+            u = categorical.map_rows(lambda k: uniform_open_closed(k, (a,)), key_u)
         else:
             u = uniform_open_closed(key_u, (b, a))
         accept = u <= accept_probs
@@ -127,7 +127,7 @@ def verify_chain(
         accepted = jnp.zeros((b, 0), bool)
         n = jnp.zeros((b,), jnp.int32)
         dist = rule.bonus(target_probs_bav1[:, 0])
-    final = draws.sample_rows(key_s, dist) if per_row else draws.sample(key_s, dist)
+    final = categorical.sample_rows(key_s, dist) if per_row else categorical.sample(key_s, dist)
     pos = jnp.arange(a + 1)[None, :]
     x_pad = jnp.concatenate([x, jnp.full((b, 1), pad_id, jnp.int32)], axis=1)
     tokens = jnp.where(

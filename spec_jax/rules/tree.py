@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spec_jax import categorical
 from spec_jax.rules import base
 from spec_jax.rules.chain import uniform_open_closed
 
@@ -274,7 +275,7 @@ def verify_node(
         rule, target_probs_bv, sibs, u, draft_probs_bv, distinct=mode == 'distinct'
     )
     picked = jnp.take_along_axis(sibs, jnp.maximum(choice, 0)[:, None], axis=1)[:, 0]
-    token = jnp.where(choice >= 0, picked, draws.sample(key_s, final))
+    token = jnp.where(choice >= 0, picked, categorical.sample(key_s, final))
     return NodeResult(choice=choice, final_dist=final, token=token)
 
 
@@ -343,11 +344,11 @@ def _verify_tree(
     tokens_bm = node_tokens_bm.astype(jnp.int32)
     num_c = children.shape[-1]
     steps = (max_depth + 1, num_c)
-    if draws.is_key_batch(key):
+    if categorical.is_key_batch(key):
         if key.shape[0] != b:
             raise ValueError(f'verify_tree: {key.shape[0]} keys for a batch of {b} rows')
-        key_walk, key_final = draws.map_rows(lambda k: tuple(jax.random.split(k)), key)
-        u_dbc = draws.map_rows(lambda k: uniform_open_closed(k, steps), key_walk)
+        key_walk, key_final = categorical.map_rows(lambda k: tuple(jax.random.split(k)), key)
+        u_dbc = categorical.map_rows(lambda k: uniform_open_closed(k, steps), key_walk)
         u_dbc = u_dbc.transpose(1, 0, 2)
     else:
         key_walk, key_final = jax.random.split(key)
@@ -380,10 +381,10 @@ def _verify_tree(
         jnp.zeros((b, v), target_probs_bmv.dtype),
     )
     cur, _, n_acc, path, final_dist = jax.lax.fori_loop(0, max_depth + 1, body, carry0)
-    if draws.is_key_batch(key):
-        final = draws.sample_rows(key_final, final_dist)
+    if categorical.is_key_batch(key):
+        final = categorical.sample_rows(key_final, final_dist)
     else:
-        final = draws.sample(key_final, final_dist)
+        final = categorical.sample(key_final, final_dist)
     path_tokens = jnp.take_along_axis(tokens_bm, path[:, 1:], axis=1)  # [B, D]
     pos = jnp.arange(max_depth + 1)[None, :]
     padded = jnp.concatenate([path_tokens, jnp.full((b, 1), pad_id, jnp.int32)], axis=1)

@@ -82,9 +82,10 @@ def test_greedy_speculative_equals_greedy_ar(embedded, prompt_ids, greedy_ar, nu
         both = decoding.Params(embedded.params, params)
         result = decoding.generate(chain, both, prompt_ids)
         assert result.tokens == greedy_ar, name
-        single = decoding.generate(chain, both, prompt_ids[:1])
-        assert single.tokens == greedy_ar[:1], name
         assert np.isfinite(result.stats['block_efficiency'])
+        if name == 'random':  # Batch 1 too (another compiled shape), once a gamma.
+            single = decoding.generate(chain, both, prompt_ids[:1])
+            assert single.tokens == greedy_ar[:1], name
 
 
 def test_greedy_tree_equals_greedy_ar(embedded, prompt_ids, greedy_ar):

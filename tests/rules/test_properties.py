@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,6 +13,9 @@ import pytest
 import spec_jax.rules as rules
 
 V = 7
+LAWS_MD = os.path.join(os.path.dirname(__file__), '..', '..', 'docs', 'laws.md')
+with open(LAWS_MD) as _f:
+    LAWS = _f.read()
 
 
 def _pairs(n=400, seed=0, conc=0.5):
@@ -145,7 +151,10 @@ def test_rules_are_hashable_and_spec_strings_parse():
     for name in rules.names():
         rule = rules.make(name)
         assert rule.name == name and isinstance(rule.lossless, bool)
-        assert rule.section, name
+        assert rule.section.startswith('§'), name
         doc = (type(rule).__doc__ or '').lower()
-        for word in ('a(x)', 'replacement', 'bonus', 'law', 'paper.md §'):
+        for word in ('a(x)', 'replacement', 'bonus', 'law', 'docs/laws.md §'):
             assert word in doc, (name, word)
+        # The section the rule names is a heading of docs/laws.md.
+        number = rule.section[1:].split(' ')[0].split(',')[0].split('-')[0]
+        assert re.search(rf'^#+ {re.escape(number)}[ .]', LAWS, re.M), (name, rule.section)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import spec_jax.rules as rules
-from spec_jax import draws
+from spec_jax import categorical
 from spec_jax.rules import base, registry
 
 from . import _cases
@@ -148,7 +148,7 @@ KEY_KINDS = {
 def test_per_row_keys_make_rows_independent_of_the_batch(kind):
     p, q, x = _block(3)
     keys = KEY_KINDS[kind](5)
-    assert draws.is_key_batch(keys) and not draws.is_key_batch(keys[0])
+    assert categorical.is_key_batch(keys) and not categorical.is_key_batch(keys[0])
     rule = rules.make('lenience', l=0.3)
     full = rules.verify_chain(rule, keys, p, q, x)
     assert full.tokens.shape == (B, A + 1)
@@ -173,7 +173,7 @@ def test_per_row_keys_edge_cases():
     out = rules.verify_chain(rule, keys, p[:, :1], q[:, :0], x[:, :0])
     assert out.tokens.shape == (B, 1)
     want = jax.jit(
-        lambda k, p: draws.sample_rows(jax.vmap(lambda k: jax.random.split(k)[1])(k), p)
+        lambda k, p: categorical.sample_rows(jax.vmap(lambda k: jax.random.split(k)[1])(k), p)
     )(keys, p[:, 0])
     np.testing.assert_array_equal(out.final_token, want)
     # A traced rule and per-row keys together.
@@ -191,10 +191,10 @@ def test_sample_rows(kind):
     rng = np.random.default_rng(7)
     probs = jnp.asarray(rng.dirichlet(np.full(V, 0.5), size=(B, 2)), jnp.float32)
     keys = KEY_KINDS[kind](8)
-    rows = jax.jit(draws.sample_rows, static_argnames='method')
+    rows = jax.jit(categorical.sample_rows, static_argnames='method')
     got = rows(keys, probs)  # [B, 2, V] -> [B, 2]
     assert got.shape == (B, 2) and got.dtype == jnp.int32
-    one = jax.jit(draws.sample)
+    one = jax.jit(categorical.sample)
     for b in range(B):
         np.testing.assert_array_equal(got[b], one(keys[b], probs[b]))
     np.testing.assert_array_equal(rows(keys, probs)[1:3], rows(keys[1:3], probs[1:3]))
@@ -202,9 +202,9 @@ def test_sample_rows(kind):
     for method in ('cdf', 'gumbel'):
         np.testing.assert_array_equal(rows(keys, onehot, method=method), np.arange(B))
     with pytest.raises(ValueError, match='keys for probs'):
-        draws.sample_rows(keys[:2], probs[:, 0])
+        categorical.sample_rows(keys[:2], probs[:, 0])
     with pytest.raises(ValueError, match='not a batch of keys'):
-        draws.sample_rows(keys[0], probs[:1, 0])
+        categorical.sample_rows(keys[0], probs[:1, 0])
 
 
 def test_unflatten_skips_validation_but_constructors_validate():

@@ -101,10 +101,10 @@ def _eagle_setup(world):
             jnp.asarray(b.valid_bt),
         )
 
-    def batches(start):
+    def stream(start):
         return batches.batch_stream(train, BATCH, SEQ, 0, start, 8)
 
-    return state, step_fn, batches
+    return state, step_fn, stream
 
 
 def test_tiny_head_learns_far_above_chance(world):
@@ -113,12 +113,12 @@ def test_tiny_head_learns_far_above_chance(world):
     scores < 0.1), and the chain-3 acceptance length must exceed 2.2 (1.0 = nothing
     accepted). Measured: 0.83 / 0.84 and 2.69 (untrained 0.0 / 1.0)."""
     tp, _, heldout, ids, _ = world
-    state, step_fn, batches = _eagle_setup(world)
+    state, step_fn, stream = _eagle_setup(world)
     before, len_before = _depth_agreement(tp, state['params'], ids, heldout)
     state, history = core.train_loop(
         state=state,
         step_fn=step_fn,
-        batches=batches,
+        batches=stream,
         steps=300,
         workdir=None,
         log_every=50,
@@ -251,12 +251,12 @@ def test_ttt_loss_by_hand():
 
 def test_resume_matches_uninterrupted(world, tmp_path):
     """Kill after 7 steps (last checkpoint at 4), resume to 12 == 12 uninterrupted steps."""
-    state, step_fn, batches = _eagle_setup(world)
+    state, step_fn, stream = _eagle_setup(world)
     init = jax.tree.map(np.array, state)
     full, _ = core.train_loop(
         state=jax.tree.map(jnp.asarray, init),
         step_fn=step_fn,
-        batches=batches,
+        batches=stream,
         steps=12,
         workdir=str(tmp_path / 'a'),
         checkpoint_every=4,
@@ -265,7 +265,7 @@ def test_resume_matches_uninterrupted(world, tmp_path):
     crashed, _ = core.train_loop(
         state=jax.tree.map(jnp.asarray, init),
         step_fn=step_fn,
-        batches=batches,
+        batches=stream,
         steps=12,
         workdir=str(tmp_path / 'b'),
         checkpoint_every=4,
@@ -277,7 +277,7 @@ def test_resume_matches_uninterrupted(world, tmp_path):
 
     def recorded(start):
         starts.append(start)
-        return batches(start)
+        return stream(start)
 
     resumed, _ = core.train_loop(
         state=jax.tree.map(jnp.asarray, init),

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Protocol
 import jax
 import jax.numpy as jnp
 
-from spec_jax import draws
+from spec_jax import categorical
 from spec_jax.models.config import ModelConfig
 
 CONTEXT_PARTS = 'prompt bucket + new tokens + num_draft + 1'
@@ -89,7 +89,7 @@ def gather_tokens(history_bs: jax.Array, index_bt: jax.Array) -> jax.Array:
 def draw(key_b, q_bv, forced=None):
     """x ~ q row by row, or, with `forced` = (tokens [B], use [B]), the forced token where
     `use` (its q one-hot): (x [B], q [B, V])."""
-    x_b = draws.sample_rows(key_b, q_bv)
+    x_b = categorical.sample_rows(key_b, q_bv)
     if forced is None:
         return x_b, q_bv
     forced_b, use_b = forced

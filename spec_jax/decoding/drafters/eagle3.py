@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from spec_jax import draws
+from spec_jax import categorical
 from spec_jax.decoding import trees
 from spec_jax.decoding.drafters.base import (
     OUTSIDE_DRAFT_VOCAB,
@@ -286,12 +286,12 @@ class Eagle3Drafter:
                     q_bv = self._probs(params, logits_byu[:, f], probs_fn)
                     q_bmv = q_bmv.at[:, node].set(q_bv)
                     for child in row:
-                        token_b = draws.sample_rows(keys_mb[child], q_bv)
+                        token_b = categorical.sample_rows(keys_mb[child], q_bv)
                         tokens_bm = tokens_bm.at[:, child].set(token_b)
                 elif shape.sampled:  # Without replacement: Gumbel top-k, in draw order.
                     q_bv = self._probs(params, logits_byu[:, f], probs_fn)
                     q_bmv = q_bmv.at[:, node].set(q_bv)
-                    gumbel_bv = draws.map_rows(
+                    gumbel_bv = categorical.map_rows(
                         lambda k: jax.random.gumbel(k, (self.vocab_size,)), keys_mb[node]
                     )
                     _, token_bc = jax.lax.top_k(jnp.log(q_bv) + gumbel_bv, len(row))

@@ -1,4 +1,4 @@
-"""spec_jax.draws: draws follow their weights; one-hot rows are exact (the per-row keys are
+"""spec_jax.categorical: draws follow their weights; one-hot rows are exact (the per-row keys are
 tested with the rules that use them, tests/rules/test_traced.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spec_jax import draws
+from spec_jax import categorical
 
 V = 13
 
@@ -21,12 +21,14 @@ def _probs(n=64, seed=0, conc=0.4):
 def test_sample_follows_probs_and_onehot_is_exact():
     p = jnp.asarray(_probs(n=1, seed=9))
     n = 100_000
-    toks = draws.sample(jax.random.key(0), jnp.repeat(p, n, 0))
+    toks = categorical.sample(jax.random.key(0), jnp.repeat(p, n, 0))
     emp = np.bincount(np.asarray(toks), minlength=V) / n
     pv = np.asarray(p[0], np.float64)
     assert 0.5 * np.abs(emp - pv).sum() <= 4 * 0.5 * np.sum(np.sqrt(pv * (1 - pv) / n)) + 1e-4
     onehot = jax.nn.one_hot(jnp.arange(V), V)
-    np.testing.assert_array_equal(np.asarray(draws.sample(jax.random.key(1), onehot)), np.arange(V))
+    np.testing.assert_array_equal(
+        np.asarray(categorical.sample(jax.random.key(1), onehot)), np.arange(V)
+    )
 
 
 def test_sample_blocked_cdf_at_large_vocab():
@@ -36,7 +38,7 @@ def test_sample_blocked_cdf_at_large_vocab():
     probs[support] = [0.1, 0.2, 0.05, 0.3, 0.15, 0.2]
     keys = jax.random.split(jax.random.key(3), n)
     # vmap over keys keeps one copy of the (unnormalised) row instead of n.
-    draw = jax.jit(jax.vmap(lambda k: draws.sample(k, jnp.asarray(probs) * 7.0)))
+    draw = jax.jit(jax.vmap(lambda k: categorical.sample(k, jnp.asarray(probs) * 7.0)))
     toks = np.asarray(draw(keys))
     assert set(np.unique(toks)) <= set(support.tolist())
     emp = np.bincount(toks, minlength=v)[support] / n
@@ -44,7 +46,7 @@ def test_sample_blocked_cdf_at_large_vocab():
     assert 0.5 * np.abs(emp - pv).sum() <= 4 * 0.5 * np.sum(np.sqrt(pv * (1 - pv) / n)) + 1e-4
     onehot = jax.nn.one_hot(jnp.asarray([0, 255, 256, 3000]), v)
     for method in ('cdf', 'gumbel'):
-        got = draws.sample(jax.random.key(4), onehot, method=method)
+        got = categorical.sample(jax.random.key(4), onehot, method=method)
         np.testing.assert_array_equal(np.asarray(got), [0, 255, 256, 3000])
     with pytest.raises(ValueError, match='method'):
-        draws.sample(jax.random.key(0), onehot, method='nope')
+        categorical.sample(jax.random.key(0), onehot, method='nope')
