@@ -8,29 +8,28 @@ import pytest
 
 from spec_jax import decoding
 from spec_jax.decoding.drafters import Eagle3Drafter, PromptLookup
-from spec_jax.decoding.state import DecodeSettings, prefill
+from spec_jax.decoding.state import prefill
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.cache import KVCache
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import causal_forward
-from spec_jax.testing import random_params
+from spec_jax.testing import tiny
 from spec_jax.train import core
 from spec_jax.train import eagle3 as te
 
-V = 31
-CFG = ModelConfig.tiny(vocab_size=V)
+V, CFG, PROMPTS = tiny.V, tiny.TARGET, tiny.PROMPTS
+# A smaller head than tiny.HEAD (2 heads of 8): its laws are compared with the TTT forward's.
 HEAD = e3.Eagle3Config.for_target(
-    CFG, draft_vocab_size=23, num_heads=2, num_kv_heads=1, head_dim=8, mlp_width=24
+    CFG, draft_vocab_size=tiny.U, num_heads=2, num_kv_heads=1, head_dim=8, mlp_width=24
 )
-PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11, 12], [7]]
 KEYS0, KEYS1 = (jax.random.split(jax.random.PRNGKey(i), 2) for i in (0, 1))  # A key a row.
-DEC = DecodeSettings(max_new_tokens=20, prompt_bucket=8, new_tokens_bucket=8)
+DEC = tiny.DECODE
 A = 3
 
 
 @pytest.fixture(scope='module')
 def models():
-    target = random_params(CFG, seed=3, std=0.16)
+    target = tiny.target_params()
     head_params = jax.tree.map(lambda x: x * 4.0, e3.init_params(HEAD, jax.random.PRNGKey(5)))
     # A draft vocabulary that is not a prefix of V: every other id, plus a few.
     used = np.array(sorted(set(range(0, V, 2)) | {3, 7, 11, 13, 19, 23, 29}))[

@@ -17,15 +17,10 @@ from spec_jax.decoding.stats import Stats, summarize
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import causal_forward
 from spec_jax.sampling import Sampler
-from spec_jax.testing import loop_copies, random_params
+from spec_jax.testing import loop_copies, random_params, tiny
 
-V = 31
-CFG = ModelConfig.tiny(vocab_size=V)
-DRAFT_CFG = ModelConfig.tiny(
-    vocab_size=V, num_layers=1, width=16, num_heads=2, num_kv_heads=1, head_dim=8, mlp_width=24
-)
-PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11, 12], [7]]
-DEC = DecodeSettings(max_new_tokens=20, prompt_bucket=8, new_tokens_bucket=8)
+V, CFG, DRAFT_CFG = tiny.V, tiny.TARGET, tiny.DRAFT
+PROMPTS, DEC = tiny.PROMPTS, tiny.DECODE
 
 
 def gen(target, drafter, draft, prompts, num_draft, dec=DEC, seed=0, max_new_tokens=None,
@@ -44,12 +39,12 @@ def ar_gen(target, prompts, dec=DEC, **kw):
 
 @pytest.fixture(scope='module')
 def target():
-    return random_params(CFG, seed=3, std=0.16)
+    return tiny.target_params()
 
 
 @pytest.fixture(scope='module')
 def draft():
-    return random_params(DRAFT_CFG, seed=4, std=0.16)
+    return tiny.draft_params()
 
 
 @pytest.fixture(scope='module')

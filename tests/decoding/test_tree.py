@@ -22,28 +22,16 @@ from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import causal_forward
 from spec_jax.rules import base
 from spec_jax.sampling import Sampler
-from spec_jax.testing import loop_copies, random_params
+from spec_jax.testing import loop_copies, random_params, tiny
 
-V, U = 31, 23
-CFG = ModelConfig.tiny(vocab_size=V)
-HEAD = e3.Eagle3Config.for_target(CFG, draft_vocab_size=U, taps=(0, 1, 2))
-PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11, 12], [7]]
-DEC = DecodeSettings(max_new_tokens=20, prompt_bucket=8, new_tokens_bucket=8)
-# The draft vocabulary is not a prefix of V: every other id, plus a few.
-USED = np.array(sorted(set(range(0, V, 2)) | {3, 7, 11, 13, 19, 23, 29}))[:U]
-
-
-def head_params(target, seed=5):
-    params = e3.init_params(HEAD, jax.random.PRNGKey(seed))
-    params = e3.init_from_target(HEAD, params, target, jnp.asarray(USED))
-    d2t, t2d = e3.vocab_maps(USED, V)
-    head = e3.Eagle3Head(HEAD, params, jnp.asarray(d2t), jnp.asarray(t2d))
-    return Eagle3Drafter.params_for(head, target)
+V, U = tiny.V, tiny.U
+CFG, HEAD, PROMPTS, DEC, USED = tiny.TARGET, tiny.HEAD, tiny.PROMPTS, tiny.DECODE, tiny.DRAFT_IDS
+head_params = tiny.head
 
 
 @pytest.fixture(scope='module')
 def models():
-    target = random_params(CFG, seed=3, std=0.16)
+    target = tiny.target_params()
     return target, head_params(target)
 
 
