@@ -7,15 +7,18 @@ import tempfile
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('HF_HUB_OFFLINE', '1')  # Tests never touch the network.
 os.environ.pop('SPEC_JAX_DATA', None)  # Tests read the samples bundled in the package.
-# JAX's persistent compilation cache in a fresh folder for this run (and the processes its
-# tests start, which inherit the variables): a program compiled again after the per-module
-# cache clearing below, or by another test's subprocess, is loaded instead of recompiled.
-# Nothing carries over between runs, so each run still compiles everything once.
+# JAX's persistent compilation cache in a fresh folder for this run, shared by the processes
+# its tests start (they inherit the variables; launchers read SPEC_JAX_COMPILATION_CACHE
+# unless a test sets its own): a program compiled again after the per-module cache clearing
+# below, or by another test's subprocess, is loaded instead of recompiled. Nothing carries
+# over between runs, so each run still compiles everything once. (A run killed mid-write
+# leaves a torn entry at worst, which JAX reports and recompiles.)
 _OWN_CACHE = None
 if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
     _OWN_CACHE = tempfile.mkdtemp(prefix='spec_jax_test_jit_')
     os.environ['JAX_COMPILATION_CACHE_DIR'] = _OWN_CACHE
     os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0.2'
+    os.environ.setdefault('SPEC_JAX_COMPILATION_CACHE', _OWN_CACHE)
 
 import pytest  # noqa: E402
 

@@ -5,7 +5,8 @@ held-out speed prompts), a draft's greedy predictions are compared with the targ
 in one forward pass: at greedy verification a round accepts exactly the drafts that match,
 so the acceptance lengths computed here are the ones chain or tree speculative decoding would
 get on this text, without decoding it. Round lengths count the accepted drafts plus the token
-the target adds (`metrics.block_efficiency`'s definition; `accept_length` is one less).
+the target adds (the evaluation's `block_efficiency`, spec_jax/eval/metrics.py; its
+`accept_length` is one less).
 
   draft_lm     per-token agreement of a draft LM, chain-k round lengths, agreement per set
   eagle3_head  per-depth agreement of an EAGLE-3 head (its training-time-test forward),

@@ -23,6 +23,7 @@ from spec_jax import checkpoints, data_files, decoding, rules
 from spec_jax.checkpoints import params_to_state
 from spec_jax.decoding import batching, drafters
 from spec_jax.decoding import engine as eng
+from spec_jax.jobs import runtime
 from spec_jax.jobs.timing import interleaved_medians
 from spec_jax.models.llama import forward
 from spec_jax.sampling import Sampler
@@ -260,14 +261,10 @@ def sweep_compiles(c, engine: decoding.Engine, params, ids) -> dict:
             decoding.generate(engine.replace(rule=rule, baseline=baseline), params, ids)
         return time.perf_counter() - start
 
-    persistent = jax.config.jax_enable_compilation_cache
-    jax.config.update('jax_enable_compilation_cache', False)  # Measure compiles, not loads.
-    try:
+    with runtime.compilation_cache_off():  # Measure compiles, not loads.
         per_value = sweep(clear_each=True)
         traced = sweep(clear_each=False)
         compiles = eng.decode_loop._cache_size()
-    finally:
-        jax.config.update('jax_enable_compilation_cache', persistent)
     print(
         f'sweep of {c.sweep_rule} {c.sweep_param} over {list(c.sweep_values)} + its matched '
         f'baseline ({len(runs)} runs of {len(ids)} prompts): {traced:.1f} s with {compiles} '

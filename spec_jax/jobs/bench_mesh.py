@@ -24,6 +24,7 @@ import numpy as np
 from spec_jax import decoding, rules, sharding
 from spec_jax.decoding import drafters, host
 from spec_jax.decoding import engine as eng
+from spec_jax.jobs import runtime
 from spec_jax.jobs.bench_chain import speed_setup
 from spec_jax.sampling import Sampler
 from spec_jax.train import core as train_core
@@ -146,10 +147,10 @@ def entry_points(c, target, draft, dec, engines, ids) -> dict:
 
 def _compile_seconds(mesh, fn, *args) -> float:
     """Seconds to lower and compile jitted `fn` for `args` under `mesh`, in-memory caches
-    cleared first (the speed runs compiled some already). The config turns the persistent
-    cache off (`compilation_cache='off'`), or a rerun would time cache loads."""
+    cleared first (the speed runs compiled some already) and the persistent cache off (or a
+    rerun would time cache loads)."""
     jax.clear_caches()
-    start = time.perf_counter()
-    with sharding.use_mesh(mesh):
+    with runtime.compilation_cache_off(), sharding.use_mesh(mesh):
+        start = time.perf_counter()
         fn.lower(*args).compile()
-    return time.perf_counter() - start
+        return time.perf_counter() - start

@@ -97,10 +97,10 @@ def dry_run(c: ml_collections.ConfigDict) -> str:
              f'{len(methods)} methods:', plan.describe(methods), '', 'tasks:']  # fmt: skip
     total = 0
     for name, spec in limits.items():
+        task = runner.tasks_lib.make(name, c.data_root, **spec['options'])  # Options checked.
         try:
             if spec['source'] == 'hub':
                 raise OSError('the hub is not read in a dry run')
-            task = runner.tasks_lib.make(name, c.data_root, **spec['options'])
             n = len(task.load(spec['source'], spec['limit']))
             where = (
                 'items'

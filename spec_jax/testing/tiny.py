@@ -3,7 +3,8 @@
 Prime sizes (V 31, U 23), so no axis can stand in for another; the same configs, prompts and
 decode settings across test modules, so the programs they compile are the same ones (the
 suite's persistent compilation cache then loads, rather than recompiles, what an earlier
-module built). Weights are drawn with numpy (`random_params`), never by a compiled init.
+module built). The LMs' weights are drawn with numpy (`random_params`); the head starts
+from its Flax init, moved into the target's output space.
 
   TARGET, DRAFT, HEAD        the configs (ModelConfig, ModelConfig, Eagle3Config)
   PROMPTS, DECODE            three prompts of different lengths; 20 new tokens, buckets of 8

@@ -168,7 +168,7 @@ def make_ce_step(draft_cfg: ModelConfig, optimizer: optax.GradientTransformation
 
 def make_topk_step(draft_cfg: ModelConfig, optimizer: optax.GradientTransformation):
     """A jitted (state, tokens, loss_mask, valid, topk_ids, topk_logprobs) -> (state,
-    metrics): soft labels stored by `data.teacher_topk` (see `topk_loss`), at CE's cost."""
+    metrics): soft labels stored by `teacher.teacher_topk` (see `topk_loss`), at CE's cost."""
 
     @partial(jax.jit, donate_argnums=(0,))
     def step(state, tokens_bt, loss_mask_bt, valid_bt, topk_ids_bti, topk_logprobs_bti):

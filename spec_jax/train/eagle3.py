@@ -76,7 +76,7 @@ def teacher_from_logits(teacher_logits_btv, draft_ids_u):
 
 
 def teacher_from_topk(topk_ids_bti, topk_logprobs_bti, draft_ids_u, t2d_v):
-    """The TTT teacher from stored top-k labels (`data.teacher_topk`): the target's top-k law
+    """The TTT teacher from stored top-k labels (`teacher.teacher_topk`): the target's top-k law
     restricted to the draft vocabulary and renormalised [B, T, U], and its top-1 [B, T].
 
     It approximates `teacher_from_logits` by dropping the target's mass outside its top k
@@ -182,7 +182,7 @@ def make_cached_train_step(
 ):
     """A jitted (embed_vd, draft_ids_u, t2d_v, state, tokens, loss_mask, valid, taps,
     topk_ids, topk_logprobs) -> (state, metrics) on stored taps and top-k labels
-    (`data.teacher_taps`, `data.teacher_topk`): no target forward per step."""
+    (`teacher.teacher_taps`, `teacher.teacher_topk`): no target forward per step."""
     update = partial(_ttt_update, cfg, optimizer, steps, step_weight)
 
     @partial(jax.jit, donate_argnums=(3,))

@@ -224,9 +224,11 @@ def test_ttt_loss_by_hand():
     loss_mask = rng.random((b, t)) < 0.7
     valid = np.ones((b, t), bool)
     valid[1, -2:] = False
-    teacher = (jnp.asarray(p), jnp.asarray(top))
+    teacher_law = (jnp.asarray(p), jnp.asarray(top))
     loss, acc = te.ttt_loss(
-        jnp.asarray(logits), teacher, *(jnp.asarray(x) for x in (loss_mask, valid, draft_ids, t2d))
+        jnp.asarray(logits),
+        teacher_law,
+        *(jnp.asarray(x) for x in (loss_mask, valid, draft_ids, t2d)),
     )
     want_loss, want_acc = 0.0, []
     logq = np.asarray(jax.nn.log_softmax(logits, -1))
@@ -332,20 +334,20 @@ def test_topk_loss_with_every_token_is_kl_plus_entropy():
     """With k = V stored, the soft-label loss is the KL step's loss plus the teacher's
     entropy (a constant), so both train the same thing; fewer ids renormalise."""
     rng = np.random.default_rng(0)
-    teacher = jnp.asarray(rng.normal(size=(2, 5, 11)) * 2, jnp.float32)
+    teacher_logits = jnp.asarray(rng.normal(size=(2, 5, 11)) * 2, jnp.float32)
     student = jnp.asarray(rng.normal(size=(2, 5, 11)), jnp.float32)
     mask = jnp.asarray(rng.random((2, 5)) < 0.7)
-    lp, ids = jax.lax.top_k(jax.nn.log_softmax(teacher), 11)
+    lp, ids = jax.lax.top_k(jax.nn.log_softmax(teacher_logits), 11)
     soft, agree = distill.topk_loss(lp, ids, student, mask)
-    kl, kl_agree = distill.kl_loss(teacher, student, mask)
-    p = jax.nn.softmax(teacher)
+    kl, kl_agree = distill.kl_loss(teacher_logits, student, mask)
+    p = jax.nn.softmax(teacher_logits)
     entropy = -(p * jnp.log(p)).sum(-1)
     m = mask.astype(jnp.float32)
     np.testing.assert_allclose(soft, kl + (entropy * m).sum() / m.sum(), rtol=1e-5)
     np.testing.assert_allclose(agree, kl_agree)
     # k = 1 is hard-label cross-entropy on the teacher's argmax.
     hard, _ = distill.topk_loss(lp[..., :1], ids[..., :1], student, mask)
-    ce = optax.softmax_cross_entropy_with_integer_labels(student, jnp.argmax(teacher, -1))
+    ce = optax.softmax_cross_entropy_with_integer_labels(student, jnp.argmax(teacher_logits, -1))
     np.testing.assert_allclose(hard, (ce * m).sum() / m.sum(), rtol=1e-5)
 
 
