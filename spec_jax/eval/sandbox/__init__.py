@@ -237,6 +237,7 @@ def run_python(
     tail_chars: int = 4000,
     report_bytes: int = 64 << 20,
     workdir: str | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> RunResult:
     """Runs `source` in a contained child interpreter (see the module docstring).
 
@@ -259,6 +260,8 @@ def run_python(
       report_bytes: how much of the result channel (reports + sentinel) to read.
       workdir: where the caller's private run directory goes (default: tempfile's); it is
         removed when the run ends.
+      pass_fds: descriptors of the caller the sample inherits at the same numbers (e.g. the
+        ends of pipes over which a trusted process talks to the sample).
     """
     if isolation == 'auto':
         isolation = isolation_level()
@@ -314,7 +317,7 @@ def run_python(
             stdin=files['src'],
             stdout=files['out'],
             stderr=files['err'],
-            pass_fds=(res_fd, status_fd),
+            pass_fds=(res_fd, status_fd, *pass_fds),
             env=dict(SAMPLE_ENV),
             cwd='/',
             process_group=0,
