@@ -36,7 +36,14 @@ import jax.numpy as jnp
 from spec_jax import categorical, rules, sharding
 from spec_jax.decoding import trees
 from spec_jax.decoding.drafters import Drafter, NoDrafter
-from spec_jax.decoding.state import DecodeSettings, DecodeState, check_context, is_stop, prefill
+from spec_jax.decoding.state import (
+    DecodeSettings,
+    DecodeState,
+    check_context,
+    is_stop,
+    prefill,
+    uncut_draft,
+)
 from spec_jax.decoding.stats import Stats
 from spec_jax.decoding.verification import Verification
 from spec_jax.models.cache import KVCache, tree_mask
@@ -295,8 +302,10 @@ def chain_round(
         # The law each offset emitted against the matched baseline's law of the same p.
         metered = verification.meter(verification.emitted_law(raw_btv, q_bav), raw_btv)
     start_b = s.committed_b
-    s = s.replace(cache=cache, key_b=key_b, stats=s.stats.update(out, live_b, metered))
-    s = s.commit(out.tokens, out.num_emitted, engine.decode.stop_tokens)
+    stops = engine.decode.stop_tokens  # The paper's full blocks: drafts no stop or limit cut.
+    full_b = uncut_draft(x_ba, stops, s.limit_b - s.num_out_b, engine.num_draft)
+    s = s.replace(cache=cache, key_b=key_b, stats=s.stats.update(out, live_b, metered, full_b))
+    s = s.commit(out.tokens, out.num_emitted, stops)
     draft = drafter.observe(draft_params, draft, s.history_bs, start_b, s.committed_b, taps_bted)
     return s.replace(draft=draft)
 

@@ -148,6 +148,15 @@ def cut_block(tokens_bt, num_b, stop_tokens, room_b):
     return kept_b, first_stop_b <= kept_b
 
 
+def uncut_draft(drafts_ba, stop_tokens, room_b, num_draft: int) -> jax.Array:
+    """[B] bool: the rows whose draft of a round no stop token and no limit cut, as the
+    paper's drafter would have proposed it whole (Fast-HSD's draft stops at an end token or
+    where the token limit leaves no room): no drafted token is a stop token and `room_b`
+    (tokens the row may still emit) holds all `num_draft` drafts and the bonus. With all
+    A drafts verified, such a round is a full block (`Stats.update`'s `full_b`)."""
+    return ~is_stop(drafts_ba, stop_tokens).any(-1) & (room_b >= num_draft + 1)
+
+
 def prefill(cfg: ModelConfig, params, cache: KVCache, prompt_bp, prompt_len_b, tap_layers=()):
     """Writes the prompts into the cache and commits them.
 

@@ -34,7 +34,8 @@ class Stats:
         `draft_len` made the round narrower).
       accepted: accepted drafts.
       emitted: tokens emitted by rounds (accepted drafts + the replacement/bonus token).
-      full_blocks: rounds that verified all A drafts (the paper's "full-gamma" blocks).
+      full_blocks: rounds that verified all A drafts of a draft not cut by a stop token or
+        the row's limit (the paper's full blocks; `update`'s `full_b`).
       full_accepted: accepted drafts in those rounds.
       accepted_at_ba: [B, A] rounds whose draft at position i was accepted.
       reached_at_ba: [B, A] rounds that examined position i.
@@ -109,15 +110,21 @@ class Stats:
         out: rules.ChainResult,
         live_b: jax.Array,
         metered: rules.Metered | None = None,
+        full_b: jax.Array | None = None,
     ) -> Stats:
         """Adds one round of the live rows: its verification `out` (a round of A' <= A
         drafts) and, when metering, `metered` [B, A' + 1] at each offset of the block (the
-        emitted ones, offsets 0..n, are kept)."""
+        emitted ones, offsets 0..n, are kept). `full_b` [B] bool: the rows whose draft was
+        not cut (no stop token drafted, room for A + 1 tokens; `engine.chain_round`); the
+        round is a full block of a row iff it verified all A drafts and full_b holds (None:
+        every row's)."""
         live = live_b.astype(jnp.int32)
         rows_b = jnp.arange(live_b.shape[0])
         block_col_b = jnp.where(live_b, self.blocks, self.block_accepted_bo.shape[1])
         a_round, a = out.accepted.shape[1], self.accepted_at_ba.shape[1]
         full = live * (a_round == a)
+        if full_b is not None:
+            full = full * full_b.astype(jnp.int32)
         st = self.replace(
             blocks=self.blocks + live,
             drafted=self.drafted + a_round * live,
@@ -198,6 +205,8 @@ def summarize(stats: Stats) -> dict:
         emitted=s.emitted.tolist(),
         full_blocks=s.full_blocks.tolist(),
         full_accepted=s.full_accepted.tolist(),
+        full_drafted=(s.full_blocks * s.accepted_at_ba.shape[1]).tolist(),
+        reached=s.reached_at_ba.sum(-1).tolist(),
         block_efficiency=(s.emitted / blocks).tolist(),
         acceptance_rate=(s.accepted / np.maximum(s.drafted, 1)).tolist(),
         acceptance_at_position=(s.accepted_at_ba / np.maximum(s.reached_at_ba, 1)).tolist(),

@@ -6,10 +6,18 @@ Definitions (docs/eval.md; the paper's, docs/paper.md §3):
                     95% interval: Wilson's for one sample per item, else the normal
                     interval of the item means (mean +- 1.96 s / sqrt(n))
   block_efficiency  tokens emitted per target forward, the bonus token counted (AR: 1)
-  be_full_gamma     the paper's chain BE: mean of (accepted + 1) over the rounds that
-                    verified all gamma drafts
+  be_full_gamma     the paper's chain BE: mean of (accepted + 1) over the full blocks,
+                    rounds that verified all gamma drafts of a draft that no stop token
+                    and no token limit cut (`decoding.engine.chain_round`)
+  full_fraction     full blocks / rounds
   accept_length     the paper's EAGLE BE: accepted drafts per target forward (no +1)
-  acceptance_rate   accepted drafts / drafted tokens
+  acceptance_rate   accepted drafts / drafted tokens (tree: per depth of the path)
+  position_acceptance  accepted drafts / reached positions (a position is reached iff
+                    every earlier one of its round was accepted; tree: a depth of the
+                    path whose node had children): the per-position acceptance
+                    probability, comparable between chain and tree
+  ds                the paper's DS: chain gamma x full blocks / decode seconds; tree (as
+                    the paper's) tokens_per_s
   tokens_per_s      generated tokens / decode seconds (compiles excluded); a row's seconds
                     are its share, by tokens, of its batch's
   speedup           tokens_per_s / AR's tokens_per_s on the same task in the same run
@@ -20,7 +28,13 @@ Definitions (docs/eval.md; the paper's, docs/paper.md §3):
                     where p_A > 0: lenience or min-p verification of a deterministic draft)
   overshoot_mean/max  of max_x pi(x)/p(x) against the temperature-processed target p
                     (finite ones; `overshoot_inf_fraction`: p underflowed where pi did not)
+  js                mean Jensen-Shannon divergence JS(pi, p_A) over the metered
+                    positions (nats, <= ln 2; finite where KL is not)
   tv_at_offset      mean TV at each offset of a round (drafted positions, then the bonus)
+  seeds_k, avg_at_k, pass_at_k  k = the fewest samples (seeds) of an item; avg@k and
+                    pass@k over them (`spec_jax.eval.outcomes.over_seeds`; AIME's)
+  n_scorer_errors, n_timeouts, n_infra_errors, failed_samples  scorings that failed
+                    (`spec_jax.eval.outcomes`): wrong answers in the score, counted apart
 
 Counters are pooled over rows (sums, then ratios), so a row's weight is its token count.
 """
@@ -33,6 +47,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from spec_jax import rules
+from spec_jax.eval import outcomes
 from spec_jax.eval.plan import Method
 
 Z95 = 1.959963984540054
@@ -124,6 +139,8 @@ def _metrics(task: str, method: Method, group: list[dict]) -> dict:
     row.update(n_items=len(per_item), n_samples=len(group))
     if scored:
         row['score'], row['score_lo'], row['score_hi'] = score_interval(list(per_item.values()))
+        row.update(outcomes.over_seeds(per_item))
+        row.update(outcomes.failures(group))
     else:
         row['score'] = row['score_lo'] = row['score_hi'] = None
     total = defaultdict(float)
@@ -137,12 +154,26 @@ def _metrics(task: str, method: Method, group: list[dict]) -> dict:
     row['be_full_gamma'] = None if ar else _ratio(total['full_accepted'] + full, full)
     row['accept_length'] = None if ar else _ratio(total['accepted'], total['blocks'])
     row['acceptance_rate'] = None if ar else _ratio(total['accepted'], total['drafted'])
+    has = {k for r in group for k in r['stats']}  # Older result lines lack newer counters.
+    row['position_acceptance'] = (
+        None if ar or 'reached' not in has else _ratio(total['accepted'], total['reached'])
+    )
+    row['full_fraction'] = None if ar else _ratio(full, total['blocks'])
     row['tokens'] = sum(r['num_tokens'] for r in group)
     row['decode_seconds'] = sum(r['seconds'] for r in group)
     row['tokens_per_s'] = _ratio(row['tokens'], row['decode_seconds'])
+    if ar:
+        row['ds'] = None
+    elif method.mode == 'tree':
+        row['ds'] = row['tokens_per_s']
+    else:
+        ds = _ratio(total['full_drafted'], row['decode_seconds'])
+        row['ds'] = ds if 'full_drafted' in has else None
     metered = total['metered']
     for name in ('tv', 'outside'):
         row[name] = _ratio(total[f'{name}_sum'], metered) if metered else None
+    # JS (bounded by ln 2): a number where KL is infinite, as in tree runs.
+    row['js'] = _ratio(total['js_sum'], metered) if metered and 'js_sum' in has else None
     # KL and overshoot: means over the positions where they are finite, and the fraction
     # where they are not (a single infinite position would make a mean meaningless).
     for name, key in (('kl', 'kl'), ('overshoot', 'overshoot_mean')):

@@ -43,9 +43,11 @@ from spec_jax.eval.tasks.base import Item, Task
 from spec_jax.jobs import timing
 
 SPEC_MODES = ('chain', 'tree')
-PER_ROW_STATS = ('blocks', 'drafted', 'accepted', 'emitted', 'full_blocks', 'full_accepted')
+PER_ROW_STATS = ('blocks', 'drafted', 'accepted', 'emitted', 'full_blocks', 'full_accepted',
+                 'full_drafted', 'reached')  # fmt: skip
 METER_SUMS = ('metered', 'tv_sum', 'kl_sum', 'outside_sum', 'overshoot_sum', 'kl_inf',
-              'overshoot_inf', 'max_overshoot', 'metered_at_offset', 'tv_at_offset')  # fmt: skip
+              'overshoot_inf', 'max_overshoot', 'metered_at_offset', 'tv_at_offset',
+              'js_sum')  # fmt: skip
 Items = dict[str, tuple[Task, list[Item]]]  # Task name -> (the task, its items).
 
 
