@@ -119,9 +119,11 @@ def dry_run(c: ml_collections.ConfigDict) -> str:
     return '\n'.join(lines)
 
 
-def theory_curves(rows: list[dict]) -> dict:
-    """The closed-form chain distortion of every lossy rule of a run over its parameter's
-    range (`rules.theory.parameter_curve`: synthetic p and q), for the distortion figure."""
+def theory_curves(rows: list[dict], mode: str = 'chain', num_siblings: int = 1) -> dict:
+    """The closed-form distortion of every lossy rule of a run over its parameter's range
+    in the run's mode (`rules.theory.parameter_curve`: synthetic p and q; tree mode the
+    node law with `num_siblings` ordered siblings, the tree's branch), for the distortion
+    figure."""
     params: dict[tuple[str, str], set] = {}
     for r in rows:
         if r['kind'] == 'lossy' and r['param'] is not None:
@@ -130,7 +132,9 @@ def theory_curves(rows: list[dict]) -> dict:
     for (rule, name), measured in params.items():
         span = THEORY_SPANS.get(name, (0.05, 0.95))
         values = sorted(measured | {float(v) for v in np.linspace(*span, 10)})
-        out[rule] = theory.parameter_curve(rule, name, values)
+        out[rule] = theory.parameter_curve(
+            rule, name, values, mode=mode, num_siblings=num_siblings
+        )
     return out
 
 
@@ -162,12 +166,17 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     return dict(out, progress=progress, wall_s=wall)
 
 
+def _siblings(c: ml_collections.ConfigDict) -> int:
+    """Siblings per tree node for the theory curves: the tree's branch (1 in chain mode)."""
+    return decoding.tree_shape(c.tree).branch if c.mode == 'tree' else 1
+
+
 def write_report(c: ml_collections.ConfigDict, results: list[dict], methods, workdir: str):
     """Metrics and the report of a run's results; prints the headline table."""
     rows = metrics.aggregate(results, methods)
     paths = report.write_report(
         rows, os.path.join(workdir, 'report'), mode=c.mode, title=c.name,
-        theory=theory_curves(rows) if c.meter_distortion else None,
+        theory=theory_curves(rows, c.mode, _siblings(c)) if c.meter_distortion else None,
     )  # fmt: skip
     print(report.headline(rows))
     others = sorted(os.path.basename(p) for k, p in paths.items() if k != 'report')

@@ -186,6 +186,8 @@ def parameter_curve(
     param_name: str,
     values,
     *,
+    mode: str = 'chain',
+    num_siblings: int = 1,
     quality_t: float = 0.5,
     seed: int = 0,
     vocab: int = 257,
@@ -196,26 +198,37 @@ def parameter_curve(
 
     On `synthetic_family(seed, vocab, num_pairs, ., logit_scale)` at draft interpolation
     t = `quality_t` (q_t = softmax((1 - t) z_q + t z_p)), each value v builds
-    `make(f'{rule_name}:{param_name}={v}')` and takes the chain-mode `curves` TV against its
-    matched baseline, averaged over the pairs. The report's distortion figure draws it dashed
-    beside the measured TV (`spec_jax.eval.plots.distortion_vs_param`).
+    `make(f'{rule_name}:{param_name}={v}')` and takes the `mode` `curves` TV against its
+    matched baseline, averaged over the pairs: chain, the rule's induced law
+    (docs/laws.md §3.2, §4.1); tree, its node law with the draft's top `num_siblings`
+    tokens as the ordered deterministic siblings (EAGLE's top-k; §3.3, §4.2). The report's
+    distortion figure draws it dashed beside the measured TV
+    (`spec_jax.eval.plots.distortion_vs_param`), labelled synthetic: random (p, q) pairs,
+    not the run's own distributions, so its level says nothing about the run's.
 
     Args:
       rule_name: a registry name ('minp_verify', 'lenience', ...).
       param_name: the swept parameter ('rho', 'l', ...).
       values: the parameter values.
+      mode: 'chain' or 'tree' (the rule must have a deterministic tree form).
+      num_siblings: tree mode's siblings per node (the run's branch), >= 1.
       quality_t: the interpolation t in [0, 1] (1: q = p).
       seed, vocab, num_pairs, logit_scale: the synthetic family's arguments.
 
     Returns:
-      {'param': [v...], 'tv': [mean TV...], 'quality': mean 1 - TV(p, q_t),
-       'label': 'theory (synthetic p, q; draft quality 0.xx)'}.
+      {'param': [v...], 'tv': [mean TV...], 'quality': mean 1 - TV(p, q_t), 'mode',
+       'label': 'theory, synthetic p, q (chain; draft quality 0.xx)'}.
 
     Raises:
-      ValueError: quality_t outside [0, 1], or an invalid rule or parameter (from `make`).
+      ValueError: quality_t outside [0, 1], a bad mode or num_siblings, a rule without a
+        tree form in tree mode, or an invalid rule or parameter (from `make`).
     """
     if not 0.0 <= quality_t <= 1.0:
         raise ValueError(f'quality_t={quality_t!r} must be in [0, 1]')
+    if mode not in ('chain', 'tree'):
+        raise ValueError(f"mode={mode!r} must be 'chain' or 'tree'")
+    if not 1 <= num_siblings <= vocab:
+        raise ValueError(f'num_siblings={num_siblings!r} must be in [1, vocab={vocab}]')
     values = [float(v) for v in values]
     ends = synthetic_family(seed, vocab, num_pairs, 2, logit_scale)  # t = 0 and t = 1.
     # log softmax(z) = z - logsumexp(z) per row: a row shift, which the softmax ignores, so the
@@ -226,12 +239,18 @@ def parameter_curve(
     family = {'t': np.asarray([quality_t]), 'p': ends['p'], 'q': np.asarray(q_t)[None]}
     tvs, quality = [], float('nan')
     for v in values:
-        res = curves(registry.make(f'{rule_name}:{param_name}={v}'), family, 'chain', 1)
+        rule = registry.make(f'{rule_name}:{param_name}={v}')
+        if mode == 'tree' and 'deterministic' not in rule.tree_modes:
+            raise ValueError(f'{rule_name} has no deterministic tree form (tree_modes '
+                             f'{rule.tree_modes}); tree mode takes one that has')  # fmt: skip
+        res = curves(rule, family, mode, num_siblings)
         tvs.append(float(res['tv_baseline'][0].mean()))
         quality = float(res['quality'][0].mean())
+    what = 'chain' if mode == 'chain' else f'tree node, top-{num_siblings} siblings'
     return {
         'param': values,
         'tv': tvs,
         'quality': quality,
-        'label': f'theory (synthetic p, q; draft quality {quality:.2f})',
+        'mode': mode,
+        'label': f'theory, synthetic p, q ({what}; draft quality {quality:.2f})',
     }

@@ -82,7 +82,7 @@ def test_parameter_curve(curve):
     assert len(curve['tv']) == 3
     assert all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in curve['tv'])
     assert 0.0 < curve['quality'] < 1.0
-    assert curve['label'] == f'theory (synthetic p, q; draft quality {curve["quality"]:.2f})'
+    assert curve['label'] == f'theory, synthetic p, q (chain; draft quality {curve["quality"]:.2f})'
 
 
 def test_write_report(tmp_path, curve):
