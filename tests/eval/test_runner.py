@@ -114,12 +114,12 @@ def test_metrics_and_report_of_the_run(tiny_run, tmp_path):
             assert 1.0 <= r['block_efficiency'] <= c.num_draft + 1
         if r['kind'] in ('ar', 'lossless', 'baseline'):
             assert r['tv'] < 1e-5 and r['outside'] < 1e-6  # They emit the reference law.
-    lossy = by[('gsm8k', 'minp_verify:rho=0.3')]
+    lossy = by[('mbpp', 'minp_verify:rho=0.3')]
     assert lossy['tv'] > 0 and lossy['outside'] > 0  # Truncation leaks outside A.
-    assert by[('gsm8k', 'cos:lam=0.4')]['outside'] == 0.0  # Its baseline truncates nothing.
+    assert by[('mbpp', 'cos:lam=0.4')]['outside'] == 0.0  # Its baseline truncates nothing.
     # The report the run wrote, and its figures' series.
     report_dir = os.path.join(workdir, 'report')
-    for name in ('report.md', 'metrics.csv', 'pareto_gsm8k.png', 'distortion_vs_param.png'):
+    for name in ('report.md', 'metrics.csv', 'pareto_mbpp.png', 'distortion_vs_param.png'):
         assert os.path.getsize(os.path.join(report_dir, name)) > 0
     assert report.read_metrics_csv(os.path.join(report_dir, 'metrics.csv')) == rows
     assert evaluate.report_only(workdir)['rows'] == rows  # launch/report.py re-renders it.
@@ -127,8 +127,8 @@ def test_metrics_and_report_of_the_run(tiny_run, tmp_path):
         md = f.read()
     assert 'baseline[min_p=0.3]' in md and 'minp_verify:rho=0.3' in md
     path = str(tmp_path / 'pareto.png')
-    drawn = plots.pareto(rows, 'gsm8k', path)
-    families = {plots.family(r) for r in rows if r['task'] == 'gsm8k'}
+    drawn = plots.pareto(rows, 'mbpp', path)
+    families = {plots.family(r) for r in rows if r['task'] == 'mbpp'}
     assert families <= set(drawn)
     check_series(path, drawn, dict(drawn))
 
@@ -143,11 +143,11 @@ def test_a_changed_config_refuses_to_mix(tiny_run, tmp_path):
     c.temperature = 0.9
     with pytest.raises(records.ConfigMismatchError, match=r'temperature: 0\.7 -> 0\.9'):
         runner.run(c, workdir)
-    c.tasks.gsm8k.limit = 2
+    c.tasks.mbpp.limit = 2
     c.temperature = 0.7
-    with pytest.raises(records.ConfigMismatchError, match=r'tasks\.gsm8k\.limit: 3 -> 2'):
+    with pytest.raises(records.ConfigMismatchError, match=r'tasks\.mbpp\.limit: 3 -> 2'):
         runner.run(c, workdir)
-    c.tasks.gsm8k.limit, c.progress, c.score_workers = 3, False, 1  # Runtime fields may.
+    c.tasks.mbpp.limit, c.progress, c.score_workers = 3, False, 1  # Runtime fields may.
     store, _, progress = runner.run(c, workdir)  # Everything is done: nothing to run.
     assert progress.samples == 0 and len(store.rows) == count_lines(f'{workdir}/results.jsonl')
 
@@ -177,12 +177,12 @@ def test_dry_run_and_bad_configs():
     c = tiny_config()
     text = evaluate.dry_run(c)
     assert 'baseline[min_p=0.3]' in text and 'matched to minp_verify:rho=0.3' in text
-    assert f'total: {6 * 3 * 3 + 6 * 5} samples' in text  # 6 methods; 3 tasks x 3, 5 x 1.
+    assert f'total: {14 * (3 + 2 * 2)} samples' in text  # 14 methods; 3 items, 2 x 2.
     c.tasks.nope = evaluate.task(1, 4)
     with pytest.raises(ValueError, match=r"tasks\.nope: unknown task; valid: \[.*'gsm8k'"):
         runner.task_limits(c)
     c = tiny_config()
-    c.tasks.gsm8k.max_new_tokens = 99
+    c.tasks.mbpp.max_new_tokens = 99
     with pytest.raises(ValueError, match='exceeds max_new_tokens=12'):
         runner.task_limits(c)
     c = tiny_config()
