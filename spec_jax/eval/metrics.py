@@ -143,6 +143,8 @@ def _metrics(task: str, method: Method, group: list[dict]) -> dict:
         row.update(outcomes.failures(group))
     else:
         row['score'] = row['score_lo'] = row['score_hi'] = None
+        row.update(dict.fromkeys(('seeds_k', 'avg_at_k', 'pass_at_k', 'failed_samples')))
+        row.update(dict.fromkeys(outcomes.FAILURE_FIELDS.values()))
     total = defaultdict(float)
     for r in group:
         for k, v in r['stats'].items():

@@ -1,5 +1,6 @@
 """The evaluation report's figures: speed-quality Pareto per task, score vs block efficiency,
-and measured distortion vs rule parameter (with theory curves beside it).
+and measured distortion vs each rule family's own parameter (a panel per family, with the
+theory curves beside it).
 
 The figures are drawn with matplotlib's object API on the Agg canvas (no pyplot, so no global
 backend state and no figure left open). Each series has a colour fixed by its label (rule
@@ -9,7 +10,7 @@ report, a test) can check what was plotted instead of assuming it.
 
 Input rows are the metrics rows of `spec_jax.eval.metrics` (one dict per task x method; keys
 used here: task, method, kind, rule, param, param_name, score, score_lo, score_hi,
-block_efficiency, speedup, tv, overshoot_mean).
+block_efficiency, speedup, tv, js, overshoot_mean).
 """
 
 from __future__ import annotations
@@ -60,11 +61,13 @@ _FAMILY_ORDER = ('ar', 'lossless', 'baselines')
 
 
 class Drawn(dict):
-    """What a figure drew: series label -> number of points; `colors`: label -> '#rrggbb'."""
+    """What a figure drew: series label -> number of points; `colors`: label -> '#rrggbb';
+    `panels`: for a figure with a panel per rule family, family -> its x axis's parameter."""
 
     def __init__(self) -> None:
         super().__init__()
         self.colors: dict[str, str] = {}
+        self.panels: dict[str, str] = {}
 
     def add(self, label: str, points: int, color: str) -> None:
         """Records one series."""
@@ -238,70 +241,97 @@ def overshoot_label(rule: str) -> str:
     return f'{rule} (overshoot)'
 
 
+def js_label(rule: str) -> str:
+    """The legend label (and `Drawn` key) of a rule's Jensen-Shannon series."""
+    return f'{rule} (JS)'
+
+
+def _panel_families(
+    sel: Sequence[dict[str, Any]], theory: dict[str, dict[str, Any]]
+) -> list[tuple[str, str]]:
+    """(family, its parameter's name) per panel: measured families first, then any theory
+    curve's rule without measured rows."""
+    out: dict[str, str] = {}
+    for r in sel:
+        out.setdefault(family(r), str(r.get('param_name') or 'parameter'))
+    for rule, curve in theory.items():
+        out.setdefault(rule, str(curve.get('param_name') or 'parameter'))
+    return list(out.items())
+
+
 def distortion_vs_param(
     rows: Sequence[dict[str, Any]], path: str, theory: dict[str, dict[str, Any]] | None = None
 ) -> Drawn:
-    """Measured distortion of each lossy rule family vs its parameter, written to `path`.
+    """Measured distortion of each lossy rule family vs its own parameter, written to `path`.
 
-    Left panel: TV(pi, matched baseline) per parameter value (the mean over tasks; bars span
-    the tasks' min to max), one series per rule, and each `theory` curve dashed in its rule's
-    colour. Right panel: the mean overshoot max pi/p, one series per rule (log scale when it
-    spans more than a factor of 50).
+    One column of panels per rule family, each with its parameter on its x axis (lenience's
+    l, CoS's lambda, min-p's rho and eta's eta are different parameters, so no axis is
+    shared). Top: TV(pi, matched baseline) per parameter value (the mean over tasks; bars
+    span the tasks' min to max), the Jensen-Shannon divergence beside it (dotted; finite where
+    KL is not) and the family's `theory` curve dashed; bottom: the mean overshoot max pi/p
+    (log scale when it spans more than a factor of 50).
 
     Args:
-      rows: metrics rows; lossy rows with a parameter and a finite tv / overshoot_mean count.
+      rows: metrics rows; lossy rows with a parameter and a finite tv / js / overshoot_mean
+        count.
       path: the PNG to write.
-      theory: {rule_name: {'param': [...], 'tv': [...], 'label': str}}
+      theory: {rule_name: {'param': [...], 'tv': [...], 'label': str, 'param_name': str}}
         (`spec_jax.rules.theory.parameter_curve`), or None.
 
     Returns:
-      Drawn: rule -> TV points, overshoot_label(rule) -> overshoot points,
-      theory_label(rule, curve) -> theory points.
+      Drawn: rule -> TV points, js_label(rule) -> JS points, overshoot_label(rule) ->
+      overshoot points, theory_label(rule, curve) -> theory points; `panels`: rule -> the
+      parameter on its panels' x axis.
     """
     theory = theory or {}
     sel = [r for r in rows if r.get('kind') == 'lossy' and _finite(r.get('param'))]
-    rules = list(dict.fromkeys(family(r) for r in sel))
-    colors = colors_for(rules + [rule for rule in theory if rule not in rules])
-    names = sorted({str(r['param_name']) for r in sel if r.get('param_name')})
-    fig, (ax_tv, ax_over) = _new_figure(ncols=2, width=6.5)
+    panels = _panel_families(sel, theory) or [('', 'parameter')]
+    colors = colors_for([rule for rule, _ in panels if rule])
+    ncols = len(panels)
+    fig = Figure(figsize=(4.5 * ncols + 1.0, 8.0), dpi=100)
+    FigureCanvasAgg(fig)
     drawn = Drawn()
-    over_values = []
-    for rule in rules:
+    for k, (rule, param_name) in enumerate(panels):
+        ax_tv = fig.add_subplot(2, ncols, k + 1)
+        ax_over = fig.add_subplot(2, ncols, ncols + k + 1, sharex=ax_tv)  # One parameter axis.
+        if rule:
+            drawn.panels[rule] = param_name
         group = [r for r in sel if family(r) == rule]
-        params, means, below, above = _by_param(group, 'tv')
-        if params:
-            ax_tv.errorbar(params, means, yerr=[below, above], fmt='o-', color=colors[rule],
-                           markersize=8, linewidth=1.2, capsize=2, label=rule)  # fmt: skip
-            drawn.add(rule, len(params), colors[rule])
+        color = colors.get(rule, FRONT_COLOR)
+        for key, label, style in (('tv', rule, 'o-'), ('js', js_label(rule), 'd:')):
+            params, means, below, above = _by_param(group, key)
+            if params:
+                ax_tv.errorbar(params, means, yerr=[below, above], fmt=style, color=color,
+                               markersize=7, linewidth=1.2, capsize=2, label=label)  # fmt: skip
+                drawn.add(label, len(params), color)
+        curve = theory.get(rule)
+        if curve:
+            pts = [(float(x), float(y)) for x, y in zip(curve['param'], curve['tv'])
+                   if _finite(y)]  # fmt: skip
+            if pts:
+                label = theory_label(rule, curve)
+                ax_tv.plot([p[0] for p in pts], [p[1] for p in pts], linestyle='--',
+                           linewidth=2.0, color=color, label=label)  # fmt: skip
+                drawn.add(label, len(pts), color)
         params, means, below, above = _by_param(group, 'overshoot_mean')
         if params:
             label = overshoot_label(rule)
-            ax_over.errorbar(params, means, yerr=[below, above], fmt='s-', color=colors[rule],
-                             markersize=8, linewidth=1.2, capsize=2, label=label)  # fmt: skip
-            drawn.add(label, len(params), colors[rule])
-            over_values += [m for m in means if m > 0]
-    for rule, curve in theory.items():
-        pts = [(float(x), float(y)) for x, y in zip(curve['param'], curve['tv']) if _finite(y)]
-        if not pts:
-            continue
-        label = theory_label(rule, curve)
-        ax_tv.plot([p[0] for p in pts], [p[1] for p in pts], linestyle='--', linewidth=2.0,
-                   color=colors[rule], label=label)  # fmt: skip
-        drawn.add(label, len(pts), colors[rule])
-    param_text = ', '.join(names) if names else 'parameter'
-    ax_tv.set_xlabel(f'rule parameter ({param_text})')
-    ax_tv.set_ylabel('TV(pi, matched baseline)')
-    ax_tv.set_title('distortion vs parameter')
-    ax_over.set_xlabel(f'rule parameter ({param_text})')
-    ax_over.set_ylabel('mean overshoot max pi/p')
-    ax_over.set_title('overshoot vs parameter')
-    if over_values and max(over_values) / min(over_values) > 50:
-        ax_over.set_yscale('log')
-    for ax in (ax_tv, ax_over):
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc='best')
-        else:
-            ax.text(0.5, 0.5, 'not metered', transform=ax.transAxes, ha='center')
+            ax_over.errorbar(params, means, yerr=[below, above], fmt='s-', color=color,
+                             markersize=7, linewidth=1.2, capsize=2, label=label)  # fmt: skip
+            drawn.add(label, len(params), color)
+            positive = [m for m in means if m > 0]
+            if positive and max(positive) / min(positive) > 50:
+                ax_over.set_yscale('log')
+        ax_tv.set_ylim(bottom=0.0)
+        ax_tv.set_title(f'{rule or "no lossy rule"}: distortion')
+        ax_tv.set_ylabel('TV / JS (nats) to the matched baseline')
+        ax_over.set_ylabel('mean overshoot max pi/p')
+        for ax in (ax_tv, ax_over):
+            ax.set_xlabel(f'{rule} parameter {param_name}' if rule else 'parameter')
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=6, loc='best')
+            else:
+                ax.text(0.5, 0.5, 'not metered', transform=ax.transAxes, ha='center')
     _save(fig, path)
     return drawn

@@ -47,18 +47,32 @@ FIELDS = (
     'be_full_gamma',
     'accept_length',
     'acceptance_rate',
+    'position_acceptance',
+    'full_fraction',
     'tokens',
     'decode_seconds',
     'tokens_per_s',
     'speedup',
+    'ds',
     'tv',
+    'js',
     'kl',
+    'kl_inf_fraction',
     'outside',
     'overshoot_mean',
     'overshoot_max',
+    'overshoot_inf_fraction',
+    'seeds_k',
+    'avg_at_k',
+    'pass_at_k',
+    'n_scorer_errors',
+    'n_timeouts',
+    'n_infra_errors',
+    'failed_samples',
 )
 _STR_FIELDS = frozenset({'task', 'method', 'kind', 'rule', 'param_name'})
-_INT_FIELDS = frozenset({'n_items', 'n_samples', 'tokens'})
+_INT_FIELDS = frozenset({'n_items', 'n_samples', 'tokens', 'seeds_k', 'n_scorer_errors',
+                         'n_timeouts', 'n_infra_errors'})  # fmt: skip
 _PAIRS_SEP = ';'  # Method names hold ':', ',', '=' and brackets, never ';'.
 
 
@@ -155,8 +169,10 @@ def read_metrics_csv(path: str) -> list[dict[str, Any]]:
 def _headline_section(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
     be_key = compare.PAPER_BE_FIELD[mode]
     lines = ['## Headline', '']
-    header = ('method', 'kind', 'score % [interval]', 'BE', f'BE ({be_key})', 'acceptance',
-              'tokens/s', 'speedup', 'TV', 'KL', 'outside', 'overshoot mean / max')  # fmt: skip
+    header = ('method', 'kind', 'score % [interval]', 'failed: error / timeout / infra', 'BE',
+              f'BE ({be_key})', 'DS', 'acceptance', 'per-position acceptance', 'tokens/s',
+              'speedup', 'TV', 'JS', 'KL (inf %)', 'outside',
+              'overshoot mean / max (inf %)')  # fmt: skip
     for task in tables.tasks(rows):
         sel = [r for r in rows if r['task'] == task]
         first = sel[0]
@@ -169,13 +185,17 @@ def _headline_section(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
                 f'`{r["method"]}`',
                 str(r.get('kind', '')),
                 tables.score_text(r),
+                tables.failures_text(r),
                 tables.fmt(r.get('block_efficiency')),
                 tables.fmt(r.get(be_key)),
+                tables.fmt(r.get('ds'), '.1f'),
                 tables.fmt(r.get('acceptance_rate'), '.3f'),
+                tables.fmt(r.get('position_acceptance'), '.3f'),
                 tables.fmt(r.get('tokens_per_s'), '.1f'),
                 tables.fmt(r.get('speedup')),
                 tables.fmt(r.get('tv'), '.4f'),
-                tables.fmt(r.get('kl'), '.4f'),
+                tables.fmt(r.get('js'), '.4f'),
+                tables.kl_text(r),
                 tables.fmt(r.get('outside'), '.4f'),
                 tables.overshoot_text(r),
             )
@@ -183,6 +203,48 @@ def _headline_section(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
         ]
         lines += tables.table(header, body) + ['']
     return lines
+
+
+def _seeds_section(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """avg@k and pass@k over seeds (AIME's metrics, docs/paper.md §2) of the scored rows
+    whose items have k >= 2 samples each; nothing when none has."""
+    sel = [r for r in rows if tables.num(r.get('pass_at_k'))]
+    if not sel:
+        return []
+    body = [(r['task'], f'`{r["method"]}`', str(r['seeds_k']), tables.pct(r['avg_at_k']),
+             tables.pct(r['pass_at_k'])) for r in sel]  # fmt: skip
+    return [
+        '## Over seeds',
+        '',
+        "avg@k: each item's mean correct over its first k samples (seeds), averaged over "
+        "items; pass@k: the unbiased estimate that one of k samples is correct (1 - C(n - c, "
+        'k) / C(n, k)), averaged over items; in percent.',
+        '',
+        *tables.table(('task', 'method', 'k', 'avg@k %', 'pass@k %'), body),
+        '',
+    ]
+
+
+def _failures_section(rows: Sequence[dict[str, Any]], shown: int = 10) -> list[str]:
+    """The samples whose scoring failed (`spec_jax.eval.outcomes`), per task and method;
+    nothing when none did."""
+    sel = [r for r in rows if r.get('failed_samples')]
+    if not sel:
+        return []
+    lines = [
+        '## Scoring failures',
+        '',
+        'Samples whose scorer raised, timed out or hit an infrastructure error: each counts '
+        'as a wrong answer in the score (as in the paper\'s harness) and is listed here '
+        '(item@seed: kind).',
+        '',
+    ]
+    for r in sel:
+        listed = r['failed_samples']
+        more = f' and {len(listed) - shown} more' if len(listed) > shown else ''
+        lines.append(f'- {r["task"]} `{r["method"]}` ({tables.failures_text(r)} error / timeout '
+                     f'/ infra): ' + ', '.join(listed[:shown]) + more)  # fmt: skip
+    return lines + ['']
 
 
 def matched_pairs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -223,7 +285,8 @@ def _pairs_section(rows: Sequence[dict[str, Any]]) -> list[str]:
         '',
     ]
     header = ('task', 'method', 'matched', 'score % [interval]', 'matched score % [interval]',
-              'Δscore', 'ΔBE', 'TV', 'KL', 'outside', 'overshoot mean / max')  # fmt: skip
+              'Δscore', 'ΔBE', 'TV', 'JS', 'KL (inf %)', 'outside',
+              'overshoot mean / max (inf %)')  # fmt: skip
     body = [
         (
             p['task'],
@@ -234,7 +297,8 @@ def _pairs_section(rows: Sequence[dict[str, Any]]) -> list[str]:
             tables.signed_pct(p['d_score']),
             tables.fmt(p['d_be'], '+.2f'),
             tables.fmt(p['row'].get('tv'), '.4f'),
-            tables.fmt(p['row'].get('kl'), '.4f'),
+            tables.fmt(p['row'].get('js'), '.4f'),
+            tables.kl_text(p['row']),
             tables.fmt(p['row'].get('outside'), '.4f'),
             tables.overshoot_text(p['row']),
         )
@@ -318,12 +382,19 @@ def write_report(
         f'{len(tables.tasks(rows))} tasks, {len(methods)} methods.',
         '',
         'BE = block efficiency, tokens per target forward including the bonus token (1.0 for '
-        'AR); scores are percentages with their intervals; speedup is tokens/s over AR on the '
-        'same task in the same run; TV, KL (KL(p_A || pi)), outside (mass outside the allowed '
-        'set) and overshoot (max pi/p) are metered against the matched baseline law.',
+        "AR), beside the paper's BE; DS is the paper's decoding speed (chain: gamma x full "
+        'blocks / s, a full block one whose draft no stop token or limit cut; tree: tokens/s); '
+        'acceptance is accepted / drafted, per-position acceptance accepted / reached '
+        '(comparable between chain and tree); scores are percentages with their intervals, '
+        'failed scorings counted as wrong; speedup is tokens/s over AR on the same task in the '
+        'same run; TV, JS (Jensen-Shannon, nats, at most ln 2), KL (KL(p_A || pi)), outside '
+        '(mass outside the allowed set) and overshoot (max pi/p) are metered against the '
+        'matched baseline law; KL and the overshoot are means over the positions where they '
+        'are finite, with the share of positions where they are infinite beside them.',
         '',
     ]
     lines += _headline_section(rows, mode)
+    lines += _seeds_section(rows) + _failures_section(rows)
     lines += _pairs_section(rows)
     gaps = compare.method_gaps(rows, mode)
     if comparison or gaps:
@@ -338,7 +409,10 @@ def write_report(
                       f'Series: {_series_text(drawn)}.', '']  # fmt: skip
         if theory:
             labels = [plots.theory_label(rule, curve) for rule, curve in theory.items()]
-            lines += ['Dashed in the distortion figure: ' + '; '.join(labels) + '.', '']
+            lines += ['Dashed in the distortion figure: ' + '; '.join(labels) + '. These '
+                      "closed forms are evaluated on synthetic random (p, q) pairs, not on this "
+                      "run's distributions: compare their shape with the measured points, not "
+                      'their level.', '']  # fmt: skip
     lines += [
         'Files: [metrics.csv](metrics.csv)'
         + (', [paper_comparison.csv](paper_comparison.csv)' if comparison else '')

@@ -39,12 +39,40 @@ def score_text(row: dict[str, Any]) -> str:
     return pct(row['score'])
 
 
+def inf_note(fraction: Any) -> str:
+    """' (inf 81.0%)' for a divergence infinite at that fraction of the metered positions
+    ('' for none): its finite mean alone would hide them."""
+    if not num(fraction) or fraction <= 0:
+        return ''
+    return f' (inf {fmt(fraction * 100.0, ".1f")}%)'
+
+
+def kl_text(row: dict[str, Any]) -> str:
+    """'0.0123 (inf 81.0%)': KL's mean over the finite positions, then the fraction of
+    positions where it is infinite; 'inf (inf 100%)' when it is infinite everywhere."""
+    kl, frac = row.get('kl'), row.get('kl_inf_fraction')
+    if num(kl):
+        return fmt(kl, '.4f') + inf_note(frac)
+    return 'inf (inf 100%)' if num(frac) and frac > 0 else '-'
+
+
 def overshoot_text(row: dict[str, Any]) -> str:
+    """'mean / max (inf x%)' of the overshoot over its finite positions, and the fraction
+    where it is infinite."""
     mean, top = row.get('overshoot_mean'), row.get('overshoot_max')
     if not num(mean) and not num(top):
         return '-'
     # '.3g': CoS's ratios reach 1e20 and more (no ceiling: p is tiny where q is not).
-    return f'{fmt(mean, ".3g")} / {fmt(top, ".3g")}'
+    return f'{fmt(mean, ".3g")} / {fmt(top, ".3g")}' + inf_note(row.get('overshoot_inf_fraction'))
+
+
+def failures_text(row: dict[str, Any]) -> str:
+    """'1 / 2 / 0': the samples whose scorer raised / timed out / hit an infrastructure
+    error (`spec_jax.eval.outcomes`), '-' for a row without the counts."""
+    counts = [row.get(k) for k in ('n_scorer_errors', 'n_timeouts', 'n_infra_errors')]
+    if not all(num(c) for c in counts):
+        return '-'
+    return ' / '.join(str(int(c)) for c in counts)
 
 
 def diff(a: Any, b: Any) -> float | None:

@@ -216,7 +216,7 @@ def parameter_curve(
       seed, vocab, num_pairs, logit_scale: the synthetic family's arguments.
 
     Returns:
-      {'param': [v...], 'tv': [mean TV...], 'quality': mean 1 - TV(p, q_t), 'mode',
+      {'param': [v...], 'param_name', 'tv': [mean TV...], 'quality': mean 1 - TV(p, q_t), 'mode',
        'label': 'theory, synthetic p, q (chain; draft quality 0.xx)'}.
 
     Raises:
@@ -249,6 +249,7 @@ def parameter_curve(
     what = 'chain' if mode == 'chain' else f'tree node, top-{num_siblings} siblings'
     return {
         'param': values,
+        'param_name': param_name,
         'tv': tvs,
         'quality': quality,
         'mode': mode,

@@ -58,15 +58,28 @@ def make_rows() -> list[dict]:
                     'be_full_gamma': None if ar else be + 0.25,
                     'accept_length': None if ar else be - 1.0,
                     'acceptance_rate': None if ar else 0.4 + 0.02 * m,
+                    'position_acceptance': None if ar else 0.5 + 0.02 * m,
+                    'full_fraction': None if ar else 0.9,
                     'tokens': 1000 + 10 * m + t,
                     'decode_seconds': 2.5 + 0.1 * m,
                     'tokens_per_s': 400.0 + 7.0 * m,
                     'speedup': 1.0 if ar else 1.1 + 0.05 * m + 0.01 * t,
+                    'ds': None if ar else 300.0 + 5.0 * m,
                     'tv': 0.01 * m + 0.002 * t if lossy else None,
+                    'js': 0.004 * m + 0.001 * t if lossy else None,
                     'kl': (math.inf if rule == 'minp_verify' else 0.02 * m) if lossy else None,
+                    'kl_inf_fraction': 0.0 if lossy else None,
                     'outside': 0.005 * m if lossy else None,
                     'overshoot_mean': 1.0 + 0.3 * m + 0.1 * t if lossy else None,
                     'overshoot_max': 3.0 + m if lossy else None,
+                    'overshoot_inf_fraction': 0.0 if lossy else None,
+                    'seeds_k': None,
+                    'avg_at_k': None,
+                    'pass_at_k': None,
+                    'n_scorer_errors': 0 if scored else None,
+                    'n_timeouts': 0 if scored else None,
+                    'n_infra_errors': 0 if scored else None,
+                    'failed_samples': [] if scored else None,
                 }
             )
     return rows
@@ -164,9 +177,14 @@ def test_figures_draw_their_series(tmp_path, curve):
     path = tmp_path / 'distortion.png'
     drawn = plots.distortion_vs_param(rows, str(path), theory={'minp_verify': curve})
     expected = {'lenience': 1, 'cos': 1, 'minp_verify': 2, 'eta_verify': 1}
-    expected.update({plots.overshoot_label(rule): n for rule, n in expected.items()})
+    expected.update({plots.overshoot_label(rule): n for rule, n in list(expected.items())})
+    expected.update({plots.js_label(rule): expected[rule] for rule in ('lenience', 'cos',
+                     'minp_verify', 'eta_verify')})  # fmt: skip
     expected[plots.theory_label('minp_verify', curve)] = 3
     check_series(path, drawn, expected)
+    # A panel per family, each on its own parameter's axis.
+    assert drawn.panels == {'lenience': 'l', 'cos': 'lam', 'minp_verify': 'rho',
+                            'eta_verify': 'eta'}  # fmt: skip
     assert plots.distortion_vs_param(rows, str(tmp_path / 'bare.png')).keys() == (
         expected.keys() - {plots.theory_label('minp_verify', curve)}
     )
@@ -228,3 +246,57 @@ def test_gaps_by_method_on_tasks_the_paper_did_not_run(tmp_path):
     with open(tmp_path / 'report.md') as f:
         md = f.read()
     assert '### Gaps by method' in md and 'paper Δ MATH' in md and '-16.1' in md
+
+
+def test_tree_run_shows_every_divergence(tmp_path):
+    """A tree run, where a good draft makes pi a point mass: KL is infinite at most metered
+    positions (everywhere for eta here), so the markdown shows each finite mean with its
+    infinite share, and the bounded JS beside it; scoring failures and avg@k / pass@k over
+    seeds appear beside the scores; the dashed curve is the tree node law, labelled
+    synthetic."""
+    rows = [dict(r) for r in make_rows() if r['rule'] != 'cos' and r['task'] == 'math']
+    divergences = {  # method -> (kl, kl_inf_fraction, js, overshoot_inf_fraction)
+        'minp_verify:rho=0.1': (0.0523, 0.81, 0.2345, 0.0),
+        'minp_verify:rho=0.3': (0.0411, 0.62, 0.1876, 0.0),
+        'eta_verify:eta=0.1': (None, 1.0, 0.3012, 0.035),
+        'lenience:l=0.2': (0.0107, 0.0, 0.0089, 0.0),
+    }
+    for r in rows:
+        if r['method'] in divergences:
+            r['kl'], r['kl_inf_fraction'], r['js'], r['overshoot_inf_fraction'] = (
+                divergences[r['method']]
+            )
+    lossless = next(r for r in rows if r['method'] == 'lossless')
+    lossless.update(seeds_k=3, avg_at_k=0.4, pass_at_k=0.65, n_timeouts=2, n_infra_errors=1,
+                    failed_samples=['7@0: timeout', '7@2: timeout', '9@1: infra'])  # fmt: skip
+    curve = theory.parameter_curve('minp_verify', 'rho', (0.1, 0.3), mode='tree',
+                                   num_siblings=2, vocab=33, num_pairs=8)  # fmt: skip
+    report.write_report(rows, str(tmp_path), mode='tree', theory={'minp_verify': curve})
+    text = (tmp_path / 'report.md').read_text()
+    headline = text[text.index('## Headline') : text.index('## Over seeds')]
+    pairs = text[text.index('## Matched pairs') : text.index('## The paper beside ours')]
+    assert '| KL (inf %) |' in headline and '| JS |' in headline and '| JS |' in pairs
+
+    def line(section, method):  # The table row of `method` (headline or pairs), its cells.
+        rows = [[c.strip() for c in x.strip('|').split('|')] for x in section.splitlines()
+                if x.startswith('| ')]  # fmt: skip
+        (found,) = [cells for cells in rows if f'`{method}`' in cells[:2]]
+        return found
+
+    for section in (headline, pairs):
+        cells = line(section, 'minp_verify:rho=0.1')
+        assert '0.0523 (inf 81.0%)' in cells and '0.2345' in cells
+        cells = line(section, 'eta_verify:eta=0.1')
+        assert 'inf (inf 100%)' in cells and '0.3012' in cells
+        assert any(c.endswith('(inf 3.5%)') for c in cells)  # The overshoot's share.
+        cells = line(section, 'lenience:l=0.2')
+        assert '0.0107' in cells and not any('inf' in c for c in cells)
+    cells = line(headline, 'lossless')
+    assert '0 / 2 / 1' in cells  # Scorer errors / timeouts / infrastructure errors.
+    seeds = text[text.index('## Over seeds') : text.index('## Scoring failures')]
+    assert '| math | `lossless` | 3 | 40.0 | 65.0 |' in seeds
+    failures = text[text.index('## Scoring failures') : text.index('## Matched pairs')]
+    assert '7@0: timeout, 7@2: timeout, 9@1: infra' in failures
+    label = plots.theory_label('minp_verify', curve)
+    assert 'tree node, top-2 siblings' in label and 'synthetic' in label and label in text
+    assert 'not on this run\'s distributions' in text
