@@ -19,8 +19,18 @@ Definitions (docs/eval.md; the paper's, docs/paper.md §3):
   ds                the paper's DS: chain gamma x full blocks / decode seconds; tree (as
                     the paper's) tokens_per_s
   tokens_per_s      generated tokens / decode seconds (compiles excluded); a row's seconds
-                    are its share, by tokens, of its batch's
-  speedup           tokens_per_s / AR's tokens_per_s on the same task in the same run
+                    are its share of its batch's by target forwards (prefill and rounds:
+                    what a row costs), and a batch holds rows of one task group only
+                    (`spec_jax.eval.timing.task_group`), decoded by every method in turn
+  speedup           the geometric mean over batches of the method's tokens/s over AR's
+                    on the same rows of the same batch, over the task's group (every
+                    'speed_*' set: group 'speed', `speedup_group`); `speedup_lo` /
+                    `speedup_hi` its 95% t-interval on log ratios from 5 batches on,
+                    `speedup_n_batches` (`spec_jax.eval.paired.speedup`)
+  n_seeds, score_seed_std  seeds, and the std over seeds of each seed's score
+  pair_n, d_score, d_be, d_tv, speedup_vs_matched, ...  a lossy row against its matched
+                    baseline on their shared (item, seed) keys only, with intervals
+                    (`spec_jax.eval.paired.matched_deltas`)
   tv, kl, outside   means over every emitted position (first token, drafts, replacement
                     and bonus tokens) of TV(pi, p_A), KL(p_A || pi) and pi's mass outside
                     the allowed set A, p_A the matched baseline's law; KL over the
@@ -47,7 +57,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from spec_jax import rules
-from spec_jax.eval import outcomes
+from spec_jax.eval import outcomes, paired, timing
 from spec_jax.eval.plan import Method
 
 Z95 = 1.959963984540054
@@ -73,9 +83,10 @@ def score_interval(per_item: Sequence[Sequence[bool]]) -> tuple[float, float, fl
     if all(len(s) == 1 for s in per_item):
         lo, hi = wilson(sum(int(s[0]) for s in per_item), n)
         return mean, lo, hi
-    if n == 1:
-        return mean, 0.0, 1.0
-    sd = math.sqrt(sum((m - mean) ** 2 for m in means) / (n - 1))
+    sd = math.sqrt(sum((m - mean) ** 2 for m in means) / (n - 1)) if n > 1 else 0.0
+    if sd == 0.0:  # No item-level spread (or one item): Wilson's on the pooled samples.
+        lo, hi = wilson(sum(int(x) for s in per_item for x in s), sum(len(s) for s in per_item))
+        return mean, lo, hi
     half = Z95 * sd / math.sqrt(n)
     return mean, max(0.0, mean - half), min(1.0, mean + half)
 
@@ -122,12 +133,36 @@ def aggregate(rows: Sequence[dict], methods: Sequence[Method]) -> list[dict]:
             group = groups.get((task, m.name))
             if group:
                 task_rows.append(_metrics(task, m, group))
-        ar = next((r for r in task_rows if r['kind'] == 'ar'), None)
-        for r in task_rows:
-            base = ar['tokens_per_s'] if ar else None
-            r['speedup'] = r['tokens_per_s'] / base if base and r['tokens_per_s'] else None
+        _paired_fields(task, task_rows, methods, groups)
         out += task_rows
     return out
+
+
+def _paired_fields(task: str, task_rows: list[dict], methods: Sequence[Method],
+                   groups: dict[tuple[str, str], list[dict]]) -> None:  # fmt: skip
+    """Adds each row's speedup against AR over its task group's batches, its seeds' spread,
+    and a lossy row's paired Δs against its matched baseline (`spec_jax.eval.paired`)."""
+    group_name = timing.task_group(task)
+    ar = next((m.name for m in methods if m.mode == 'ar'), None)
+
+    def in_group(method: str) -> list[dict]:
+        return [r for (t, m), rs in groups.items() if m == method
+                and timing.task_group(t) == group_name for r in rs]  # fmt: skip
+
+    ar_rows = in_group(ar) if ar else []
+    for r in task_rows:
+        r['speedup_group'] = group_name
+        if ar_rows:
+            r.update(paired.speedup(in_group(r['method']), ar_rows))
+        else:
+            r.update(speedup=None, speedup_lo=None, speedup_hi=None, speedup_n_batches=None,
+                     speedup_basis=None)  # fmt: skip
+        r.update(paired.seed_spread(groups[(task, r['method'])]))
+        matched = r['pairs'][0] if r['kind'] == 'lossy' and r['pairs'] else None
+        if matched is not None:
+            timed = (in_group(r['method']), in_group(matched))
+            r.update(paired.matched_deltas(groups[(task, r['method'])],
+                                           groups.get((task, matched), []), timed))  # fmt: skip
 
 
 def _metrics(task: str, method: Method, group: list[dict]) -> dict:

@@ -4,7 +4,8 @@ Data flow (docs/eval.md):
 
   config --plan--> methods (AR, lossless SD, the grid's rules, their matched baselines)
          --tasks--> items (chat prompts, gold) --tokenizer--> prompt ids
-  for seed, method: batches of B (task, item) rows not yet in results.jsonl (`batched`)
+  for seed, batch of B (task, item) rows of one task group (`plan_batches`):
+    for method in an order rotating from batch to batch (`timing.interleave`), unless done:
       generate(engine of the method, ...)        decoding on device, noise per (seed, item)
       score(item, text) in a thread pool         overlaps the next batch's decoding
       ResultStore.append(row)                    one line per (method, task, item, seed)
@@ -16,7 +17,11 @@ Data flow (docs/eval.md):
 One target and drafter are loaded once; a method is `engine.replace(rule=..., baseline=...)`,
 so a rule's parameter values and its matched baseline reuse one compiled loop (rule
 parameters are traced), and short last batches are padded to B rows that stop after one
-token. A row's noise depends only on (seed, task, item id), so every method meets the same
+token. Every batch is decoded by every method before the next batch starts, in a rotating
+order, so a machine whose speed drifts slows all methods alike and each method's seconds
+on a batch pair with AR's on the same rows (`spec_jax.eval.timing`); the decode seconds are
+read from an injectable `clock` (tests give a fake one) less JAX's compile seconds. A
+row's noise depends only on (seed, task, item id), so every method meets the same
 random numbers on the same item (common random numbers sharpen the paired comparisons), and
 a resumed run redoes a sample as an uninterrupted one would (exactly so with drafters whose
 tokens do not depend on the batch; prompt lookup's filler drafts do, docs/engine.md).
@@ -38,9 +43,9 @@ from spec_jax import data_files, decoding, distributed, rules
 from spec_jax.decoding import batching
 from spec_jax.eval import plan as plan_lib
 from spec_jax.eval import tasks as tasks_lib
+from spec_jax.eval import timing
 from spec_jax.eval.records import ResultStore, row_key
 from spec_jax.eval.tasks.base import Item, Task
-from spec_jax.jobs import timing
 
 SPEC_MODES = ('chain', 'tree')
 PER_ROW_STATS = ('blocks', 'drafted', 'accepted', 'emitted', 'full_blocks', 'full_accepted',
@@ -137,7 +142,8 @@ def engine_for(base: decoding.Engine, method: plan_lib.Method) -> decoding.Engin
 
 @dataclasses.dataclass
 class Progress:
-    """What a run did: samples written, generated tokens, decode and compile seconds."""
+    """What a run did: samples written, generated tokens, decode and compile seconds, and
+    AR's tokens/s on the first and the last batch it decoded (drift made visible)."""
 
     samples: int = 0
     tokens: int = 0
@@ -146,6 +152,8 @@ class Progress:
     compiled: int = 0
     cache_hits: int = 0
     wall_s: float = 0.0
+    ar_first_tokens_per_s: float | None = None
+    ar_last_tokens_per_s: float | None = None
 
     @property
     def throughput_ratio(self) -> float | None:
@@ -156,9 +164,13 @@ class Progress:
 
 
 def run(
-    c: ml_collections.ConfigDict, workdir: str
+    c: ml_collections.ConfigDict, workdir: str, clock: Callable[[], float] = time.perf_counter
 ) -> tuple[ResultStore, list[plan_lib.Method], Progress]:
     """Runs (or resumes) experiment `c` in `workdir`; returns the store, plan and progress.
+
+    `clock` times the decode calls: it is read once right before and once right after each
+    batch's `decoding.generate` call, and nowhere else (a test's fake clock can therefore
+    hand out the seconds of each scheduled (batch, method) of `schedule`).
 
     On several processes (spec_jax/distributed.py) each decodes its share of the items
     (`process_share`) into its own results file, or with a mesh over every host
@@ -186,7 +198,7 @@ def run(
     if not all(store.is_done((m.name, name, it.id, seed)) for seed in c.seeds
                for name, (_, its) in items.items() for it in its for m in methods):  # fmt: skip
         writes = distributed.is_main() or not spans_hosts
-        _decode_and_score(c, items, limits, methods, store, progress, writes)
+        _decode_and_score(c, items, limits, methods, store, progress, writes, clock)
     # Every process has written its share; process 0 merges the results files.
     distributed.barrier(f'evaluate:{workdir}')
     if distributed.is_main():
@@ -211,6 +223,7 @@ def _decode_and_score(
     store: ResultStore,
     progress: Progress,
     writes: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> None:
     """Decodes every batch of `items` not yet in `store`, scoring and writing each sample
     (unless `writes` is off: a process of a mesh over several hosts other than process 0)."""
@@ -222,12 +235,7 @@ def _decode_and_score(
         for it in its
     }
     check_prompts(built.engine, encoded, c)
-    batches = [
-        (seed, m, chunk)
-        for seed in c.seeds
-        for m in methods
-        for chunk in batched(c, m, seed, items, store, lambda r: len(encoded[r[0], r[1].id]))
-    ]
+    batches = schedule(c, methods, items, store, lambda r: len(encoded[r[0], r[1].id]))
     start, compiles = time.perf_counter(), timing.CompileClock()
 
     def write(future: concurrent.futures.Future) -> None:  # On a scoring thread.
@@ -236,11 +244,13 @@ def _decode_and_score(
     with concurrent.futures.ThreadPoolExecutor(max(1, c.score_workers)) as pool:
         pending: list[concurrent.futures.Future] = []
         bar = tqdm(batches, desc='evaluate', unit='batch', disable=not c.progress)
-        for seed, method, batch in bar:
+        for slot, (planned, method, place) in enumerate(bar):
+            seed, batch = planned.seed, list(planned.rows)
             bar.set_postfix_str(f'{method.name} seed {seed}', refresh=False)
             ids = [encoded[name, it.id] for name, it in batch]
             pad = padded_size(len(ids), c.batch_size) - len(ids)
-            with compiles.measure() as clock:
+            with compiles.measure() as compiled:
+                began = clock()
                 result = decoding.generate(
                     engine_for(built.engine, method),
                     built.params,
@@ -250,18 +260,24 @@ def _decode_and_score(
                     + [1] * pad,
                     sample_ids=[sample_id(name, it.id) for name, it in batch] + [0] * pad,
                 )
-            decode_s = max(result.seconds - clock.seconds, 0.0)
+                ended = clock()
+            # The call's seconds less what JAX spent compiling in it (the first batch of a
+            # shape compiles or loads its loop; the seconds are those of decoding alone).
+            decode_s = max(ended - began - compiled.seconds, 0.0)
             out = result.tokens[: len(batch)]
             num_tokens = sum(len(t) for t in out)
             progress.tokens += num_tokens
             progress.decode_s += decode_s
-            progress.compile_s += clock.seconds
-            progress.compiled += clock.compiled
-            progress.cache_hits += clock.cache_hits
-            first_name, first_item = batch[0]
+            progress.compile_s += compiled.seconds
+            progress.compiled += compiled.compiled
+            progress.cache_hits += compiled.cache_hits
+            if method.mode == 'ar' and decode_s > 0:
+                if progress.ar_first_tokens_per_s is None:
+                    progress.ar_first_tokens_per_s = num_tokens / decode_s
+                progress.ar_last_tokens_per_s = num_tokens / decode_s
             timing_row = dict(
-                seconds=decode_s, compile_s=clock.seconds, rows=len(batch), pad=pad,
-                tokens=num_tokens, key=f'{seed}/{method.name}/{first_name}/{first_item.id}',
+                id=planned.id, seconds=decode_s, compile_s=compiled.seconds, rows=len(batch),
+                pad=pad, tokens=num_tokens, slot=slot, place=place,
             )  # fmt: skip
             if not writes:  # Process 0 scores and writes this batch.
                 continue
@@ -273,11 +289,13 @@ def _decode_and_score(
                 text = tok.decode(tokens, skip_special=True)
                 base = dict(
                     method=method.name, task=name, item=it.id, seed=seed, text=text,
-                    num_tokens=len(tokens), batch=timing_row,
+                    num_tokens=len(tokens), batch=timing_row, batch_id=planned.id,
                     seconds=decode_s * forwards[row] / sum(forwards),
                     stats={k: per_row[k][row] for k in PER_ROW_STATS + METER_SUMS
                            if k in per_row},
                 )  # fmt: skip
+                if store.is_done(row_key(base)):  # Done before: a batch reruns whole.
+                    continue
                 future = pool.submit(_scored, items[name][0], it, text, base)
                 future.add_done_callback(write)  # Written the moment it is scored.
                 pending.append(future)
@@ -286,37 +304,49 @@ def _decode_and_score(
     progress.wall_s = time.perf_counter() - start
 
 
-def batched(
+def plan_batches(
     c: ml_collections.ConfigDict,
-    method: plan_lib.Method,
     seed: int,
     items: Items,
-    store: ResultStore,
     prompt_len: Callable[[tuple[str, Item]], int],
-) -> list[list[tuple[str, Item]]]:
-    """The batches of (task, item) one method still has to run at one seed.
+) -> list[timing.Batch]:
+    """The batches of (task, item) rows of one seed, done or not (`timing.batch_plan`).
 
-    Rows of every task share batches, sorted by prompt bucket, then token limit, then prompt
-    length: a batch's rows fall in one bucket (its prefill and cache are as long as its
+    A batch holds rows of one task group, sorted by prompt bucket, then token limit, then
+    prompt length: its rows fall in one bucket (its prefill and cache are as long as its
     longest prompt) and stop at about the same step (a finished row still costs its share
-    of every step: a step at batch 10 is compute-bound on CPU); only the last batch is short
-    (the caller pads it to `padded_size`).
+    of every step: a step at batch 10 is compute-bound on CPU); only a group's last batch
+    is short (the caller pads it to `padded_size`).
     """
     limits = task_limits(c)
 
-    def bucket(r):
-        return batching.prompt_bucket_of(prompt_len(r), c.prompt_bucket, c.max_prompt_len)
+    def key(r):
+        bucket = batching.prompt_bucket_of(prompt_len(r), c.prompt_bucket, c.max_prompt_len)
+        return (bucket, limits[r[0]]['max_new_tokens'], prompt_len(r), r[0], r[1].id)
 
-    todo = [
-        (name, it)
-        for name, (_, its) in items.items()
-        for it in its
-        if not store.is_done((method.name, name, it.id, seed))
+    rows = [(name, it) for name, (_, its) in items.items() for it in its]
+    return timing.batch_plan(rows, seed, c.batch_size, key)
+
+
+def schedule(
+    c: ml_collections.ConfigDict,
+    methods: list[plan_lib.Method],
+    items: Items,
+    store: ResultStore,
+    prompt_len: Callable[[tuple[str, Item]], int],
+) -> list[tuple[timing.Batch, plan_lib.Method, int]]:
+    """(batch, method, place in the batch's round) in the order the run decodes them: seed
+    by seed, each batch by every method with a row of it not yet in `store`, in the plan's
+    order rotated by the batch's index (`timing.interleave`)."""
+
+    def needs(batch: timing.Batch, m: plan_lib.Method) -> bool:
+        return not all(store.is_done((m.name, name, it.id, batch.seed)) for name, it in batch.rows)
+
+    return [
+        entry
+        for seed in c.seeds
+        for entry in timing.interleave(plan_batches(c, seed, items, prompt_len), methods, needs)
     ]
-    todo.sort(
-        key=lambda r: (bucket(r), limits[r[0]]['max_new_tokens'], prompt_len(r), r[0], r[1].id)
-    )
-    return [todo[i : i + c.batch_size] for i in range(0, len(todo), c.batch_size)]
 
 
 def padded_size(rows: int, batch_size: int) -> int:

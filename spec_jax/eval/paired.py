@@ -1,0 +1,223 @@
+"""Paired statistics of an evaluation: speedups from per-batch ratios against AR, and every
+difference between a method and its matched baseline on the samples both have.
+
+Every method meets the same random numbers on the same item, and (with the interleaved
+schedule, `spec_jax.eval.timing`) the same machine on the same batch, so comparisons are
+made pair by pair, never between pools:
+
+  speedup       per batch the method's tokens/s over AR's on the same rows (the (item,
+                seed) keys both have in that batch), combined as the geometric mean of the
+                ratios, with a t-interval on their logs from MIN_BATCHES batches on. Logs,
+                because a ratio is multiplicative (a batch twice as fast and one half as
+                fast cancel), and the geometric mean of method/AR is the reciprocal of that
+                of AR/method, so the direction of the ratio cannot change the answer; t,
+                because a run has few batches (5-20). Drift that moves a batch's methods
+                alike cancels in its ratio; drift within a batch's round averages out over
+                the rotation.
+  Δ (score, BE, TV)  method minus matched baseline over the shared (item, seed) keys only
+                (a partial or mixed run compares the same items), with n and a 95%
+                percentile bootstrap interval over items (RESAMPLES resamples of the items,
+                each with all its shared seeds, at a fixed seed: the report is
+                reproducible); for 0/1 scores with one seed also McNemar's exact test (the
+                two-sided binomial test of the discordant pairs) and its p-value; with
+                several seeds, the mean and standard deviation over seeds of the per-seed Δ.
+  speedup_vs_matched  the method's tokens/s over its matched baseline's, per shared batch,
+                as the speedup is (a ratio: the method's speed gain over the baseline).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from scipy import stats
+
+MIN_BATCHES = 5  # An interval from this many batches on (none below: too few to judge).
+RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+
+
+def sample_key(row: dict) -> tuple:
+    """What pairs two methods' samples: (item, seed)."""
+    return (str(row['item']), row.get('seed', 0))
+
+
+def ratio_interval(ratios: Sequence[float]) -> dict:
+    """{'mean': geometric mean, 'lo', 'hi': its 95% t-interval on the log ratios (None
+    below MIN_BATCHES), 'n'} of positive ratios (None mean for none)."""
+    logs = np.log(np.asarray([r for r in ratios if r > 0 and math.isfinite(r)], float))
+    n = len(logs)
+    out = dict(mean=None, lo=None, hi=None, n=n)
+    if not n:
+        return out
+    centre = float(logs.mean())
+    out['mean'] = math.exp(centre)
+    if n >= MIN_BATCHES:
+        half = float(stats.t.ppf(0.975, n - 1)) * float(logs.std(ddof=1)) / math.sqrt(n)
+        out['lo'], out['hi'] = math.exp(centre - half), math.exp(centre + half)
+    return out
+
+
+def _batches(rows: Sequence[dict]) -> dict[str, dict[tuple, tuple[int, float]]]:
+    """batch id -> {(item, seed): (tokens, seconds)} of rows that carry a batch id."""
+    out: dict[str, dict] = defaultdict(dict)
+    for r in rows:
+        if r.get('batch_id') is not None:
+            out[r['batch_id']][sample_key(r)] = (r['num_tokens'], r['seconds'])
+    return out
+
+
+def batch_ratios(rows: Sequence[dict], reference: Sequence[dict]) -> list[float]:
+    """Per batch both ran, the tokens/s of `rows` over that of `reference` on the keys both
+    have in it (batches in id order; those with no tokens or no seconds are left out)."""
+    mine, ref = _batches(rows), _batches(reference)
+    out = []
+    for batch in sorted(set(mine) & set(ref)):
+        keys = mine[batch].keys() & ref[batch].keys()
+        a = [sum(mine[batch][k][i] for k in keys) for i in (0, 1)]
+        b = [sum(ref[batch][k][i] for k in keys) for i in (0, 1)]
+        if a[0] and a[1] and b[0] and b[1]:
+            out.append((a[0] / a[1]) / (b[0] / b[1]))
+    return out
+
+
+def speedup(rows: Sequence[dict], ar_rows: Sequence[dict]) -> dict:
+    """The metrics row's speedup fields of a method's rows against AR's ('speedup',
+    'speedup_lo', 'speedup_hi', 'speedup_n_batches', 'speedup_basis'): per-batch ratios
+    when the rows carry batch ids, else (results written before batch ids) the pooled
+    tokens/s ratio, without an interval."""
+    if any(r.get('batch_id') is not None for r in rows):
+        est = ratio_interval(batch_ratios(rows, ar_rows))
+        return dict(speedup=est['mean'], speedup_lo=est['lo'], speedup_hi=est['hi'],
+                    speedup_n_batches=est['n'], speedup_basis='batches')  # fmt: skip
+
+    def tps(group):
+        seconds = sum(r['seconds'] for r in group)
+        return sum(r['num_tokens'] for r in group) / seconds if seconds else None
+
+    a, b = tps(rows), tps(ar_rows)
+    return dict(speedup=a / b if a and b else None, speedup_lo=None, speedup_hi=None,
+                speedup_n_batches=None, speedup_basis='pooled')  # fmt: skip
+
+
+def _shared(rows: Sequence[dict], base: Sequence[dict]) -> dict[tuple, tuple[dict, dict]]:
+    ours = {sample_key(r): r for r in rows}
+    theirs = {sample_key(r): r for r in base}
+    return {k: (ours[k], theirs[k]) for k in sorted(ours.keys() & theirs.keys())}
+
+
+def _resample_counts(n: int) -> np.ndarray:
+    """RESAMPLES x n: how often each item is drawn in each bootstrap resample."""
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    return rng.multinomial(n, np.full(n, 1.0 / n), size=RESAMPLES)
+
+
+def _percentiles(values: np.ndarray) -> tuple[float | None, float | None]:
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return None, None
+    lo, hi = np.percentile(values, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def ratio_delta(
+    pairs: dict[tuple, tuple[dict, dict]], num: Callable[[dict], float],
+    den: Callable[[dict], float],
+) -> tuple[float | None, float | None, float | None]:  # fmt: skip
+    """(Δ, lo, hi) of a pooled ratio sum(num) / sum(den), ours minus the baseline's, over
+    the shared pairs, with the bootstrap over items (None where a side has no denominator)."""
+    items: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(4))
+    for (item, _), (a, b) in pairs.items():
+        items[item] += (num(a), den(a), num(b), den(b))
+    if not items:
+        return None, None, None
+    sums = np.stack(list(items.values()))  # n x 4
+    total = sums.sum(0)
+    if not total[1] or not total[3]:
+        return None, None, None
+    d = total[0] / total[1] - total[2] / total[3]
+    if len(sums) < 2:
+        return float(d), None, None
+    boot = _resample_counts(len(sums)) @ sums
+    with np.errstate(divide='ignore', invalid='ignore'):
+        lo, hi = _percentiles(boot[:, 0] / boot[:, 1] - boot[:, 2] / boot[:, 3])
+    return float(d), lo, hi
+
+
+def score_delta(pairs: dict[tuple, tuple[dict, dict]]) -> dict:
+    """The score Δ over the shared pairs of scored rows: each item's mean Δ over its shared
+    seeds, then the mean over items ('d_score'), the bootstrap interval over items
+    ('d_score_lo', 'd_score_hi'), McNemar's exact p-value for one seed per item
+    ('d_score_p', else None), and with several seeds the mean and standard deviation over
+    seeds of each seed's Δ ('d_score_seed_mean', 'd_score_seed_std')."""
+    out = dict(d_score=None, d_score_lo=None, d_score_hi=None, d_score_p=None,
+               d_score_seed_mean=None, d_score_seed_std=None)  # fmt: skip
+    by_item: dict[str, list[float]] = defaultdict(list)
+    by_seed: dict[int, list[float]] = defaultdict(list)
+    for (item, seed), (a, b) in pairs.items():
+        diff = float(bool(a.get('correct'))) - float(bool(b.get('correct')))
+        by_item[item].append(diff)
+        by_seed[seed].append(diff)
+    if not by_item:
+        return out
+    x = np.asarray([sum(v) / len(v) for v in by_item.values()])
+    out['d_score'] = float(x.mean())
+    if len(x) >= 2:
+        out['d_score_lo'], out['d_score_hi'] = _percentiles(_resample_counts(len(x)) @ x / len(x))
+    if len(by_seed) == 1:  # McNemar: the discordant pairs, under H0 each way with p 1/2.
+        wins = sum(d > 0 for d in x)
+        losses = sum(d < 0 for d in x)
+        out['d_score_p'] = (
+            float(stats.binomtest(int(wins), int(wins + losses), 0.5).pvalue)
+            if wins + losses else 1.0
+        )  # fmt: skip
+    else:
+        per_seed = [sum(v) / len(v) for v in by_seed.values()]
+        out['d_score_seed_mean'] = float(np.mean(per_seed))
+        out['d_score_seed_std'] = float(np.std(per_seed, ddof=1))
+    return out
+
+
+def _stat(name: str) -> Callable[[dict], float]:
+    return lambda r: float(r['stats'].get(name, 0.0))
+
+
+def matched_deltas(
+    rows: Sequence[dict], base: Sequence[dict], timed: tuple[Sequence[dict], Sequence[dict]]
+    | None = None,
+) -> dict:  # fmt: skip
+    """A lossy method's paired fields against its matched baseline's rows (one task):
+    'pair_n' (shared (item, seed) keys), 'pair_n_items', the score Δ (`score_delta`),
+    'd_be' (block efficiency, emitted over target forwards) and 'd_tv' (metered TV), each
+    with '_lo' / '_hi', and 'speedup_vs_matched' with '_lo', '_hi', '_n_batches' over the
+    batches of `timed` (the method's and the baseline's rows of the task group; default
+    `rows` and `base`)."""
+    pairs = _shared(rows, base)
+    out = dict(pair_n=len(pairs), pair_n_items=len({item for item, _ in pairs}))
+    scored = bool(pairs) and all(
+        a.get('correct') is not None and b.get('correct') is not None for a, b in pairs.values()
+    )
+    out.update(score_delta(pairs) if scored else score_delta({}))
+    for name, num, den in (('be', 'emitted', 'blocks'), ('tv', 'tv_sum', 'metered')):
+        has = all(den in r['stats'] for pair in pairs.values() for r in pair)
+        d, lo, hi = ratio_delta(pairs, _stat(num), _stat(den)) if has else (None,) * 3
+        out.update({f'd_{name}': d, f'd_{name}_lo': lo, f'd_{name}_hi': hi})
+    est = ratio_interval(batch_ratios(*(timed or (rows, base))))
+    out.update(speedup_vs_matched=est['mean'], speedup_vs_matched_lo=est['lo'],
+               speedup_vs_matched_hi=est['hi'], speedup_vs_matched_n_batches=est['n'])  # fmt: skip
+    return out
+
+
+def seed_spread(rows: Sequence[dict]) -> dict:
+    """'n_seeds' and, with several, 'score_seed_std': the standard deviation over seeds of
+    each seed's score (the paper's mean +- std over its 3 runs); None with one seed or
+    unscored rows."""
+    by_seed: dict[int, list[float]] = defaultdict(list)
+    for r in rows:
+        by_seed[r.get('seed', 0)].append(float(bool(r.get('correct'))))
+    scored = all(r.get('correct') is not None for r in rows)
+    means = [sum(v) / len(v) for v in by_seed.values()]
+    std = float(np.std(means, ddof=1)) if scored and len(means) > 1 else None
+    return dict(n_seeds=len(by_seed), score_seed_std=std)
