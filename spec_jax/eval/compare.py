@@ -40,6 +40,15 @@ PAPER_FIELDS = (
 PAPER_BE_FIELD = {'chain': 'be_full_gamma', 'tree': 'accept_length'}
 
 
+def score_gap(row: dict[str, Any], matched: dict[str, Any] | None) -> float | None:
+    """A lossy row's score gap to its matched baseline: the paired Δ over the (item, seed)
+    samples both ran (`spec_jax.eval.paired`, field 'd_score') when the row has it, else
+    (rows without pairing, e.g. an older metrics.csv) the difference of pooled scores."""
+    if 'pair_n' in row:
+        return row.get('d_score')
+    return tables.diff(row.get('score'), (matched or {}).get('score'))
+
+
 def paper_comparison(rows: Sequence[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
     """Every row with a paper counterpart in the `mode` setup ('chain' | 'tree'): our score,
     our gap to the matched baseline (percentage points), our block efficiency in the paper's
@@ -55,7 +64,7 @@ def paper_comparison(rows: Sequence[dict[str, Any]], mode: str) -> list[dict[str
         matched_name = tables.matched_name(r)
         matched = index.get((r['task'], matched_name)) if matched_name else None
         gap = paper.paper_gap(mode, r['task'], r['method'])
-        d_score = tables.diff(r.get('score'), (matched or {}).get('score'))
+        d_score = score_gap(r, matched)
         out.append(
             {
                 'task': r['task'],
@@ -101,7 +110,7 @@ def method_gaps(rows: Sequence[dict[str, Any]], mode: str) -> list[dict[str, Any
         for r in rows:
             if r['method'] == method and r.get('scored'):
                 matched = index.get((r['task'], tables.matched_name(r)))
-                d = tables.diff(r.get('score'), (matched or {}).get('score'))
+                d = score_gap(r, matched)
                 ours[r['task']] = None if d is None else 100.0 * d
         theirs = {}
         for column in paper.TASKS:

@@ -27,7 +27,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from spec_jax.eval import compare, plan, plots, tables
+from spec_jax.eval import compare, machine, plan, plots, tables
 
 FIELDS = (
     'task',
@@ -70,7 +70,12 @@ FIELDS = (
     'n_infra_errors',
     'failed_samples',
 )
-_STR_FIELDS = frozenset({'task', 'method', 'kind', 'rule', 'param_name'})
+# The paired Δs of a lossy row against its matched baseline (`spec_jax.eval.paired`).
+PAIR_FIELDS = ('d_score', 'd_score_lo', 'd_score_hi', 'd_score_p', 'd_be', 'd_be_lo', 'd_be_hi',
+               'd_tv', 'd_tv_lo', 'd_tv_hi', 'speedup_vs_matched', 'speedup_vs_matched_lo',
+               'speedup_vs_matched_hi', 'speedup_vs_matched_n_batches')  # fmt: skip
+_STR_FIELDS = frozenset({'task', 'method', 'kind', 'rule', 'param_name', 'speedup_group',
+                         'speedup_basis'})  # fmt: skip
 _INT_FIELDS = frozenset({'n_items', 'n_samples', 'tokens', 'seeds_k', 'n_scorer_errors',
                          'n_timeouts', 'n_infra_errors'})  # fmt: skip
 _PAIRS_SEP = ';'  # Method names hold ':', ',', '=' and brackets, never ';'.
@@ -91,7 +96,7 @@ def headline(rows: Sequence[dict[str, Any]]) -> str:
             tables.score_text(r),
             tables.fmt(r.get('block_efficiency')),
             tables.fmt(r.get('acceptance_rate'), '.3f'),
-            tables.fmt(r.get('speedup')),
+            speedup_text(r),
             tables.fmt(r.get('tv'), '.4f'),
             tables.overshoot_text(r),
         )
@@ -171,7 +176,7 @@ def _headline_section(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
     lines = ['## Headline', '']
     header = ('method', 'kind', 'score % [interval]', 'failed: error / timeout / infra', 'BE',
               f'BE ({be_key})', 'DS', 'acceptance', 'per-position acceptance', 'tokens/s',
-              'speedup', 'TV', 'JS', 'KL (inf %)', 'outside',
+              'speedup [interval] (batches)', 'TV', 'JS', 'KL (inf %)', 'outside',
               'overshoot mean / max (inf %)')  # fmt: skip
     for task in tables.tasks(rows):
         sel = [r for r in rows if r['task'] == task]
@@ -192,7 +197,7 @@ def _headline_section(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
                 tables.fmt(r.get('acceptance_rate'), '.3f'),
                 tables.fmt(r.get('position_acceptance'), '.3f'),
                 tables.fmt(r.get('tokens_per_s'), '.1f'),
-                tables.fmt(r.get('speedup')),
+                speedup_text(r),
                 tables.fmt(r.get('tv'), '.4f'),
                 tables.fmt(r.get('js'), '.4f'),
                 tables.kl_text(r),
@@ -247,9 +252,39 @@ def _failures_section(rows: Sequence[dict[str, Any]], shown: int = 10) -> list[s
     return lines + ['']
 
 
+def interval_text(value: Any, lo: Any, hi: Any, spec: str = '+.2f', scale: float = 1.0) -> str:
+    """'-3.1 [-8.0, +1.9]' (the value scaled, then its interval when it has one)."""
+    if not tables.num(value):
+        return '-'
+    text = tables.fmt(value * scale, spec)
+    if tables.num(lo) and tables.num(hi):
+        text += f' [{tables.fmt(lo * scale, spec)}, {tables.fmt(hi * scale, spec)}]'
+    return text
+
+
+def speedup_text(row: dict[str, Any]) -> str:
+    """'1.42 [1.20, 1.68] (7)': the speedup, its interval (from 5 batches on) and the
+    batches it pairs with AR; the group when the task shares batches ('(7, speed)')."""
+    text = interval_text(row.get('speedup'), row.get('speedup_lo'), row.get('speedup_hi'),
+                         '.2f')  # fmt: skip
+    n = row.get('speedup_n_batches')
+    if text == '-' or n is None:
+        return text
+    group = row.get('speedup_group')
+    return text + (f' ({n}, {group})' if group and group != row.get('task') else f' ({n})')
+
+
 def matched_pairs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each lossy row beside its matched baseline on the same task: {'task', 'method',
-    'matched', 'row', 'matched_row' (None when the run lacks it), 'd_score', 'd_be'}."""
+    'matched', 'row', 'matched_row' (None when the run lacks it), 'paired', 'n', and the Δs
+    'd_score' (with 'd_score_p'), 'd_be', 'd_tv', 'speedup_vs_matched', each with '_lo' /
+    '_hi'}.
+
+    With the paired fields of `spec_jax.eval.metrics` (`spec_jax.eval.paired`), every Δ is
+    over the (item, seed) keys both methods ran ('paired' True, 'n' their number); rows
+    without them (a metrics.csv of an older run) fall back to the difference of the pooled
+    values ('paired' False, 'n' None, no intervals).
+    """
     index = tables.by_method(rows)
     out = []
     for r in rows:
@@ -257,19 +292,17 @@ def matched_pairs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if name is None:
             continue
         base = index.get((r['task'], name))
-        out.append(
-            {
-                'task': r['task'],
-                'method': r['method'],
-                'matched': name,
-                'row': r,
-                'matched_row': base,
-                'd_score': tables.diff(r.get('score'), (base or {}).get('score')),
-                'd_be': tables.diff(
-                    r.get('block_efficiency'), (base or {}).get('block_efficiency')
-                ),
-            }
-        )
+        pair = {'task': r['task'], 'method': r['method'], 'matched': name, 'row': r,
+                'matched_row': base, 'paired': 'pair_n' in r, 'n': r.get('pair_n')}  # fmt: skip
+        if pair['paired']:
+            pair.update({k: r.get(k) for k in PAIR_FIELDS})
+        else:
+            pair.update(dict.fromkeys(PAIR_FIELDS))
+            pair['d_score'] = tables.diff(r.get('score'), (base or {}).get('score'))
+            pair['d_be'] = tables.diff(
+                r.get('block_efficiency'), (base or {}).get('block_efficiency')
+            )
+        out.append(pair)
     return out
 
 
@@ -280,22 +313,32 @@ def _pairs_section(rows: Sequence[dict[str, Any]]) -> list[str]:
         '',
         'Each lossy method beside its matched baseline (the same truncation sampled and '
         'verified losslessly, or lossless SD for rules that truncate nothing; docs/laws.md §5). '
-        'Δ = method minus matched baseline (score in percentage points); TV, KL, outside '
-        "and overshoot are the lossy method's distortion against the baseline law.",
+        'Δ = method minus matched baseline over the (item, seed) samples both ran (n; '
+        '"pooled": the difference of pooled values, no pairing known), with 95% bootstrap '
+        "intervals over items (score in percentage points; p: McNemar's exact test, one "
+        "seed); speedup vs matched: tokens/s over the baseline's on the same batches "
+        '(geometric mean, t-interval from 5 batches on). TV, KL, outside and overshoot are '
+        "the lossy method's distortion against the baseline law.",
         '',
     ]
-    header = ('task', 'method', 'matched', 'score % [interval]', 'matched score % [interval]',
-              'Δscore', 'ΔBE', 'TV', 'JS', 'KL (inf %)', 'outside',
-              'overshoot mean / max (inf %)')  # fmt: skip
+    header = ('task', 'method', 'matched', 'n', 'score % [interval]',
+              'matched score % [interval]', 'Δscore [interval] (p)', 'ΔBE [interval]',
+              'ΔTV [interval]', 'speedup vs matched [interval]', 'TV', 'JS', 'KL (inf %)',
+              'outside', 'overshoot mean / max (inf %)')  # fmt: skip
     body = [
         (
             p['task'],
             f'`{p["method"]}`',
             f'`{p["matched"]}`' + ('' if p['matched_row'] else ' (not in this run)'),
+            str(p['n']) if p['paired'] else 'pooled',
             tables.score_text(p['row']),
             tables.score_text(p['matched_row'] or {}),
-            tables.signed_pct(p['d_score']),
-            tables.fmt(p['d_be'], '+.2f'),
+            interval_text(p['d_score'], p['d_score_lo'], p['d_score_hi'], '+.1f', 100.0)
+            + (f' (p {p["d_score_p"]:.3g})' if tables.num(p['d_score_p']) else ''),
+            interval_text(p['d_be'], p['d_be_lo'], p['d_be_hi']),
+            interval_text(p['d_tv'], p['d_tv_lo'], p['d_tv_hi'], '+.4f'),
+            interval_text(p['speedup_vs_matched'], p['speedup_vs_matched_lo'],
+                          p['speedup_vs_matched_hi'], '.2f'),  # fmt: skip
             tables.fmt(p['row'].get('tv'), '.4f'),
             tables.fmt(p['row'].get('js'), '.4f'),
             tables.kl_text(p['row']),
@@ -320,6 +363,7 @@ def write_report(
     mode: str = 'chain',
     title: str = '',
     theory: dict | None = None,
+    header: dict | None = None,
 ) -> dict[str, str]:
     """Writes the report of one evaluation run into `out_dir`.
 
@@ -332,6 +376,8 @@ def write_report(
       theory: theory distortion curves for the distortion figure,
         {rule_name: {'param': [...], 'tv': [...], 'label': str}}
         (`spec_jax.rules.theory.parameter_curve`).
+      header: the run's machine, versions, config fingerprint and load
+        (`spec_jax.eval.machine.header`), written at the page's top.
 
     Returns:
       name -> path of each file written: 'report', 'metrics_csv', 'paper_csv' (only when a
@@ -386,13 +432,17 @@ def write_report(
         'blocks / s, a full block one whose draft no stop token or limit cut; tree: tokens/s); '
         'acceptance is accepted / drafted, per-position acceptance accepted / reached '
         '(comparable between chain and tree); scores are percentages with their intervals, '
-        'failed scorings counted as wrong; speedup is tokens/s over AR on the same task in the '
-        'same run; TV, JS (Jensen-Shannon, nats, at most ln 2), KL (KL(p_A || pi)), outside '
+        'failed scorings counted as wrong; speedup is the geometric mean over batches of '
+        "tokens/s over AR's on the same rows (every method decodes each batch, in an order "
+        'rotating from batch to batch), with its 95% t-interval from 5 batches on and the '
+        'batches counted; TV, JS (Jensen-Shannon, nats, at most ln 2), KL (KL(p_A || pi)), outside '
         '(mass outside the allowed set) and overshoot (max pi/p) are metered against the '
         'matched baseline law; KL and the overshoot are means over the positions where they '
         'are finite, with the share of positions where they are infinite beside them.',
         '',
     ]
+    if header:
+        lines[2:2] = ['## Run', '', *machine.header_lines(header)]
     lines += _headline_section(rows, mode)
     lines += _seeds_section(rows) + _failures_section(rows)
     lines += _pairs_section(rows)

@@ -17,7 +17,7 @@ import ml_collections
 import numpy as np
 
 from spec_jax import decoding, distributed, sharding
-from spec_jax.eval import metrics, paper, plan, records, report, runner
+from spec_jax.eval import machine, metrics, paper, plan, records, report, runner
 from spec_jax.jobs import runtime
 from spec_jax.rules import theory
 
@@ -141,11 +141,18 @@ def theory_curves(rows: list[dict], mode: str = 'chain', num_siblings: int = 1) 
 def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     """Runs (or resumes) the experiment, writes the report; returns paths and timings (on
     several processes each prints its own figures; process 0 writes the report)."""
-    start = time.perf_counter()
+    start, load_start = time.perf_counter(), machine.load_average()
     runtime.log_devices()
     store, methods, progress = runner.run(c, workdir)
+    print(f'AR tokens/s on the first and last batch it decoded: '
+          f'{_tps(progress.ar_first_tokens_per_s)} and {_tps(progress.ar_last_tokens_per_s)} '
+          '(the drift of the machine over the run; every method decodes each batch)')  # fmt: skip
+    drift = dict(ar_tokens_per_s_first_batch=progress.ar_first_tokens_per_s,
+                 ar_tokens_per_s_last_batch=progress.ar_last_tokens_per_s)  # fmt: skip
+    header = machine.header(store.fingerprint, load_start, **drift)
     # Process 0 alone holds the merged results (and writes the report).
-    out = write_report(c, runner.results(store), methods, workdir) if distributed.is_main() else {}
+    out = (write_report(c, runner.results(store), methods, workdir, header)
+           if distributed.is_main() else {})  # fmt: skip
     wall = time.perf_counter() - start
     print(
         f'\n{progress.samples} new samples, {progress.tokens} tokens; decode '
@@ -171,12 +178,21 @@ def _siblings(c: ml_collections.ConfigDict) -> int:
     return decoding.tree_shape(c.tree).branch if c.mode == 'tree' else 1
 
 
-def write_report(c: ml_collections.ConfigDict, results: list[dict], methods, workdir: str):
-    """Metrics and the report of a run's results; prints the headline table."""
+def _tps(value: float | None) -> str:
+    return '-' if value is None else f'{value:.1f}'
+
+
+def write_report(
+    c: ml_collections.ConfigDict, results: list[dict], methods, workdir: str,
+    header: dict | None = None,
+):  # fmt: skip
+    """Metrics and the report of a run's results (`header`: `eval.machine.header`);
+    prints the headline table."""
     rows = metrics.aggregate(results, methods)
     paths = report.write_report(
         rows, os.path.join(workdir, 'report'), mode=c.mode, title=c.name,
         theory=theory_curves(rows, c.mode, _siblings(c)) if c.meter_distortion else None,
+        header=header,
     )  # fmt: skip
     print(report.headline(rows))
     others = sorted(os.path.basename(p) for k, p in paths.items() if k != 'report')
@@ -190,4 +206,8 @@ def report_only(workdir: str) -> dict:
         run_info = json.load(f)
     c = ml_collections.ConfigDict(run_info['config'])
     store = records.ResultStore.read_only(workdir)
-    return write_report(c, runner.results(store), runner.methods_of(c), workdir)
+    # Rendered now, perhaps mid-run: the load of this moment, the run's fingerprint.
+    now = machine.load_average()
+    header = machine.header(run_info.get('fingerprint'), now, now, rendered='mid-run or later '
+                            '(launch/report.py): the load is that of the rendering')  # fmt: skip
+    return write_report(c, runner.results(store), runner.methods_of(c), workdir, header)

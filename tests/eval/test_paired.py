@@ -1,0 +1,127 @@
+"""Paired statistics on constructed runs: a partial run whose pooled scores mislead (the
+baseline on 100 items, the method on 40) reports its Δs over the 40 shared items, with n and
+intervals, in the metrics rows and the report's matched pairs; McNemar's exact p; per-seed
+mean and std; Wilson's interval where the items have no spread."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats
+
+from spec_jax.eval import compare, metrics, paired, plan, report
+
+LOSSY, BASE = 'minp_verify:rho=0.3', 'baseline[min_p=0.3]'
+
+
+def sample(method, item, correct, emitted, seconds, seed=0, task='gsm8k', tokens=10):
+    """One result line: 10 target forwards, `emitted` tokens, metered TV 0.1 per position
+    for the lossy method (0 for the others), in batches of 4 items."""
+    tv = 0.1 if method == LOSSY else 0.0
+    return dict(
+        method=method, task=task, item=str(item), seed=seed, correct=correct, num_tokens=tokens,
+        seconds=seconds, batch_id=f's{seed}/{task}/{item // 4}',
+        stats=dict(blocks=10, emitted=emitted, drafted=10, accepted=emitted - 10, metered=10,
+                   tv_sum=10 * tv, full_blocks=0, full_accepted=0),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope='module')
+def partial_run():
+    """The baseline on 100 items: right on 0-27 of the 40 the method ran and on 2 of the 60
+    others (30%); the method on items 0-39, right on 0-23 (60%). Pooled: +30 points; on the
+    40 shared items: 60% against 70%, -10 points (4 discordant pairs, all the baseline's)."""
+    methods = plan.plan([LOSSY], 'chain')
+    rows = [sample('ar', i, i < 20, 10, 3.0) for i in range(100)]
+    rows += [sample(BASE, i, i < 28 or i in (40, 41), 15 if i < 40 else 30, 2.0)
+             for i in range(100)]  # fmt: skip
+    rows += [sample(LOSSY, i, i < 24, 20, 1.0) for i in range(40)]
+    return methods, metrics.aggregate(rows, methods)
+
+
+def test_the_partial_run_pairs_its_deltas_on_the_shared_items(partial_run, tmp_path):
+    _, rows = partial_run
+    by = {r['method']: r for r in rows}
+    lossy, base = by[LOSSY], by[BASE]
+    assert lossy['score'] - base['score'] == pytest.approx(0.30)  # The pooled figure misleads.
+    assert lossy['pair_n'] == lossy['pair_n_items'] == 40
+    assert lossy['d_score'] == pytest.approx(-0.10)
+    assert lossy['d_score_lo'] < -0.10 < lossy['d_score_hi'] < 0.0  # Far from +30.
+    assert lossy['d_score_p'] == pytest.approx(stats.binomtest(0, 4, 0.5).pvalue)  # 0.125.
+    # BE on the shared items: 2.0 against 1.5 (pooled, the baseline's other items say 2.4).
+    assert lossy['d_be'] == pytest.approx(0.5) and base['block_efficiency'] == pytest.approx(2.4)
+    assert lossy['d_be_lo'] == pytest.approx(0.5) and lossy['d_be_hi'] == pytest.approx(0.5)
+    assert lossy['d_tv'] == pytest.approx(0.1)
+    # Tokens/s over the baseline's on the 10 shared batches: 2x in each.
+    assert lossy['speedup_vs_matched'] == pytest.approx(2.0)
+    assert lossy['speedup_vs_matched_n_batches'] == 10
+    assert (lossy['speedup_vs_matched_lo'], lossy['speedup_vs_matched_hi']) == pytest.approx(
+        (2.0, 2.0)
+    )
+    # The report's matched pairs and the paper's gaps say the same.
+    (pair,) = report.matched_pairs(rows)
+    assert pair['paired'] and pair['n'] == 40 and pair['d_score'] == pytest.approx(-0.10)
+    gaps = {g['method']: g for g in compare.method_gaps(rows, 'chain')}
+    assert gaps[LOSSY]['ours']['gsm8k'] == pytest.approx(-10.0)
+    report.write_report(rows, str(tmp_path))
+    md = (tmp_path / 'report.md').read_text()
+    (line,) = [x for x in md.splitlines() if x.startswith(f'| gsm8k | `{LOSSY}` | `{BASE}` |')]
+    cells = [c.strip() for c in line.split('|')]
+    assert cells[4] == '40'
+    lo, hi = 100 * lossy['d_score_lo'], 100 * lossy['d_score_hi']
+    assert cells[7] == f'-10.0 [{lo:+.1f}, {hi:+.1f}] (p 0.125)'
+    assert cells[8] == '+0.50 [+0.50, +0.50]' and cells[10] == '2.00 [2.00, 2.00]'
+
+
+def test_bootstrap_is_reproducible_and_over_items(partial_run):
+    methods, rows = partial_run
+    again = metrics.aggregate(
+        [sample(BASE, i, i < 28, 15, 2.0) for i in range(40)]
+        + [sample(LOSSY, i, i < 24, 20, 1.0) for i in range(40)],
+        methods,
+    )
+    lossy = next(r for r in again if r['method'] == LOSSY)
+    first = next(r for r in rows if r['method'] == LOSSY)
+    assert (lossy['d_score_lo'], lossy['d_score_hi']) == (first['d_score_lo'], first['d_score_hi'])
+
+
+def test_several_seeds_mean_and_std():
+    """Two seeds on 10 items: seed 0 the method wins 2 more items (+20 points), seed 1 it
+    loses 1 (-10): per-seed Δ mean +5, std sqrt(((20 - 5)**2 + (-10 - 5)**2) / 1) points."""
+    methods = plan.plan([LOSSY], 'chain')
+    rows = []
+    for seed, extra in ((0, 2), (1, -1)):
+        rows += [sample(BASE, i, i < 5, 15, 2.0, seed=seed) for i in range(10)]
+        rows += [sample(LOSSY, i, i < 5 + extra, 20, 1.0, seed=seed) for i in range(10)]
+    lossy = next(r for r in metrics.aggregate(rows, methods) if r['method'] == LOSSY)
+    assert lossy['pair_n'] == 20 and lossy['pair_n_items'] == 10
+    assert lossy['d_score'] == pytest.approx(0.05)
+    assert lossy['d_score_seed_mean'] == pytest.approx(0.05)
+    assert lossy['d_score_seed_std'] == pytest.approx(math.sqrt(0.15**2 + 0.15**2))
+    assert lossy['d_score_p'] is None  # McNemar is for one sample per item.
+    assert lossy['n_seeds'] == 2
+    assert lossy['score_seed_std'] == pytest.approx(math.sqrt(0.15**2 * 2))  # 0.7 and 0.4.
+
+
+def test_wilson_on_pooled_samples_without_item_spread():
+    # Every item right at one seed of two: item means all 0.5, no spread to take an
+    # interval from; the 3 of 6 pooled samples give Wilson's.
+    mean, lo, hi = metrics.score_interval([[1, 0], [0, 1], [1, 0]])
+    assert mean == 0.5 and (lo, hi) == pytest.approx(metrics.wilson(3, 6))
+    assert metrics.score_interval([[0, 0], [0, 0]])[1:] == pytest.approx(metrics.wilson(0, 4))
+
+
+def test_ratio_interval():
+    est = paired.ratio_interval([2.0, 0.5, 1.0, 4.0])
+    assert est['mean'] == pytest.approx(math.sqrt(2.0)) and est['lo'] is None and est['n'] == 4
+    ratios = [1.1, 0.9, 1.3, 1.2, 0.8, 1.0]
+    est, inverse = paired.ratio_interval(ratios), paired.ratio_interval([1 / r for r in ratios])
+    logs = [math.log(r) for r in ratios]
+    m = sum(logs) / 6
+    sd = math.sqrt(sum((x - m) ** 2 for x in logs) / 5)
+    half = stats.t.ppf(0.975, 5) * sd / math.sqrt(6)
+    assert (est['lo'], est['hi']) == pytest.approx((math.exp(m - half), math.exp(m + half)))
+    # The direction of the ratio cannot change the answer.
+    assert est['mean'] * inverse['mean'] == pytest.approx(1.0)
+    assert est['lo'] * inverse['hi'] == pytest.approx(1.0)
