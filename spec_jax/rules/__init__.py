@@ -19,7 +19,7 @@ static tree from parent pointers; see `spec_jax.rules.tree`).
 
 Modules: base (the Rule contract, YieldRule, tree-scan helpers), registry (`make`, `names`,
 `register`), lossless, collaborative, truncation, cascade (the rule families), chain
-(`verify_chain`), tree, baselines (`matched_baseline`), distortion (TV, KL, the meter),
+(`verify_chain`), tree, baselines (`matched_baseline`), distortion (TV, KL, JS, the meter),
 theory (closed-form curves and the paper's claims, for jobs/diagnose.py). The contract and
 adding a rule: docs/rules.md; every rule's law: docs/laws.md.
 """
@@ -33,6 +33,7 @@ from spec_jax.rules.distortion import (
     Distortion,
     Metered,
     compare,
+    js,
     kl,
     measure,
     measure_tree_node,
@@ -75,6 +76,7 @@ __all__ = [
     'YieldRule',
     'children_from_parents',
     'compare',
+    'js',
     'kl',
     'make',
     'matched_baseline',

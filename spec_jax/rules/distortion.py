@@ -3,8 +3,9 @@
 `compare` / `measure` (theory, diagnose) put pi first: KL(pi || reference). `meter` is what
 the engine records at every emitted position of a run (docs/eval.md, metrics): TV(pi, p_A),
 KL(p_A || pi) (the other direction is infinite for truncation rules, whose pi leaks mass
-outside A where p_A is 0), the mass pi puts outside the allowed set A, and the overshoot
-max pi/p against the temperature-processed target p (not p_A).
+outside A where p_A is 0), the mass pi puts outside the allowed set A, the overshoot
+max pi/p against the temperature-processed target p (not p_A), and JS(pi, p_A), bounded
+where KL is infinite.
 """
 
 from __future__ import annotations
@@ -29,6 +30,19 @@ def kl(pi: jax.Array, p: jax.Array) -> jax.Array:
     log_ratio = jnp.log(jnp.where(pos, pi, 1.0)) - jnp.log(jnp.where(p > 0, p, 1.0))
     terms = jnp.where(pos, jnp.where(p > 0, pi * log_ratio, jnp.inf), 0.0)
     return terms.sum(-1)
+
+
+def js(a: jax.Array, b: jax.Array) -> jax.Array:
+    """Jensen-Shannon divergence 1/2 KL(a || m) + 1/2 KL(b || m), m = (a + b)/2, in nats,
+    [..., V] -> [...]: symmetric, bounded by ln 2, finite where KL is not (docs/laws.md §5)."""
+    m = 0.5 * (a + b)
+    safe_m = jnp.where(m > 0, m, 1.0)
+
+    def half(x):  # x > 0 implies m > 0, so every term is finite.
+        pos = x > 0
+        return jnp.where(pos, x * (jnp.log(jnp.where(pos, x, 1.0)) - jnp.log(safe_m)), 0.0).sum(-1)
+
+    return jnp.clip(0.5 * (half(a) + half(b)), 0.0, jnp.log(2.0))
 
 
 def overshoot_ratio(pi: jax.Array, p: jax.Array) -> jax.Array:
@@ -78,12 +92,14 @@ class Metered(NamedTuple):
       outside: pi(V minus A), the mass pi puts outside the baseline's allowed set (0 for
         rules whose baseline truncates nothing).
       overshoot: max_x pi(x) / p(x) against the processed target p itself.
+      js: JS(pi, p_A) in nats (at most ln 2): a bounded divergence, finite where KL is not.
     """
 
     tv: jax.Array
     kl: jax.Array
     outside: jax.Array
     overshoot: jax.Array
+    js: jax.Array
 
 
 def meter(pi: jax.Array, p: jax.Array, baseline: MatchedBaseline) -> Metered:
@@ -92,4 +108,6 @@ def meter(pi: jax.Array, p: jax.Array, baseline: MatchedBaseline) -> Metered:
     law = baseline.law(p)
     outside = jnp.where(baseline.allowed(p), 0.0, pi).sum(-1)
     # KL >= 0; rounding can take a near-zero one a hair below.
-    return Metered(tv(pi, law), jnp.maximum(kl(law, pi), 0.0), outside, overshoot_ratio(pi, p))
+    return Metered(
+        tv(pi, law), jnp.maximum(kl(law, pi), 0.0), outside, overshoot_ratio(pi, p), js(pi, law)
+    )

@@ -455,8 +455,8 @@ def test_distortion_metering(soft_models):
 def test_distortion_per_position_by_hand(name):
     """The metered counters against numpy: at every emitted offset of a live row's round
     (the reached drafts, then the replacement or bonus token), TV(pi, p_A), KL(p_A || pi),
-    pi outside A and max pi/p, where pi is the rule's induced law at drafted offsets and
-    its bonus law at the last one."""
+    pi outside A, max pi/p and JS(pi, p_A), where pi is the rule's induced law at drafted
+    offsets and its bonus law at the last one."""
     rule = rules.make(name)
     base_rule = rules.matched_baseline(rule)
     verification = engine.Verification(rule, False)
@@ -464,7 +464,7 @@ def test_distortion_per_position_by_hand(name):
     b, a = 3, 3
     live = np.array([True, True, False])
     stats = Stats.zeros(b, a, 8)
-    sums = {k: np.zeros(b) for k in ('tv', 'kl', 'outside', 'overshoot')}
+    sums = {k: np.zeros(b) for k in ('tv', 'kl', 'outside', 'overshoot', 'js')}
     tv_bt, count_bt = np.zeros((b, a + 1)), np.zeros((b, a + 1))
     for block in range(4):
         p = rng.dirichlet(np.full(V, 0.3), size=(b, a + 1)).astype(np.float32)
@@ -483,8 +483,11 @@ def test_distortion_per_position_by_hand(name):
         with np.errstate(divide='ignore', invalid='ignore'):
             kl = np.where(law > 0, law * np.log(law / pi), 0.0).sum(-1)
         tv = 0.5 * np.abs(pi - law).sum(-1)
+        m = 0.5 * (pi + law)
+        with np.errstate(divide='ignore', invalid='ignore'):
+            js = 0.5 * sum(np.where(x > 0, x * np.log(x / m), 0.0).sum(-1) for x in (pi, law))
         for k, v in [('tv', tv), ('kl', kl), ('outside', np.where(inside, 0, pi).sum(-1)),
-                     ('overshoot', (pi / p).max(-1))]:  # fmt: skip
+                     ('overshoot', (pi / p).max(-1)), ('js', js)]:  # fmt: skip
             sums[k] += np.where(mask, v, 0.0).sum(1)
         tv_bt += np.where(mask, tv, 0.0)
         count_bt += mask
@@ -588,11 +591,13 @@ def test_meter_counts_narrow_rounds_and_infinite_values():
     metered = rules.Metered(
         tv=jnp.array([[0.1, 0.2], [0.3, 0.4]]), kl=jnp.array([[inf, 0.5], [0.2, 9.0]]),
         outside=jnp.zeros((2, 2)), overshoot=jnp.array([[2.0, 3.0], [inf, 9.0]]),
+        js=jnp.array([[0.01, 0.02], [0.03, 0.04]]),
     )  # fmt: skip
     st = Stats.zeros(2, 3, 8).update(out, jnp.array([True, True]), metered)
     np.testing.assert_array_equal(st.metered_at_bt, [[1, 0, 0, 1], [1, 0, 0, 0]])
     np.testing.assert_allclose(st.tv_at_bt, [[0.1, 0, 0, 0.2], [0.3, 0, 0, 0]], rtol=1e-6)
     np.testing.assert_allclose(st.kl, [0.5, 0.2], rtol=1e-6)  # Offset 1 of row 1: not emitted.
+    np.testing.assert_allclose(st.js, [0.03, 0.03], rtol=1e-6)
     np.testing.assert_array_equal(st.kl_inf, [1, 0])
     np.testing.assert_array_equal(st.overshoot_inf, [0, 1])
     np.testing.assert_allclose(st.overshoot_max, [3.0, 0.0])
