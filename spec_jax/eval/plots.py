@@ -335,3 +335,73 @@ def distortion_vs_param(
                 ax.text(0.5, 0.5, 'not metered', transform=ax.transAxes, ha='center')
     _save(fig, path)
     return drawn
+
+
+def _bars(rows: Sequence[dict[str, Any]], key: str) -> list[list[float]]:
+    """Asymmetric error bars of row[key] from key_lo / key_hi (0 where there is none)."""
+    below, above = [], []
+    for r in rows:
+        y, lo, hi = r[key], r.get(f'{key}_lo'), r.get(f'{key}_hi')
+        below.append(max(y - lo, 0.0) if _finite(lo) else 0.0)
+        above.append(max(hi - y, 0.0) if _finite(hi) else 0.0)
+    return [below, above]
+
+
+def tradeoff(rows: Sequence[dict[str, Any]], group: str, path: str) -> Drawn:
+    """What a lossy rule buys against what it costs, for one task group, written to `path`.
+
+    Left: ΔBE against the matched baseline (paired, with its interval) vs TV to the
+    matched baseline; right: the speedup over AR (per-batch, with its interval) vs the same
+    TV. One series per rule family through its parameter values (each point labelled with
+    its value); lossless SD is the point at TV 0 on the right.
+
+    Args:
+      rows: metrics rows with the paired fields (`spec_jax.eval.findings.pooled_rows`).
+      group: the task or timing group to draw ('speed').
+      path: the PNG to write.
+
+    Returns:
+      Drawn: '<rule> ΔBE' and '<rule> speedup' -> points, 'lossless' -> 1 if drawn.
+    """
+    sel = [r for r in rows if r['task'] == group]
+    lossy = [r for r in sel if r.get('kind') == 'lossy' and _finite(r.get('tv'))]
+    rules = list(dict.fromkeys(family(r) for r in lossy))
+    colors = colors_for(['lossless', *rules])
+    fig, (ax_be, ax_speed) = _new_figure(ncols=2, width=6.0)
+    drawn = Drawn()
+    for rule in rules:
+        fam = sorted((r for r in lossy if family(r) == rule),
+                     key=lambda r: r['param'] if _finite(r.get('param')) else 0.0)  # fmt: skip
+        for ax, key, suffix in ((ax_be, 'd_be', 'ΔBE'), (ax_speed, 'speedup', 'speedup')):
+            pts = [r for r in fam if _finite(r.get(key))]
+            if not pts:
+                continue
+            label = f'{rule} {suffix}'
+            ax.errorbar([r['tv'] for r in pts], [r[key] for r in pts], yerr=_bars(pts, key),
+                        fmt='o-', color=colors[rule], markersize=7, linewidth=1.2, capsize=3,
+                        label=rule)  # fmt: skip
+            for r in pts:
+                if _finite(r.get('param')):
+                    ax.annotate(f'{r["param"]:g}', (r['tv'], r[key]), fontsize=7,
+                                textcoords='offset points', xytext=(4, 4))  # fmt: skip
+            drawn.add(label, len(pts), colors[rule])
+    lossless = next((r for r in sel if r.get('kind') == 'lossless'), None)
+    if lossless and _finite(lossless.get('speedup')):
+        ax_speed.errorbar([0.0], [lossless['speedup']], yerr=_bars([lossless], 'speedup'),
+                          fmt='D', color=colors['lossless'], markersize=8, capsize=3,
+                          label='lossless')  # fmt: skip
+        drawn.add('lossless', 1, colors['lossless'])
+    ax_be.axhline(0.0, color='#888888', linewidth=0.8)
+    ax_speed.axhline(1.0, color='#888888', linewidth=0.8)
+    ax_be.set_ylabel('ΔBE vs matched baseline (95% interval)')
+    ax_speed.set_ylabel('speedup over AR (95% interval)')
+    for ax, title in ((ax_be, 'block efficiency bought'), (ax_speed, 'speed bought')):
+        ax.set_xlabel('TV to the matched baseline (distortion paid)')
+        ax.set_title(f'{group}: {title}')
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc='best')
+        else:
+            ax.text(0.5, 0.5, 'no lossy rule metered', transform=ax.transAxes, ha='center')
+    _save(fig, path)
+    return drawn

@@ -27,7 +27,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from spec_jax.eval import compare, machine, plan, plots, tables
+from spec_jax.eval import compare, findings, machine, plan, plots, tables
 
 FIELDS = (
     'task',
@@ -356,6 +356,27 @@ def _series_text(drawn: plots.Drawn) -> str:
     return ', '.join(f'{label} ({n})' for label, n in drawn.items()) or 'nothing'
 
 
+def _tradeoff_section(
+    pooled: list[dict], mode: str, out_dir: str, paths: dict[str, str]
+) -> list[str]:
+    """'## Trade-off': the findings (`spec_jax.eval.findings`) and, per task group with a
+    lossy rule, ΔBE and speedup against TV (`plots.tradeoff`); adds the figures to `paths`."""
+    lines = ['## Trade-off', '',
+             'What the lossy rules buy (block efficiency against the matched baseline, speed '
+             'over AR) for the distortion they pay (TV to the matched baseline), the task '
+             'groups pooled (the speed sets share batches and are judged together).',
+             '']  # fmt: skip
+    lines += findings.text(pooled, mode).splitlines() + ['']
+    for group in tables.tasks(pooled):
+        if not any(r['task'] == group and r.get('kind') == 'lossy' for r in pooled):
+            continue
+        name = f'tradeoff_{tables.safe_name(group)}'
+        paths[name] = os.path.join(out_dir, name + '.png')
+        drawn = plots.tradeoff(pooled, group, paths[name])
+        lines += [f'![{group}: trade-off]({name}.png)', '', f'Series: {_series_text(drawn)}.', '']
+    return lines
+
+
 def write_report(
     rows: list[dict],
     out_dir: str,
@@ -364,6 +385,7 @@ def write_report(
     title: str = '',
     theory: dict | None = None,
     header: dict | None = None,
+    pooled: list[dict] | None = None,
 ) -> dict[str, str]:
     """Writes the report of one evaluation run into `out_dir`.
 
@@ -378,11 +400,15 @@ def write_report(
         (`spec_jax.rules.theory.parameter_curve`).
       header: the run's machine, versions, config fingerprint and load
         (`spec_jax.eval.machine.header`), written at the page's top.
+      pooled: the rows pooled by timing group (`spec_jax.eval.findings.pooled_rows`): the
+        page then opens with the trade-off, the findings and a figure per group
+        (`plots.tradeoff`).
 
     Returns:
       name -> path of each file written: 'report', 'metrics_csv', 'paper_csv' (only when a
       row has a paper counterpart), 'pareto_<task>' per scored task, 'score_vs_be',
-      'distortion' (the PNGs only when they have something to draw).
+      'distortion' (the PNGs only when they have something to draw), 'tradeoff_<group>'
+      per group of `pooled` with a lossy rule.
 
     Raises:
       ValueError: an unknown mode.
@@ -420,6 +446,7 @@ def write_report(
         figure('distortion', 'distortion_vs_param.png', 'distortion vs parameter',
                lambda path: plots.distortion_vs_param(rows, path, theory))  # fmt: skip
 
+    lead = _tradeoff_section(pooled, mode, out_dir, paths) if pooled else []
     methods = list(dict.fromkeys(r['method'] for r in rows))
     lines = [
         f'# {title or "Evaluation report"}',
@@ -443,6 +470,7 @@ def write_report(
     ]
     if header:
         lines[2:2] = ['## Run', '', *machine.header_lines(header)]
+    lines += lead
     lines += _headline_section(rows, mode)
     lines += _seeds_section(rows) + _failures_section(rows)
     lines += _pairs_section(rows)

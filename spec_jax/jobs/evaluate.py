@@ -17,7 +17,7 @@ import ml_collections
 import numpy as np
 
 from spec_jax import decoding, distributed, sharding
-from spec_jax.eval import machine, metrics, paper, plan, records, report, runner
+from spec_jax.eval import findings, machine, metrics, paper, plan, records, report, runner
 from spec_jax.jobs import runtime
 from spec_jax.rules import theory
 
@@ -168,6 +168,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
         )
     if distributed.is_main():
         print(f'results: {store.path}')
+        print('\n' + out['findings'])
     # The others wait for the report: a process leaving early would fail JAX's shutdown.
     distributed.barrier(f'evaluate report:{workdir}')
     return dict(out, progress=progress, wall_s=wall)
@@ -187,17 +188,19 @@ def write_report(
     header: dict | None = None,
 ):  # fmt: skip
     """Metrics and the report of a run's results (`header`: `eval.machine.header`);
-    prints the headline table."""
+    prints the headline table of the task groups (`findings.pooled_rows`: the speed sets
+    as one); returns the paths, the rows, the pooled rows and the findings' text."""
     rows = metrics.aggregate(results, methods)
+    pooled = findings.pooled_rows(results, methods)
     paths = report.write_report(
         rows, os.path.join(workdir, 'report'), mode=c.mode, title=c.name,
         theory=theory_curves(rows, c.mode, _siblings(c)) if c.meter_distortion else None,
-        header=header,
+        header=header, pooled=pooled,
     )  # fmt: skip
-    print(report.headline(rows))
+    print(report.headline(pooled))
     others = sorted(os.path.basename(p) for k, p in paths.items() if k != 'report')
     print(f'report: {paths["report"]} (and beside it: {", ".join(others)})')
-    return dict(paths=paths, rows=rows)
+    return dict(paths=paths, rows=rows, pooled=pooled, findings=findings.text(pooled, c.mode))
 
 
 def report_only(workdir: str) -> dict:

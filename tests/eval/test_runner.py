@@ -15,7 +15,7 @@ from collections import defaultdict
 import pytest
 from figures import check_series
 
-from spec_jax.eval import metrics, paper, plots, records, report, runner
+from spec_jax.eval import findings, metrics, paper, plots, records, report, runner
 from spec_jax.jobs import evaluate, runtime
 
 ROOT = os.path.join(os.path.dirname(__file__), '..', '..')
@@ -90,6 +90,7 @@ def test_metrics_and_report_of_the_run(tiny_run, tmp_path):
     workdir, _, stdout = tiny_run
     assert 'evaluation throughput / decode throughput' in stdout
     assert 'report:' in stdout and 'score % [interval]' in stdout
+    assert 'AR tokens/s on the first and last batch it decoded:' in stdout  # Drift shown.
     c = tiny_config()
     methods = runner.methods_of(c)
     rows = metrics.aggregate(read_rows(workdir), methods)
@@ -126,6 +127,17 @@ def test_metrics_and_report_of_the_run(tiny_run, tmp_path):
     with open(os.path.join(report_dir, 'report.md')) as f:
         md = f.read()
     assert 'baseline[min_p=0.3]' in md and 'minp_verify:rho=0.3' in md
+    # The header: machine, versions, the config's fingerprint, the load.
+    with open(os.path.join(workdir, 'run.json')) as f:
+        fingerprint = json.load(f)['fingerprint']
+    header = md[md.index('## Run') : md.index('## Headline')]
+    for text in ('- CPU: ', '- cores: ', '- JAX devices: ', '- jax: ', '- spec_jax: ',
+                 f'- config fingerprint: {fingerprint}', '- load average at start: '):
+        assert text in header, text
+    # Every row paired with AR on the batches of its task group.
+    for r in rows:
+        assert r['speedup_n_batches'] >= 1 and r['speedup_basis'] == 'batches'
+        assert r['speedup_group'] == ('speed' if r['task'].startswith('speed_') else r['task'])
     path = str(tmp_path / 'pareto.png')
     drawn = plots.pareto(rows, 'mbpp', path)
     families = {plots.family(r) for r in rows if r['task'] == 'mbpp'}
@@ -242,3 +254,34 @@ def test_the_paper_setups_plan_here(name, methods):
     c.tasks.include.options.per_langauge = 3
     with pytest.raises(ValueError, match=r"task 'include' has no option\(s\) \['per_langauge'\]"):
         evaluate.dry_run(c)
+
+
+def test_the_main_job_shows_the_grid_as_curves_and_prints_findings(tiny_run, tmp_path):
+    """The main job's grid (three values of each rule family) appears as curves: the
+    trade-off figure the run wrote draws each family's three points (colours read back from
+    the PNG), and the run ends with findings naming every lossy method with its numbers."""
+    workdir, _, stdout = tiny_run
+    c = tiny_config()
+    methods = runner.methods_of(c)
+    pooled = findings.pooled_rows(read_rows(workdir), methods)
+    assert {r['task'] for r in pooled} == {'mbpp', 'speed'}
+    families = defaultdict(int)
+    for m in methods:
+        if m.name not in ('ar', 'lossless') and not m.baseline:
+            families[m.rule.split(':')[0]] += 1
+    assert dict(families) == {'minp_verify': 3, 'lenience': 3, 'cos': 3}
+    expected = {f'{rule} {what}': n for rule, n in families.items() for what in ('ΔBE', 'speedup')}
+    expected['lossless'] = 1
+    written = os.path.join(workdir, 'report', 'tradeoff_speed.png')
+    assert os.path.getsize(written) > 0
+    path = str(tmp_path / 'tradeoff.png')
+    check_series(path, plots.tradeoff(pooled, 'speed', path), expected)
+    tail = stdout[stdout.index('Findings'):]
+    for m in methods:
+        if m.name not in ('ar', 'lossless') and not m.baseline:
+            rule, value = m.rule.split(':')[0], m.rule.split('=')[1]
+            assert f'speed: {rule} ' in tail and f' {float(value):g}: BE ' in tail
+    assert "The paper's claims this run cannot test:" in tail
+    with open(os.path.join(workdir, 'report', 'report.md')) as f:
+        md = f.read()
+    assert md.index('## Trade-off') < md.index('## Headline')
