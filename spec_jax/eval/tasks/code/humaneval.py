@@ -1,8 +1,11 @@
 """HumanEval: complete a function from its signature and docstring.
 
 A completion is accepted as a full function (run after the prompt, whose imports and helpers
-it may use) or as a body continuing the prompt (indented if it was not); the program is the
-prompt and completion, then the task's `test` and `check(entry_point)`.
+it may use) or as a body continuing the prompt (indented if it was not). The candidate's
+box runs the prompt and completion; the checker's box runs the dataset's prompt (the
+helpers some tests call, e.g. `encode_cyclic`, come from there, never from the completion),
+then `test` and `check(candidate)` with `candidate` the proxy of the entry point. One check:
+`check` returned.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import textwrap
 from typing import ClassVar
 
 from spec_jax.eval.tasks.base import Item
+from spec_jax.eval.tasks.code.boxes import fill
 from spec_jax.eval.tasks.code.extract import _compiles, _defines, _parses, sanitize
 from spec_jax.eval.tasks.code.task import _CodeTask
 
@@ -28,6 +32,20 @@ def humaneval_solution(prompt: str, code: str, entry_point: str) -> str:
         if _compiles(prompt + body):
             return f'{prompt}{body}\n'
     return f'{prompt}{code}\n'
+
+
+# The checks (the checker's box, see `boxes`): the dataset's prompt and test, the proxy.
+_CHECKS = """
+def checks():
+    g = {'__name__': '__checker__'}
+    exec(compile(@PROMPT@, 'prompt.py', 'exec'), g)
+    exec(compile(@TEST@, 'test.py', 'exec'), g)
+    candidate = g[@ENTRY@] = Proxy(@ENTRY@)
+    g['check'](candidate)
+    CHECKS[0] = 1
+
+_run_checks(checks)
+"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +70,10 @@ class HumanEval(_CodeTask):
             meta={'entry_point': row['entry_point'], 'reference': row['canonical_solution']},
         )
 
-    def program(self, item: Item, code: str) -> str:
+    def solution(self, item: Item, code: str) -> str:
         g = item.gold
-        solution = humaneval_solution(g['prompt'], code, g['entry_point'])
-        return f'{solution}\n\n{g["test"]}\n\ncheck({g["entry_point"]})\n'
+        return humaneval_solution(g['prompt'], code, g['entry_point'])
+
+    def checks(self, item: Item) -> tuple[str, int]:
+        g = item.gold
+        return fill(_CHECKS, PROMPT=g['prompt'], TEST=g['test'], ENTRY=g['entry_point']), 1

@@ -1,17 +1,23 @@
 """MBPP (sanitized), test split: code that passes the task's asserts.
 
 The prompt is the description and the tests, ending "The function should be named X." (the
-function the tests call); the program is `test_imports`, the sanitized code, then the
-`test_list` asserts.
+function the tests call). The candidate's box runs the sanitized code; the checker's box
+runs `test_imports`, then each `test_list` assert (one check each) with the functions the
+tests call bound to proxies (every free name of the tests that is not a builtin; a
+standard-library module name is imported instead, as the candidate's imports would have
+provided it).
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import dataclasses
 import re
 from typing import ClassVar
 
 from spec_jax.eval.tasks.base import Item
+from spec_jax.eval.tasks.code.boxes import fill
 from spec_jax.eval.tasks.code.extract import sanitize
 from spec_jax.eval.tasks.code.task import _CodeTask
 
@@ -28,6 +34,38 @@ def _mbpp_entry_point(row: dict) -> str:
     called = re.findall(r'(\w+)\s*\(', row['test_list'][0])
     skip = {'set', 'sorted', 'list', 'tuple', 'abs', 'round', 'isclose', 'math', 'str', 'len'}
     return next((c for c in called if c not in skip), names[0] if names else '')
+
+
+# The checks (the checker's box, see `boxes`): the test imports, proxies, each assert.
+_CHECKS = """
+def checks():
+    import sys
+    g = {'__name__': '__checker__'}
+    exec(compile(@IMPORTS@, 'test_imports.py', 'exec'), g)
+    for name in @NAMES@:
+        if name not in g:
+            g[name] = __import__(name) if name in sys.stdlib_module_names else Proxy(name)
+    for test in @TESTS@:
+        exec(compile(test, 'test.py', 'exec'), g)
+        CHECKS[0] += 1
+
+_run_checks(checks)
+"""
+
+
+def _free_names(imports: str, tests: list[str]) -> list[str]:
+    """The names the tests read that neither they, the imports nor the builtins bind."""
+    bound, read = set(dir(builtins)), []
+    for source in [imports, *tests]:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                bound.update((a.asname or a.name).split('.')[0] for a in node.names)
+            elif isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Load):
+                    read.append(node.id)
+                else:
+                    bound.add(node.id)
+    return sorted({name for name in read if name not in bound})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +97,10 @@ class MBPP(_CodeTask):
             meta={'entry_point': entry, 'reference': row.get('code', '')},
         )
 
-    def program(self, item: Item, code: str) -> str:
-        imports = '\n'.join(item.gold['test_imports'])
-        tests = '\n'.join(item.gold['test_list'])
-        return f'{imports}\n{sanitize(code)}\n\n{tests}\n'
+    def solution(self, item: Item, code: str) -> str:
+        return sanitize(code)
+
+    def checks(self, item: Item) -> tuple[str, int]:
+        imports, tests = '\n'.join(item.gold['test_imports']), item.gold['test_list']
+        names = _free_names(imports, tests)
+        return fill(_CHECKS, IMPORTS=imports, NAMES=names, TESTS=list(tests)), len(tests)

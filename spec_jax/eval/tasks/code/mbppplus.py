@@ -4,16 +4,17 @@ Inputs. `mbpp_plus_inputs` deserialises the JSON inputs as EvalPlus does (tuples
 complex numbers for the tasks whose JSON cannot carry them).
 
 Expected outputs. `mbpp_plus_expected` runs `canonical_solution` on the base and plus inputs
-in the sandbox, once per task and process (cached).
+in the sandbox (a success is cached per task and process, a failure is not); the outputs
+come back in the `wire` encoding and go only to the checker's box, never to the candidate's.
 
-Comparison. The candidate then runs on each input and its outputs are compared as EvalPlus
-does: ==, or within `atol` (1e-6 when the expected value is floats and `atol` is 0) for
+Comparison (`boxes.run_pair`). The candidate's box serves calls; the checker's box sends it
+each input and compares the decoded answer with the expected output as EvalPlus does: ==, or within `atol` (1e-6 when the expected value is floats and `atol` is 0) for
 numbers and sequences of numbers of the same type and length; set equality and 'not None'
 for the tasks EvalPlus special-cases (`MBPP_SET_EQ`, `MBPP_NOT_NONE`), and its oracles for
 Mbpp/164, 295, 558 and 581. `detail` reports `base_pass` (all base inputs) and `plus_pass`
 (base and plus inputs: the MBPP+ score, = `correct`) with counts. Unlike EvalPlus there is no
-per-input time limit, only the run's `timeout_s`: the base results are reported before the
-plus inputs run, so a timeout in the plus inputs keeps them.
+per-input time limit, only `timeout_s` over all the calls: a timeout in the plus inputs
+keeps the base results (`detail['status']` 'timeout').
 
 The prompt is the task's description, ending "The function should be named X.".
 """
@@ -24,12 +25,12 @@ import base64
 import dataclasses
 import hashlib
 import json
-import pickle
 import threading
 from typing import Any, ClassVar
 
 from spec_jax.eval import sandbox
 from spec_jax.eval.tasks.base import Item, Score
+from spec_jax.eval.tasks.code import boxes, wire
 from spec_jax.eval.tasks.code.extract import extract_code, sanitize
 from spec_jax.eval.tasks.code.task import _CodeTask
 
@@ -88,10 +89,11 @@ def mbpp_plus_inputs(task_id: str, inputs: Any) -> list:
     return inputs
 
 
-# Runs in the sandbox: the reference on every input; reports the pickled outputs.
+# Runs in the sandbox after the wire module: the reference on every input; reports the
+# wire-encoded outputs (base64), which only the checker's box decodes.
 _REFERENCE = """
-import base64, copy, pickle
-inputs = pickle.loads(base64.b64decode(@INPUTS@))
+import base64, copy
+inputs = decode(base64.b64decode(@INPUTS@))
 g = {'__name__': '__reference__'}
 exec(compile(@CODE@, 'reference.py', 'exec'), g)
 fn = g[@ENTRY@]
@@ -100,14 +102,13 @@ for split, args in inputs.items():
     out[split] = [fn(*copy.deepcopy(a)) for a in args]
     if @NOT_NONE@:
         out[split] = [r is not None for r in out[split]]
-__sandbox_report__({'expected': base64.b64encode(pickle.dumps(out)).decode()})
+__sandbox_report__({'expected': base64.b64encode(encode(out)).decode()})
 """
 
-# Runs in the sandbox: the candidate on every input, compared with the expected outputs.
-_CANDIDATE = """
-import base64, copy, math, pickle
-inputs = pickle.loads(base64.b64decode(@INPUTS@))
-expected = pickle.loads(base64.b64decode(@EXPECTED@))
+# The checks (the checker's box, see `boxes`): the candidate's answer on every input compared
+# with the expected output, EvalPlus's way, on this side only.
+_CHECKS = """
+import math
 ENTRY, ATOL, SET_EQ, NOT_NONE = @ENTRY@, @ATOL@, @SET_EQ@, @NOT_NONE@
 
 def is_floats(x):
@@ -159,64 +160,63 @@ def match(out, exp, inp):
         return False
     return close(out, exp, atol)
 
-g = {'__name__': '__sandbox__'}
-exec(compile(@CODE@, 'solution.py', 'exec'), g)
-fn = g[ENTRY]
-report = {}
-for split in ('base', 'plus'):
-    ok = []
-    for inp, exp in zip(inputs[split], expected[split]):
-        try:
-            ok.append(bool(match(fn(*copy.deepcopy(inp)), exp, inp)))
-        except (Exception, SystemExit):
-            ok.append(False)
-    report[split] = ok
-    __sandbox_report__(report)
+
+def checks():
+    import base64
+    inputs = decode(base64.b64decode(@INPUTS@))
+    expected = decode(base64.b64decode(@EXPECTED@))
+    fn = Proxy(ENTRY)
+    for split in ('base', 'plus'):
+        ok = REPORT[split] = []
+        for inp, exp in zip(inputs[split], expected[split]):
+            try:
+                out = fn(*inp)
+                held = bool(match(out, exp, inp))
+            except Exception:
+                held = False
+            ok.append(held)
+            CHECKS[0] += 1
+
+_run_checks(checks)
 """
 
 
-def _fill(template: str, **values: Any) -> str:
-    for key, value in values.items():
-        template = template.replace(f'@{key}@', repr(value))
-    return template
-
-
-_expected: dict[str, tuple[str | None, str]] = {}
+_expected: dict[str, str] = {}
 _expected_lock = threading.Lock()
 _expected_keys: dict[str, threading.Lock] = {}
 
 
 def mbpp_plus_expected(item: Item, timeout_s: float = 60.0) -> tuple[str | None, str]:
-    """(the pickled expected outputs of `item`, base64; None if the reference failed, and why)
-    from running its `canonical_solution` in the sandbox; cached per process."""
+    """(the expected outputs of `item`, wire-encoded in base64; None if the reference failed,
+    and why) from running its `canonical_solution` in the sandbox. A success is cached per
+    process; a failure is not (the next sample runs the reference again)."""
     g = item.gold
     key = hashlib.sha256(
-        (g['task_id'] + '\0' + g['canonical_solution'] + '\0' + g['inputs_b64']).encode()
+        (g['task_id'] + '\0' + g['canonical_solution'] + '\0' + g['inputs_wire']).encode()
     ).hexdigest()
     with _expected_lock:
         if key in _expected:
-            return _expected[key]
+            return _expected[key], ''
         lock = _expected_keys.setdefault(key, threading.Lock())
     with lock:  # One reference run per task even when several threads score it at once.
-        if key not in _expected:
-            source = _fill(
-                _REFERENCE,
-                INPUTS=g['inputs_b64'],
-                CODE=g['canonical_solution'],
-                ENTRY=g['entry_point'],
-                NOT_NONE=g['entry_point'] in MBPP_NOT_NONE,
-            )
-            run = sandbox.run_python(
-                source, timeout_s=timeout_s, file_bytes=256 << 20, report_bytes=256 << 20
-            )
-            report = run.report if isinstance(run.report, dict) else {}
-            if run.passed and isinstance(report.get('expected'), str):
-                value: tuple[str | None, str] = (report['expected'], '')
-            else:
-                value = (None, f'the reference failed: {run.summary()}')
-            with _expected_lock:
-                _expected[key] = value
-    return _expected[key]
+        if key in _expected:
+            return _expected[key], ''
+        source = boxes.WIRE_SOURCE + boxes.fill(
+            _REFERENCE,
+            INPUTS=g['inputs_wire'],
+            CODE=g['canonical_solution'],
+            ENTRY=g['entry_point'],
+            NOT_NONE=g['entry_point'] in MBPP_NOT_NONE,
+        )
+        run = sandbox.run_python(
+            source, timeout_s=timeout_s, file_bytes=256 << 20, report_bytes=256 << 20
+        )
+        report = run.report if isinstance(run.report, dict) else {}
+        if not (run.passed and isinstance(report.get('expected'), str)):
+            return None, f'the reference failed: {run.summary()}'
+        with _expected_lock:
+            _expected[key] = report['expected']
+    return _expected[key], ''
 
 
 def _mbpp_plus_user(prompt: str, entry_point: str) -> str:
@@ -252,19 +252,19 @@ class MBPPPlus(_CodeTask):
                 'entry_point': entry,
                 'canonical_solution': row['canonical_solution'],
                 'atol': float(row.get('atol') or 0),
-                'inputs_b64': base64.b64encode(pickle.dumps(inputs)).decode(),
+                'inputs_wire': base64.b64encode(wire.encode(inputs)).decode(),
                 'counts': {k: len(v) for k, v in inputs.items()},
             },
             meta={'entry_point': entry, 'reference': row['canonical_solution']},
         )
 
-    def program(self, item: Item, code: str, expected_b64: str = '') -> str:
+    def checks(self, item: Item, expected_b64: str) -> str:
+        """The checker's source: `item`'s inputs, the expected outputs and the comparison."""
         g = item.gold
-        return _fill(
-            _CANDIDATE,
-            INPUTS=g['inputs_b64'],
+        return boxes.fill(
+            _CHECKS,
+            INPUTS=g['inputs_wire'],
             EXPECTED=expected_b64,
-            CODE=sanitize(code),
             ENTRY=g['entry_point'],
             ATOL=g['atol'],
             SET_EQ=g['entry_point'] in MBPP_SET_EQ,
@@ -278,16 +278,19 @@ class MBPPPlus(_CodeTask):
             return Score(False, None, {'status': 'no code', 'base_pass': False, 'plus_pass': False})
         expected, why = mbpp_plus_expected(item)
         if expected is None:
-            return Score(False, code, {'error': why, 'base_pass': False, 'plus_pass': False})
-        run = sandbox.run_python(self.program(item, code, expected), timeout_s=self.timeout_s)
-        report = run.report if isinstance(run.report, dict) else {}
-        detail = run.summary()
+            detail = {'status': 'infra', 'reason': why, 'base_pass': False, 'plus_pass': False}
+            return Score(False, code, detail)
+        counts = item.gold['counts']
+        verdict = boxes.run_pair(
+            sanitize(code), self.checks(item, expected), sum(counts.values()), self.timeout_s
+        )
+        detail = dict(verdict.detail)
         full = {}
-        for split, total in item.gold['counts'].items():
-            ok = report.get(split)
+        for split, total in counts.items():
+            ok = verdict.report.get(split)
             ok = ok if isinstance(ok, list) else []
-            detail[f'{split}_passed'], detail[f'{split}_total'] = sum(map(bool, ok)), total
-            full[split] = len(ok) == total and all(ok)
+            detail[f'{split}_passed'], detail[f'{split}_total'] = sum(ok is True for ok in ok), total
+            full[split] = len(ok) == total and all(x is True for x in ok)
         detail['base_pass'] = full['base']
-        detail['plus_pass'] = run.passed and full['base'] and full['plus']
+        detail['plus_pass'] = verdict.passed and full['base'] and full['plus']
         return Score(detail['plus_pass'], code, detail)

@@ -1,4 +1,5 @@
-"""What the code tasks share: fields `root` and `timeout_s`, loading, the sandbox run, the
+"""What the code tasks share: fields `root` and `timeout_s`, loading, the two-box run
+(`boxes.run_pair`: the candidate's code serves calls, the task's checks run apart), the
 prompt (`CODE_SYSTEM_PROMPT`, then the task's user turn)."""
 
 from __future__ import annotations
@@ -6,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from spec_jax.eval import sandbox
 from spec_jax.eval.tasks.base import Item, Score
+from spec_jax.eval.tasks.code import boxes
 from spec_jax.eval.tasks.code.extract import extract_code
 from spec_jax.eval.tasks.sources import load_hub, task_rows
 
@@ -22,7 +23,8 @@ DEFAULT_TIMEOUT_S = 10.0
 
 @dataclasses.dataclass(frozen=True)
 class _CodeTask:
-    """What the code tasks share; a subclass sets the ClassVars, `_item` and `program`."""
+    """What the code tasks share; a subclass sets the ClassVars, `_item`, `solution` and
+    `checks` (MBPP+ its own `score`)."""
 
     root: str = ''
     timeout_s: float = DEFAULT_TIMEOUT_S
@@ -41,15 +43,22 @@ class _CodeTask:
         return [self._item(row) for row in rows]
 
     def score(self, item: Item, text: str) -> Score:
-        """Runs the code of `text` against `item`'s tests in the sandbox (any thread)."""
+        """Runs the code of `text` in a candidate box and `item`'s tests in a checker box
+        (`boxes.run_pair`; any thread): correct iff every check ran and held."""
         code = extract_code(text, item.meta.get('entry_point'))
         if not code.strip():
             return Score(False, None, {'status': 'no code'})
-        result = sandbox.run_python(self.program(item, code), timeout_s=self.timeout_s)
-        return Score(result.passed, code, result.summary())
+        checks, count = self.checks(item)
+        verdict = boxes.run_pair(self.solution(item, code), checks, count, self.timeout_s)
+        return Score(verdict.passed, code, verdict.detail)
 
-    def program(self, item: Item, code: str) -> str:
-        """The source that passes in the sandbox iff `code` passes `item`'s tests."""
+    def solution(self, item: Item, code: str) -> str:
+        """The program the candidate's box runs before it serves calls."""
+        raise NotImplementedError
+
+    def checks(self, item: Item) -> tuple[str, int]:
+        """(the checker's source, see `boxes.checker_source`; the number of checks it must
+        run) for `item`."""
         raise NotImplementedError
 
     def _select(self, rows: list[dict]) -> list[dict]:

@@ -1,0 +1,241 @@
+"""Two boxes per sample: the candidate's code serves calls, a checker that never loads it
+decides the verdict.
+
+The candidate box (`server_source`) runs the candidate's program (for HumanEval the prompt
+and completion, as `humaneval_solution` builds it), then answers calls read from a pipe: a
+frame `(name, args)` (the `wire` encoding) gets `('ok', result)` or `('err', (type name,
+message))`; a result that cannot be encoded is an `err`. It exits at the end of the calls.
+
+The checker box (`checker_source`) runs the task's tests, which are dataset code (so it is a
+sandboxed run too), with each function the tests call bound to a proxy that sends the
+arguments to the candidate's box and returns the decoded answer. The checker never loads
+the candidate's code and receives only plain data; expected values (MBPP+'s reference
+outputs) live in it alone. A candidate's exception surfaces as `CandidateError`; no answer
+by the deadline (`timeout_s` from the checker's start, over all calls) ends the checks with
+status 'timeout', a closed channel (the candidate's box crashed, exited or was killed) with
+'closed', an answer that does not decode with 'bad answer'. The checker reports
+`{'status', 'checks', 'calls', 'reason', ...}` through the sandbox's report channel.
+
+`run_pair` runs both on pipes it opens and returns the `Verdict`: passed only if the checker
+ran to its end, reported status 'ok' and ran the number of checks the caller expected.
+`detail['status']` is 'ok', 'failed', 'timeout' (the checker's deadline, or either box's
+time limit) or 'infra' (the sandbox failed: a box's status 'error', a checker that died
+without a report), so a report can count timeouts and infrastructure errors apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import re
+import threading
+from typing import Any
+
+from spec_jax.eval import sandbox
+from spec_jax.eval.tasks.code import wire
+
+WIRE_SOURCE = inspect.getsource(wire)
+START_SLACK_S = 3.0  # Interpreter start-up of a box, beyond the checks' deadline.
+_CONTROL = re.compile(r'[\x00-\x08\x0b-\x1f\x7f-\x9f]')
+
+# Runs in the candidate's box after the wire module's source. Placeholders: RFD, WFD, CODE.
+_SERVER = r'''
+def _serve(rfd=@RFD@, wfd=@WFD@, code=@CODE@):
+    import time as _time
+    g = {'__name__': '__sandbox__', '__builtins__': __builtins__}
+    exec(compile(code, 'solution.py', 'exec'), g)
+    forever = _time.monotonic() + 10 ** 7
+    while True:
+        try:
+            frame = read_frame(rfd, forever)
+        except EOFError:
+            return
+        name, args = decode(frame)
+        try:
+            out = encode(('ok', g[name](*args)))
+        except BaseException as e:  # noqa: BLE001 - every failure is an answer
+            try:
+                message = str(e)[:500]
+            except BaseException:  # noqa: BLE001
+                message = '?'
+            out = encode(('err', (type(e).__name__, message)))
+        write_frame(wfd, out)
+_serve()
+'''
+
+# Runs in the checker's box after the wire module's source and before the task's checks.
+# Placeholders: RFD, WFD, TIMEOUT. The checks set CHECKS[0] and may add to REPORT.
+_CHECKER = r'''
+import time as _time
+
+DEADLINE = _time.monotonic() + @TIMEOUT@
+CHECKS, CALLS, REPORT = [0], [0], {}
+
+
+class CandidateError(Exception):
+    """The candidate raised (or its answer could not cross)."""
+
+
+class _Stop(BaseException):  # Not an Exception: a test's `except Exception` cannot hide it.
+    def __init__(self, status, reason):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+class Proxy:
+    """Stands for the candidate's function `name`: a call crosses to the candidate's box."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __call__(self, *args):
+        CALLS[0] += 1
+        try:
+            write_frame(@WFD@, encode((self.name, args)))
+        except WireError as e:
+            raise _Stop('infra', f'the test passed an argument that cannot cross: {e}')
+        except OSError as e:
+            raise _Stop('closed', f'the candidate box is gone ({type(e).__name__})')
+        try:
+            answer = decode(read_frame(@RFD@, DEADLINE))
+        except TimeoutError:
+            raise _Stop('timeout', f'no answer to call {CALLS[0]} ({self.name}) in time')
+        except (EOFError, OSError):
+            raise _Stop('closed', f'the candidate box closed at call {CALLS[0]} ({self.name})')
+        except (WireError, RecursionError, MemoryError) as e:
+            raise _Stop('bad answer', f'call {CALLS[0]}: {str(e)[:200]}')
+        if not (isinstance(answer, tuple) and len(answer) == 2 and answer[0] in ('ok', 'err')):
+            raise _Stop('bad answer', f'call {CALLS[0]}: not an answer')
+        if answer[0] == 'ok':
+            return answer[1]
+        info = answer[1]
+        if not (isinstance(info, tuple) and len(info) == 2 and all(isinstance(s, str) for s in info)):
+            raise _Stop('bad answer', f'call {CALLS[0]}: not an error')
+        raise CandidateError(f'{info[0][:80]}: {info[1][:300]}')
+
+
+def _finish(status, reason=''):
+    out = dict(REPORT)
+    out.update(status=status, reason=reason[:400], checks=CHECKS[0], calls=CALLS[0])
+    __sandbox_report__(out)
+
+
+def _run_checks(checks):
+    try:
+        checks()
+    except _Stop as e:
+        _finish(e.status, e.reason)
+    except BaseException as e:  # noqa: BLE001 - an assertion or anything the test raised
+        _finish('failed', f'{type(e).__name__}: {e}'[:400])
+    else:
+        _finish('ok')
+'''
+
+
+def server_source(code: str, rfd: int, wfd: int) -> str:
+    """The candidate box's program: `code`, then the call loop on fds `rfd` / `wfd`."""
+    body = _SERVER.replace('@RFD@', str(rfd)).replace('@WFD@', str(wfd))
+    return WIRE_SOURCE + body.replace('@CODE@', repr(code))
+
+
+def checker_source(checks: str, rfd: int, wfd: int, timeout_s: float) -> str:
+    """The checker box's program: the proxies on fds `rfd` / `wfd`, then `checks` (source that
+    defines `checks()` and ends with `_run_checks(checks)`)."""
+    head = _CHECKER.replace('@RFD@', str(rfd)).replace('@WFD@', str(wfd))
+    return WIRE_SOURCE + head.replace('@TIMEOUT@', repr(float(timeout_s))) + checks
+
+
+def fill(template: str, **values: Any) -> str:
+    """`template` with each `@KEY@` replaced by the repr of its value."""
+    for key, value in values.items():
+        template = template.replace(f'@{key}@', repr(value))
+    return template
+
+
+def clean(text: Any, limit: int = 400) -> str:
+    """`text` as a short string without control characters (for `detail`)."""
+    return _CONTROL.sub('?', str(text))[:limit]
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The outcome of `run_pair`: `passed`, the checker's `report` (a dict, {} if none) and
+    `detail` (JSON-ready: status, reason, checks, calls, seconds, the boxes' summaries)."""
+
+    passed: bool
+    report: dict
+    detail: dict
+
+
+def _status(cand: sandbox.RunResult, chk: sandbox.RunResult, report: dict, checks: int) -> str:
+    reported = report.get('status')
+    if chk.status == 'error' or cand.status == 'error':
+        return 'infra'
+    if reported == 'timeout' or chk.status in ('timeout', 'cpu_timeout'):
+        return 'timeout'
+    if reported == 'closed' and cand.status in ('timeout', 'cpu_timeout'):
+        return 'timeout'
+    if reported == 'infra':
+        return 'infra'
+    if reported is None:
+        return 'infra' if chk.status not in ('failed', 'killed') else 'failed'
+    if chk.passed and reported == 'ok' and report.get('checks') == checks:
+        return 'ok'
+    return 'failed'
+
+
+def run_pair(code: str, checks: str, expected_checks: int, timeout_s: float) -> Verdict:
+    """Runs `code` in a candidate box and `checks` (see `checker_source`) in a checker box,
+    connected by two pipes; passed iff the checker ran `expected_checks` checks and all held.
+
+    `timeout_s` bounds the calls (the checker's deadline, from its start); each box's
+    wall-clock limit is that plus `START_SLACK_S` (the candidate's) or twice it (the
+    checker's, which waits for the candidate's)."""
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    results: dict[str, sandbox.RunResult] = {}
+
+    def candidate() -> None:
+        try:
+            results['candidate'] = sandbox.run_python(
+                server_source(code, req_r, resp_w),
+                timeout_s=timeout_s + START_SLACK_S,
+                pass_fds=(req_r, resp_w),
+            )
+        finally:  # Its box is gone: the checker's next read sees EOF.
+            os.close(req_r)
+            os.close(resp_w)
+
+    thread = threading.Thread(target=candidate, name='candidate-box', daemon=True)
+    thread.start()
+    try:
+        chk = sandbox.run_python(
+            checker_source(checks, resp_r, req_w, timeout_s),
+            timeout_s=timeout_s + 2 * START_SLACK_S,
+            pass_fds=(resp_r, req_w),
+        )
+    finally:  # The checks are over: the candidate's next read sees EOF and it exits.
+        os.close(resp_r)
+        os.close(req_w)
+        thread.join()
+    cand = results.get('candidate')
+    if cand is None:  # run_python raised in the thread (the sandbox itself failed).
+        detail = {'status': 'infra', 'reason': 'the candidate box did not run'}
+        return Verdict(False, {}, detail)
+    report = chk.report if isinstance(chk.report, dict) else {}
+    status = _status(cand, chk, report, expected_checks)
+    detail = {
+        'status': status,
+        'reason': clean(report.get('reason', '')),
+        'checks': report.get('checks', 0),
+        'calls': report.get('calls', 0),
+        'seconds': round(max(cand.seconds, chk.seconds), 3),
+        'candidate': {k: clean(v, 300) if isinstance(v, str) else v
+                      for k, v in cand.summary().items()},  # fmt: skip
+        'checker': {k: clean(v, 300) if isinstance(v, str) else v
+                    for k, v in chk.summary().items()},  # fmt: skip
+    }
+    if cand.stderr.strip():
+        detail['stderr'] = clean(cand.stderr.strip().splitlines()[-1], 300)
+    return Verdict(status == 'ok', report, detail)
