@@ -40,7 +40,7 @@ START_SLACK_S = 3.0  # Interpreter start-up of a box, beyond the checks' deadlin
 _CONTROL = re.compile(r'[\x00-\x08\x0b-\x1f\x7f-\x9f]')
 
 # Runs in the candidate's box after the wire module's source. Placeholders: RFD, WFD, CODE.
-_SERVER = r'''
+_SERVER = r"""
 def _serve(rfd=@RFD@, wfd=@WFD@, code=@CODE@):
     import time as _time
     g = {'__name__': '__sandbox__', '__builtins__': __builtins__}
@@ -62,7 +62,7 @@ def _serve(rfd=@RFD@, wfd=@WFD@, code=@CODE@):
             out = encode(('err', (type(e).__name__, message)))
         write_frame(wfd, out)
 _serve()
-'''
+"""
 
 # Runs in the checker's box after the wire module's source and before the task's checks.
 # Placeholders: RFD, WFD, TIMEOUT. The checks set CHECKS[0] and may add to REPORT.
@@ -110,7 +110,8 @@ class Proxy:
         if answer[0] == 'ok':
             return answer[1]
         info = answer[1]
-        if not (isinstance(info, tuple) and len(info) == 2 and all(isinstance(s, str) for s in info)):
+        if not (isinstance(info, tuple) and len(info) == 2
+                and all(isinstance(s, str) for s in info)):
             raise _Stop('bad answer', f'call {CALLS[0]}: not an error')
         raise CandidateError(f'{info[0][:80]}: {info[1][:300]}')
 
@@ -231,10 +232,12 @@ def run_pair(code: str, checks: str, expected_checks: int, timeout_s: float) -> 
         'checks': report.get('checks', 0),
         'calls': report.get('calls', 0),
         'seconds': round(max(cand.seconds, chk.seconds), 3),
-        'candidate': {k: clean(v, 300) if isinstance(v, str) else v
-                      for k, v in cand.summary().items()},  # fmt: skip
-        'checker': {k: clean(v, 300) if isinstance(v, str) else v
-                    for k, v in chk.summary().items()},  # fmt: skip
+        'candidate': {
+            k: clean(v, 300) if isinstance(v, str) else v for k, v in cand.summary().items()
+        },  # fmt: skip
+        'checker': {
+            k: clean(v, 300) if isinstance(v, str) else v for k, v in chk.summary().items()
+        },  # fmt: skip
     }
     if cand.stderr.strip():
         detail['stderr'] = clean(cand.stderr.strip().splitlines()[-1], 300)

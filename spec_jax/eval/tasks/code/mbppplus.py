@@ -8,13 +8,14 @@ in the sandbox (a success is cached per task and process, a failure is not); the
 come back in the `wire` encoding and go only to the checker's box, never to the candidate's.
 
 Comparison (`boxes.run_pair`). The candidate's box serves calls; the checker's box sends it
-each input and compares the decoded answer with the expected output as EvalPlus does: ==, or within `atol` (1e-6 when the expected value is floats and `atol` is 0) for
-numbers and sequences of numbers of the same type and length; set equality and 'not None'
-for the tasks EvalPlus special-cases (`MBPP_SET_EQ`, `MBPP_NOT_NONE`), and its oracles for
-Mbpp/164, 295, 558 and 581. `detail` reports `base_pass` (all base inputs) and `plus_pass`
-(base and plus inputs: the MBPP+ score, = `correct`) with counts. Unlike EvalPlus there is no
-per-input time limit, only `timeout_s` over all the calls: a timeout in the plus inputs
-keeps the base results (`detail['status']` 'timeout').
+each input and compares the decoded answer with the expected output as EvalPlus does: ==, or
+within `atol` (1e-6 when the expected value is floats and `atol` is 0) for numbers and
+sequences of numbers of the same type and length; set equality and 'not None' for the tasks
+EvalPlus special-cases (`MBPP_SET_EQ`, `MBPP_NOT_NONE`), and its oracles for Mbpp/164, 295,
+558 and 581. `detail` reports `base_pass` (all base inputs) and `plus_pass` (base and plus
+inputs: the MBPP+ score, = `correct`) with counts. Unlike EvalPlus there is no per-input
+time limit, only `timeout_s` over all the calls: a timeout in the plus inputs keeps the base
+results (`detail['status']` 'timeout').
 
 The prompt is the task's description, ending "The function should be named X.".
 """
@@ -289,7 +290,8 @@ class MBPPPlus(_CodeTask):
         for split, total in counts.items():
             ok = verdict.report.get(split)
             ok = ok if isinstance(ok, list) else []
-            detail[f'{split}_passed'], detail[f'{split}_total'] = sum(ok is True for ok in ok), total
+            detail[f'{split}_passed'] = sum(x is True for x in ok)
+            detail[f'{split}_total'] = total
             full[split] = len(ok) == total and all(x is True for x in ok)
         detail['base_pass'] = full['base']
         detail['plus_pass'] = verdict.passed and full['base'] and full['plus']

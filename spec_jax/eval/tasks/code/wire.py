@@ -252,5 +252,3 @@ def read_frame(fd, deadline, max_bytes=MAX_BYTES):
     if n > max_bytes:
         raise WireError(f'a frame of {n} bytes is over the limit of {max_bytes}')
     return _read_exact(fd, n, deadline)
-
-
