@@ -146,7 +146,7 @@ def _paired_fields(task: str, task_rows: list[dict], methods: Sequence[Method],
     ar = next((m.name for m in methods if m.mode == 'ar'), None)
 
     def in_group(method: str) -> list[dict]:
-        return [r for (t, m), rs in groups.items() if m == method
+        return [r for (t, m), rs in sorted(groups.items(), key=lambda g: g[0]) if m == method
                 and timing.task_group(t) == group_name for r in rs]  # fmt: skip
 
     ar_rows = in_group(ar) if ar else []

@@ -61,11 +61,13 @@ def ratio_interval(ratios: Sequence[float]) -> dict:
 
 
 def _batches(rows: Sequence[dict]) -> dict[str, dict[tuple, tuple[int, float]]]:
-    """batch id -> {(item, seed): (tokens, seconds)} of rows that carry a batch id."""
+    """batch id -> {(task, item, seed): (tokens, seconds)} of rows that carry a batch id
+    (the task too: the speed sets share batches, and their item ids repeat)."""
     out: dict[str, dict] = defaultdict(dict)
     for r in rows:
         if r.get('batch_id') is not None:
-            out[r['batch_id']][sample_key(r)] = (r['num_tokens'], r['seconds'])
+            key = (str(r.get('task')), *sample_key(r))
+            out[r['batch_id']][key] = (r['num_tokens'], r['seconds'])
     return out
 
 
@@ -75,7 +77,7 @@ def batch_ratios(rows: Sequence[dict], reference: Sequence[dict]) -> list[float]
     mine, ref = _batches(rows), _batches(reference)
     out = []
     for batch in sorted(set(mine) & set(ref)):
-        keys = mine[batch].keys() & ref[batch].keys()
+        keys = sorted(mine[batch].keys() & ref[batch].keys())  # Sums in one order: exact.
         a = [sum(mine[batch][k][i] for k in keys) for i in (0, 1)]
         b = [sum(ref[batch][k][i] for k in keys) for i in (0, 1)]
         if a[0] and a[1] and b[0] and b[1]:

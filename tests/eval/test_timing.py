@@ -181,3 +181,27 @@ def test_drift_for_every_method_stays_within_the_interval(fake_runs):
         assert r['speedup_lo'] <= base[method]['speedup'] <= r['speedup_hi'], method
     first, last = runs['drift'][2].ar_first_tokens_per_s, runs['drift'][2].ar_last_tokens_per_s
     assert last < first  # The drift the run prints.
+
+
+def test_sets_sharing_a_batch_pair_row_by_row():
+    """Two speed sets in one batch whose item ids repeat: every row pairs with AR's row of
+    the same set (AR takes 2 s a row on speed_qa and 4 s on speed_alpaca, the method 1 s on
+    both: 3x on each batch; paired by item id alone, a set would stand in for the other)."""
+    ar_seconds = {'speed_qa': 2.0, 'speed_alpaca': 4.0}
+    rows = []
+    for method in ('ar', 'spec'):
+        for batch in range(5):
+            rows += [dict(method=method, task=task, item=str(i), seed=0, num_tokens=10,
+                          seconds=ar_seconds[task] if method == 'ar' else 1.0,
+                          batch_id=f's0/speed/{batch}')
+                     for task in ('speed_qa', 'speed_alpaca') for i in range(2)]  # fmt: skip
+
+    def speedup(rows):
+        return paired.speedup([r for r in rows if r['method'] == 'spec'],
+                              [r for r in rows if r['method'] == 'ar'])  # fmt: skip
+
+    est = speedup(rows)
+    assert est['speedup'] == pytest.approx(3.0) and est['speedup_n_batches'] == 5
+    # AR's rows of one set missing: the batch pairs on the rows both have (speed_qa's).
+    est = speedup([r for r in rows if r['method'] == 'spec' or r['task'] == 'speed_qa'])
+    assert est['speedup'] == pytest.approx(2.0)
