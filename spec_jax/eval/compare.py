@@ -44,7 +44,7 @@ def score_gap(row: dict[str, Any], matched: dict[str, Any] | None) -> float | No
     """A lossy row's score gap to its matched baseline: the paired Δ over the (item, seed)
     samples both ran (`spec_jax.eval.paired`, field 'd_score') when the row has it, else
     (rows without pairing, e.g. an older metrics.csv) the difference of pooled scores."""
-    if 'pair_n' in row:
+    if row.get('pair_n') is not None:
         return row.get('d_score')
     return tables.diff(row.get('score'), (matched or {}).get('score'))
 

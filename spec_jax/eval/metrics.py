@@ -159,6 +159,7 @@ def _paired_fields(task: str, task_rows: list[dict], methods: Sequence[Method],
                      speedup_basis=None)  # fmt: skip
         r.update(paired.seed_spread(groups[(task, r['method'])]))
         matched = r['pairs'][0] if r['kind'] == 'lossy' and r['pairs'] else None
+        r.update(dict.fromkeys(paired.MATCHED_FIELDS))  # Every row has every column.
         if matched is not None:
             timed = (in_group(r['method']), in_group(matched))
             r.update(paired.matched_deltas(groups[(task, r['method'])],

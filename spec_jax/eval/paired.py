@@ -34,6 +34,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy import stats
 
+# The fields `matched_deltas` gives a lossy row (None on the other rows).
+MATCHED_FIELDS = ('pair_n', 'pair_n_items', 'd_score', 'd_score_lo', 'd_score_hi', 'd_score_p',
+                  'd_score_seed_mean', 'd_score_seed_std', 'd_be', 'd_be_lo', 'd_be_hi', 'd_tv',
+                  'd_tv_lo', 'd_tv_hi', 'speedup_vs_matched', 'speedup_vs_matched_lo',
+                  'speedup_vs_matched_hi', 'speedup_vs_matched_n_batches')  # fmt: skip
 MIN_BATCHES = 5  # An interval from this many batches on (none below: too few to judge).
 RESAMPLES = 2000
 BOOTSTRAP_SEED = 0

@@ -293,7 +293,8 @@ def matched_pairs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         base = index.get((r['task'], name))
         pair = {'task': r['task'], 'method': r['method'], 'matched': name, 'row': r,
-                'matched_row': base, 'paired': 'pair_n' in r, 'n': r.get('pair_n')}  # fmt: skip
+                'matched_row': base, 'paired': r.get('pair_n') is not None,
+                'n': r.get('pair_n')}  # fmt: skip
         if pair['paired']:
             pair.update({k: r.get(k) for k in PAIR_FIELDS})
         else:
