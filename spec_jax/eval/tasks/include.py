@@ -2,7 +2,8 @@
 
 The task is a frozen dataclass (`INCLUDE`; `TASKS` maps 'include' to it) with fields `root`,
 the data root a config names with `data_root` ('' = $SPEC_JAX_DATA, else the samples bundled
-in the package, which hold no INCLUDE data), `seed`, the run's seed for the random guess,
+in the package, which hold no INCLUDE data: the
+paper's 220 are source 'fast_hsd'), `seed`, the run's seed for the random guess,
 `languages` (only these; () = all), `split` (the hub split), `per_language` and `sample_seed`
 (a seeded sample of that many questions per language; 0 = all) and `system_prompt`.
 
@@ -13,10 +14,14 @@ reads `include/test.jsonl` under the data root (nothing is bundled: without it, 
 local .jsonl, .json or .parquet file in that schema, or a directory holding
 `include/test.jsonl` or `test.jsonl`; `load('hub')` reads `CohereLabs/include-base-44`
 through `datasets`, one config per language (`languages`, else every config the hub lists).
-Item ids are '<language>/<row of that language>'. The paper evaluated 5 questions per
-language (220, seed 42): `per_language=5` draws such a sample (each language's rows sampled
-with `random.Random(f'{sample_seed}:{language}')`, kept in file order); it is not
-guaranteed to be the paper's exact 220.
+Item ids are '<language>/<row of that language>'. `load('fast_hsd')` reads the paper's
+exact 220 (5 per language, 44 languages; `tasks.fast_hsd`, bundled: the offline sample),
+parsed back from Fast-HSD's prompts into this schema (subject = its category; country,
+domain, regional feature and level are not in the file), ids 'fast_hsd/<question_id>', in
+the file's order; `languages` still filters, and `per_language` must be 0 (no resampling of
+the paper's selection). `per_language=5` on another source draws a sample of the paper's
+shape (each language's rows sampled with `random.Random(f'{sample_seed}:{language}')`, kept
+in file order), not the paper's 220.
 
 Prompt: a system message (`system_prompt`, default 'You are a helpful assistant.'), then a
 zero-shot chain-of-thought user turn: the subject, the question, the options A-D and the
@@ -39,8 +44,9 @@ import re
 from typing import Any, ClassVar
 
 from spec_jax import data_files
+from spec_jax.eval.tasks import fast_hsd
 from spec_jax.eval.tasks.base import Item, Score
-from spec_jax.eval.tasks.sources import hub_error, local_file, read_rows
+from spec_jax.eval.tasks.sources import FAST_HSD, hub_error, local_file, read_rows
 
 HUB_ID = 'CohereLabs/include-base-44'
 LETTERS = 'ABCD'
@@ -118,6 +124,16 @@ class INCLUDE:
             raise ValueError(f'limit must be >= 0, got {limit}')
         if self.per_language < 0:
             raise ValueError(f'per_language must be >= 0, got {self.per_language}')
+        if source == FAST_HSD:
+            if self.per_language:
+                raise ValueError(
+                    f"per_language={self.per_language} with source 'fast_hsd': the paper's 220 "
+                    'are already 5 per language and are not resampled; set per_language=0'
+                )
+            wanted = set(self.languages)
+            rows = [r for r in fast_hsd.include_rows() if not wanted or r['language'] in wanted]
+            items = [self._item(row['id'], row) for row in rows]
+            return items[:limit] if limit else items
         if source == '':
             rows = self._root_rows()
         elif source == 'hub':

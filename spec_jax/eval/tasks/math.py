@@ -10,7 +10,11 @@ Data. `load('')` reads the release's file under the data root (`gsm8k/test.jsonl
 one is a `DataFileError` naming the file, the `data_root` field and the hub id);
 `load(path)` reads a local .jsonl, .json or .parquet file laid out like the release (or a
 directory holding `<task>/test.jsonl` or `test.jsonl`); `load('hub')` reads the hub copy
-through `datasets`. The gold answers: GSM8K, the text after '####' with thousands commas
+through `datasets`; `load('fast_hsd')` reads the paper's own items (`tasks.fast_hsd`): for
+GSM8K all 1,319 test questions, for MATH the paper's MATH, the first 500 rows of
+competition_math's *train* split (ids 'train/<row>'; 240 bundled, rows 240.. of a larger
+limit from the hub `qwedsacf/competition_math`, offline a `DataFileError`); the other math
+tasks have none. The gold answers: GSM8K, the text after '####' with thousands commas
 removed; MATH-500, `answer`; MATH, the last brace-balanced \\boxed{} of `solution`; AIME, the
 answer as an integer (aime24's answers are zero-padded strings). The aime25 release has three
 problems (rows 18, 19, 27) whose `\\f` and `\\t` JSON escapes were decoded into a form feed
@@ -38,7 +42,7 @@ import re
 import threading
 from typing import Any, ClassVar
 
-from spec_jax.eval.tasks import timeouts
+from spec_jax.eval.tasks import fast_hsd, timeouts
 from spec_jax.eval.tasks.base import Item, Score
 from spec_jax.eval.tasks.sources import load_hub, task_rows
 
@@ -255,7 +259,9 @@ class _MathTask:
 
     def load(self, source: str = '', limit: int = 0) -> list[Item]:
         """The items (see the module docstring), the first `limit` (0 = all)."""
-        rows = task_rows(source, self.relpath, self.root, self._hub_rows, limit)
+        rows = task_rows(
+            source, self.relpath, self.root, self._hub_rows, limit, fast_hsd.loader(self.name)
+        )
         if limit:
             rows = rows[:limit]
         return [self._item(i, row) for i, row in enumerate(rows)]

@@ -24,8 +24,10 @@ or `BFCL_v4_<category>.json` (e.g. `bfcl_eval/data/` of the bfcl-eval wheel); `l
 downloads `BFCL_v3_<category>.json` and its possible answer from the hub repository
 `gorilla-llm/Berkeley-Function-Calling-Leaderboard` with `huggingface_hub` (the files mix
 value types that `datasets` cannot put in one Arrow column; v3 names simple_python 'simple',
-simple_java 'java' and simple_javascript 'javascript'). An item's prompt is `messages` (see
-`prompt`).
+simple_java 'java' and simple_javascript 'javascript'); `load('fast_hsd')` (parallel_multiple
+only) reads the paper's 200 (`tasks.fast_hsd`: Fast-HSD's question file, bundled, its
+functions and question parsed back out of its prompt, its reference as the possible answer).
+An item's prompt is `messages` (see `prompt`): ours, also for the paper's items.
 
 Scoring (`judge`, the tasks' `score`): the text's calls are decoded (`parse_calls`, see
 `parse`; known differences from upstream there) and checked against the possible answer
@@ -44,6 +46,7 @@ from typing import Any, ClassVar
 
 from spec_jax import data_files
 from spec_jax.data_files import DataFileError
+from spec_jax.eval.tasks import fast_hsd
 from spec_jax.eval.tasks.base import Item, Score
 from spec_jax.eval.tasks.bfcl.check import (
     Verdict,
@@ -57,7 +60,7 @@ from spec_jax.eval.tasks.bfcl.convert import java_convert, js_convert
 from spec_jax.eval.tasks.bfcl.parse import CallParseError, parse_calls
 from spec_jax.eval.tasks.bfcl.prompt import SYSTEM_PROMPT, messages, prompt_functions
 from spec_jax.eval.tasks.bfcl.reference import reference_calls, reference_response, render_calls
-from spec_jax.eval.tasks.sources import read_rows
+from spec_jax.eval.tasks.sources import FAST_HSD, SOURCES, read_rows
 
 __all__ = [
     'BFCL',
@@ -200,6 +203,8 @@ class BFCL:
             )
         elif source == 'hub':
             rows, answers = self._hub_rows()
+        elif source == FAST_HSD:
+            rows, answers = fast_hsd.bfcl_rows(self.category)
         else:
             path = self._local_file(source)
             answers = None
@@ -244,8 +249,8 @@ class BFCL:
             raise DataFileError(f'neither {self.relpath!r} nor {base!r} found under {source}')
         if not os.path.isfile(source):
             raise DataFileError(
-                f"data file {source!r} not found (a task's source is '' for the data root, "
-                f"'hub', or a local {base} file or a directory holding it)"
+                f"data file {source!r} not found (a task's source is {SOURCES}; a local "
+                f'file is {base} or a directory holding it)'
             )
         return source
 
