@@ -9,8 +9,9 @@ MBPP+, INCLUDE and BFCL parallel_multiple with the paper's grids.
 Needs the weights (hub ids below, or local HF directories) and accelerators that hold a 72B
 model in bf16 (about 145 GB); runs on this repository's meshes once the mesh issue lands.
 The paper ran GPTQ-Int8 checkpoints, which spec_jax does not read: the bf16 weights of the
-same models are used. The paper's MATH is the first 500 *train* rows of competition_math;
-ours is the first 500 of the MATH test set (`source` may name a local file of those rows).
+same models are used. The tasks read the paper's own items (`paper.TASK_SOURCES`: source
+'fast_hsd' for MATH, the first 500 *train* rows of competition_math, 240 bundled and the rest
+from the hub; INCLUDE's exact 220; BFCL's 200; MBPP+ v0.2.0 from the hub).
 The two embedding tables differ in size (152,064 and 151,936 rows; the paper clamps both to
 the smaller): spec_jax fits the draft's to the target's (drafters.fit_vocab).
 """

@@ -36,9 +36,20 @@ TASK_COLUMNS = {
 # The paper's task sizes (docs/paper.md §2) and its grids (docs/paper.md §4): rule -> (parameter,
 # values); min-p + SD and eta + SD at each value come from the plan's matched baselines.
 TASK_SIZES = {'math': 500, 'mbppplus': 378, 'include': 220, 'bfcl_parallel_multiple': 200}
-# How those items are drawn: INCLUDE's 220 are 5 per language of its 44 (seed 42), not the
-# first 220 rows (which would be one or two languages).
-TASK_OPTIONS = {'include': {'per_language': 5, 'sample_seed': 42}}
+# Where those items come from (`spec_jax.eval.tasks.sources`): the paper's own items, source
+# 'fast_hsd' (Fast-HSD's question files, bundled; MATH's rows 240-499 from the hub), for MATH,
+# INCLUDE (its exact 220: 5 per language of 44) and BFCL; MBPP+'s file has no tests, and the
+# paper's selection, v0.2.0 in task_id order, is what 'hub' (or '' with the full v0.2.0 file
+# under a data root) gives.
+TASK_SOURCES = {
+    'math': 'fast_hsd',
+    'mbppplus': 'hub',
+    'include': 'fast_hsd',
+    'bfcl_parallel_multiple': 'fast_hsd',
+}
+# Task options of the paper setups: none ('fast_hsd' is already the paper's selection; on
+# another source INCLUDE's `per_language=5, sample_seed=42` draws a sample of its shape).
+TASK_OPTIONS: dict[str, dict] = {}
 GRIDS = {
     'lenience': ('l', (0.2, 0.4, 0.6, 0.8)),
     'cos': ('lam', (0.2, 0.4, 0.6, 0.8)),

@@ -18,6 +18,7 @@ import numpy as np
 
 from spec_jax import decoding, distributed, sharding
 from spec_jax.eval import findings, machine, metrics, paper, plan, records, report, runner
+from spec_jax.eval.tasks import fast_hsd
 from spec_jax.jobs import runtime
 from spec_jax.rules import theory
 
@@ -76,14 +77,17 @@ def task(limit: int, max_new_tokens: int, source: str = '', **options) -> ml_col
 
 def paper_setup(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """The decoding and tasks both of the paper's setups share (docs/paper.md §1, §2): T 0.7,
-    2048 new tokens, MATH, MBPP+, INCLUDE and BFCL parallel_multiple at the paper's sizes
-    from the hub (or a `data_root` holding the full sets: set each task's source to '')."""
+    2048 new tokens, MATH, MBPP+, INCLUDE and BFCL parallel_multiple at the paper's sizes,
+    from `paper.TASK_SOURCES`: the paper's own items (source 'fast_hsd') for MATH (rows
+    240-499 from the hub), INCLUDE and BFCL, MBPP+ from the hub (or '' with a `data_root`
+    holding the full v0.2.0 file)."""
     c.temperature = 0.7
     c.max_new_tokens = c.max_prompt_len = 2048
     c.prompt_bucket = 256
     c.batch_size = 8
     for name, size in paper.TASK_SIZES.items():
-        c.tasks[name] = task(size, 2048, 'hub', **paper.TASK_OPTIONS.get(name, {}))
+        source = paper.TASK_SOURCES[name]
+        c.tasks[name] = task(size, 2048, source, **paper.TASK_OPTIONS.get(name, {}))
     return c
 
 
@@ -101,6 +105,9 @@ def dry_run(c: ml_collections.ConfigDict) -> str:
         try:
             if spec['source'] == 'hub':
                 raise OSError('the hub is not read in a dry run')
+            if spec['source'] == 'fast_hsd' and fast_hsd.needs_hub(name, spec['limit']):
+                raise OSError("the hub is not read in a dry run ('fast_hsd' rows beyond those "
+                              'bundled come from the hub)')  # fmt: skip
             n = len(task.load(spec['source'], spec['limit']))
             where = (
                 'items'

@@ -249,8 +249,11 @@ def test_the_paper_setups_plan_here(name, methods):
     assert ('target truncated' in text) == (c.mode == 'tree')
     for task, size in paper.TASK_SIZES.items():
         assert task in text and str(size) in text
-    # INCLUDE's 220 are 5 per language, as the paper drew them; options reach the task.
-    assert runner.task_limits(c)['include']['options'] == {'per_language': 5, 'sample_seed': 42}
+    # The paper's own items (source 'fast_hsd'; MBPP+ from the hub); options reach the task.
+    limits = runner.task_limits(c)
+    assert {name: spec['source'] for name, spec in limits.items()} == paper.TASK_SOURCES
+    assert '  include                        220 items,' in text
+    assert '  bfcl_parallel_multiple         200 items,' in text
     c.tasks.include.options.per_langauge = 3
     with pytest.raises(ValueError, match=r"task 'include' has no option\(s\) \['per_langauge'\]"):
         evaluate.dry_run(c)
