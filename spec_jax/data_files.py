@@ -39,7 +39,7 @@ SOURCES = {
     "'gorilla-llm/Berkeley-Function-Calling-Leaderboard'",
     'speed': "SafeAILab/EAGLE on GitHub, eagle/data/<set>/question.jsonl",
     'include': "hub 'CohereLabs/include-base-44' (one config per language; source 'hub'), or "
-    "a local .jsonl/.json/.parquet file in its schema",
+    "a local .jsonl/.json/.parquet file in its schema (the paper's 220: source 'fast_hsd')",
 }
 
 # The EAGLE speed prompt sets (speed and acceptance only; no gold answers).
