@@ -7,10 +7,16 @@ Modules:
               (multiple choice); speed (the speed sets, unscored); the registry (`make`)
   sandbox/    one contained process per code sample (namespaces, mounts, rlimits, uid drop)
   plan        a rule grid -> methods: AR, lossless SD, the rules, their matched baselines
-  runner      run(config, workdir): batches -> generate -> score (threads) -> store
+  timing      the batch plan (one task group a batch), the rotating method order, the
+              compile clock
+  runner      run(config, workdir): batches -> every method -> score (threads) -> store
   records     results.jsonl (a line per sample; per process, merged by process 0), run.json
-  metrics     aggregate(rows, methods): score and interval, block efficiencies, speed, meter
+  metrics     aggregate(rows, methods): score and interval, block efficiencies, speed, meter;
+              paired (per-batch speedups, Δs on shared samples, their intervals); outcomes
+              (scoring failures by kind, avg@k / pass@k over seeds)
+  findings    what a run supports, in sentences with numbers, and what it cannot test
   acceptance  a draft's teacher-forced greedy acceptance on held-out target text
-  report      report.md, metrics.csv; tables (cells, row lookups); plots (the PNGs)
+  report      report.md, metrics.csv; tables (cells, row lookups); plots (the PNGs);
+              machine (the report's header: CPU, versions, fingerprint, load)
   paper       the paper's numbers as data (docs/paper.md §5); compare: ours beside them
 """
