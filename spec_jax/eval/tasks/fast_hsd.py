@@ -117,8 +117,8 @@ def math_rows(limit: int = 0, hub_rows: Callable[[], list[dict]] | None = None) 
     for k, row in enumerate(bundled):
         if k >= len(hub) or hub[k].get('problem') != row['problem']:
             raise DataFileError(
-                f'the hub copy of {MATH_HUB[0]!r} differs from the paper\'s row {k} (bundled): '
-                'its order changed, so its rows are not the paper\'s'
+                f"the hub copy of {MATH_HUB[0]!r} differs from the paper's row {k} (bundled): "
+                "its order changed, so its rows are not the paper's"
             )
     return bundled + [_math_row(k, hub[k]) for k in range(len(bundled), min(limit, len(hub)))]
 
