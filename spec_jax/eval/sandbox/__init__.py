@@ -171,8 +171,9 @@ def _wait(proc: subprocess.Popen, timeout_s: float, pidfd: int | None) -> bool:
 
 def _watch(proc, group, cpu_s: float, wall_s: float, start: float) -> str | None:
     """Waits for the launcher; None if it exited, else why the run must be stopped:
-    'cpu_timeout' (the cgroup's CPU time passed `cpu_s`), 'timeout' (the wall backstop, the
-    sample blocked) or 'starved' (the backstop, the sample runnable but not run)."""
+    'cpu_timeout' (the cgroup's CPU time passed `cpu_s`), 'memory' (its OOM killer fired),
+    'timeout' (the wall backstop, the sample blocked) or 'starved' (the backstop, the sample
+    runnable but not run)."""
     try:
         pidfd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
@@ -187,6 +188,8 @@ def _watch(proc, group, cpu_s: float, wall_s: float, start: float) -> str | None
             interval = min(2 * interval, 0.1)
             if group is not None and group.cpu_ns() > cpu_s * 1e9:
                 return 'cpu_timeout'
+            if group is not None and group.oom_killed():  # Over budget: done, not thrashing.
+                return 'memory'
             if time.monotonic() - start >= wall_s:
                 delay = group.run_delay_ns() / 1e9 if group is not None else 0.0
                 starved = delay > STARVED_SHARE * (time.monotonic() - start)

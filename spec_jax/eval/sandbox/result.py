@@ -134,7 +134,7 @@ def _reports(path: str, limit: int, max_line: int, token: str, pid) -> tuple:
 def _result(paths, token, stopped, launcher_code, isolation, seconds, tail_chars,
             report_bytes, max_line, cpu_seconds=None, oom=False):  # fmt: skip
     """The RunResult of a run; `stopped`: None (the launcher exited) or why the caller
-    stopped it ('cpu_timeout', 'timeout', 'starved')."""
+    stopped it ('cpu_timeout', 'memory', 'timeout', 'starved')."""
     info = {}
     for line in _read_lines(paths['status'], 1 << 20):
         try:
@@ -154,6 +154,8 @@ def _result(paths, token, stopped, launcher_code, isolation, seconds, tail_chars
     common = dict(stdout=stdout, stderr=stderr, seconds=seconds, report=report)
     common.update(isolation=isolation, finished=finished, returncode=returncode)
     common.update(cpu_seconds=cpu_seconds)
+    if stopped == 'memory':
+        return RunResult(False, status='memory', error='out of memory (cgroup)', **common)
     if stopped is not None:
         return RunResult(False, status=stopped, **common)
     if 'error' in info:
