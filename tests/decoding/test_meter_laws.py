@@ -42,6 +42,7 @@ TREE_DEC = DecodeSettings(max_new_tokens=12, prompt_bucket=8, new_tokens_bucket=
 TREE_SHAPE = trees.TreeShape(8, 4, 2)
 TREE_LIMIT = 6  # 1 + (limit - 1) + (path_len + 1) <= 12.
 TREE_PROMPTS = tiny.PROMPTS * 4
+TREE_CONTEXTS = 12 * TREE_LIMIT  # Rounds of the 12 rows: at most one per token.
 BOUND = 1e-5
 FIELDS = ('tv', 'kl', 'outside', 'overshoot', 'js')
 
@@ -127,13 +128,21 @@ def measures(pi: np.ndarray, p: np.ndarray, inside: np.ndarray) -> dict:
 # ---- the runs and each row's positions ------------------------------------------------------
 
 
+WIDTH = 32  # Every forward's rows are padded to this width: one compile per model.
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _probs(cfg, params, tokens_bt):
+    return SAMPLER.probs(causal_forward(cfg, params, tokens_bt)[0])
+
+
 def next_laws(cfg, params, prompts, tokens) -> list[np.ndarray]:
     """Per row, [len(tokens) + 1, V]: the processed law after prompt + tokens[:k], every k,
     from one causal forward of the right-padded rows."""
     rows = [list(pr) + list(tk) for pr, tk in zip(prompts, tokens)]
-    width = max(map(len, rows))
-    logits, _ = causal_forward(cfg, params, jnp.array([r + [0] * (width - len(r)) for r in rows]))
-    probs = np.asarray(SAMPLER.probs(logits), np.float64)
+    assert max(map(len, rows)) <= WIDTH
+    probs = _probs(cfg, params, jnp.array([r + [0] * (WIDTH - len(r)) for r in rows]))
+    probs = np.asarray(probs, np.float64)
     return [probs[b, len(pr) - 1: len(pr) + len(tk)] for b, (pr, tk) in
             enumerate(zip(prompts, tokens))]  # fmt: skip
 
@@ -207,13 +216,15 @@ def head_trees(target, head, contexts, shape):
     """(children's tokens, children's node indices) [C, M, branch] of the tree a round
     drafts whose root is each context's last token (the head's state after a prefill of the
     rest: its cache for committed positions always comes from target taps)."""
-    bucket = 32
+    rows = len(contexts)
+    assert rows <= TREE_CONTEXTS
+    contexts = contexts + contexts[:1] * (TREE_CONTEXTS - rows)  # One compiled shape.
     prompts = [c[:-1] for c in contexts]
-    prompt_bp = jnp.array([p + [0] * (bucket - len(p)) for p in prompts], jnp.int32)
+    prompt_bp = jnp.array([p + [0] * (WIDTH - len(p)) for p in prompts], jnp.int32)
     lengths = jnp.array([len(p) for p in prompts], jnp.int32)
     pending = jnp.array([c[-1] for c in contexts], jnp.int32)
     out = _head_trees(target, head, prompt_bp, lengths, pending, shape)
-    return tuple(np.asarray(x) for x in out)
+    return tuple(np.asarray(x)[:rows] for x in out)
 
 
 @functools.partial(jax.jit, static_argnames='shape')
