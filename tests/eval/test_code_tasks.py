@@ -1,13 +1,11 @@
-"""HumanEval, MBPP and MBPP+ on their bundled items: reference solutions pass, solutions with
-one operator flipped fail; extraction, prompts, loading and pass@k."""
+"""HumanEval, MBPP and MBPP+: scoring of full functions and bodies, MBPP+'s base and plus
+results and float tolerance; extraction, prompts, loading and pass@k."""
 
 import concurrent.futures
 import dataclasses
 import gzip
-import io
 import json
 import os
-import tokenize
 
 import pytest
 
@@ -18,76 +16,8 @@ from spec_jax.eval.tasks.base import Item, Score
 
 WORKERS = 3  # Sandbox runs mostly wait on interpreter start-up: a few at a time.
 
-# (old, new): the first token `old` of the reference becomes `new` (or, when `old` is no
-# single token, the first occurrence of the text). Each breaks that reference's tests.
-HUMANEVAL_FLIPS = {
-    'HumanEval/0': ('!=', '=='),
-    'HumanEval/1': ('==', '!='),
-    'HumanEval/2': ('%', '//'),
-    'HumanEval/3': ('<', '<='),
-    'HumanEval/4': ('-', '+'),
-    'HumanEval/5': ('-', '+'),
-    'HumanEval/6': ('==', '!='),
-    'HumanEval/7': ('substring in x', 'substring not in x'),
-    'HumanEval/8': ('+=', '-='),
-    'HumanEval/9': ('max', 'min'),
-    'HumanEval/10': ('+', '-'),
-    'HumanEval/11': ('==', '!='),
-    'HumanEval/12': ('==', '!='),
-    'HumanEval/13': ('%', '//'),
-    'HumanEval/14': ('+', '-'),
-    'HumanEval/15': ('+', '-'),
-    'HumanEval/16': ('string.lower()', 'string'),
-    'HumanEval/17': ('1', '0'),
-    'HumanEval/18': ('==', '!='),
-    'HumanEval/19': ('1', '0'),
-}
-MBPP_FLIPS = {
-    '11': ('==', '!='),
-    '12': ('sum', 'len'),
-    '14': ('*', '+'),
-    '16': ('True', 'False'),
-    '17': ('*', '+'),
-    '18': ('==', '!='),
-    '19': ('!=', '=='),
-    '20': ('==', '!='),
-    '56': ('==', '!='),
-    '57': ('+', '-'),
-    '58': ('<', '<='),
-    '59': ('-', '+'),
-    '61': ('+', '-'),
-    '62': ('min', 'max'),
-    '63': ('-', '+'),
-    '64': ('1', '0'),
-    '65': ('==', '!='),
-    '66': ('+=', '-='),
-    '67': ('+', '-'),
-    '68': ('<=', '<'),
-}
-MBPPPLUS_FLIPS = {
-    'Mbpp/59': ('-', '+'),
-    'Mbpp/80': ('+', '-'),
-    'Mbpp/89': ('-', '+'),
-    'Mbpp/269': ('ord(k)', 'ord(k.lower())'),
-    'Mbpp/389': ('==', '!='),
-    'Mbpp/420': ('+', '-'),
-    'Mbpp/455': ('in [', 'not in ['),
-    'Mbpp/583': ('-', '+'),
-    'Mbpp/762': ('==', '!='),
-    'Mbpp/793': ('-', '+'),
-}
-
-
-def flip(source: str, old: str, new: str) -> str:
-    """`source` with its first token `old` replaced by `new` (else the first text `old`)."""
-    lines = source.splitlines(keepends=True)
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.string == old:
-            (row, col), (_, end) = tok.start, tok.end
-            lines[row - 1] = lines[row - 1][:col] + new + lines[row - 1][end:]
-            return ''.join(lines)
-    assert old in source, (old, source)
-    return source.replace(old, new, 1)
+# References passing and mutants failing on a stratified subset, the same verdicts as the old
+# in-box harness, forgeries: test_code_verdicts.py.
 
 
 def score_all(task, pairs: list[tuple[Item, str]]) -> list[Score]:
@@ -95,31 +25,7 @@ def score_all(task, pairs: list[tuple[Item, str]]) -> list[Score]:
         return list(pool.map(lambda p: task.score(*p), pairs))
 
 
-def check_references_and_flips(task, items, flips, expect_ids):
-    assert [item.id for item in items] == list(expect_ids)
-    perturbed = [flip(item.meta['reference'], *flips[item.id]) for item in items]
-    for item, text in zip(items, perturbed):
-        assert text != item.meta['reference'], item.id
-    pairs = [(item, item.meta['reference']) for item in items]
-    pairs += [(item, text) for item, text in zip(items, perturbed)]
-    scores = score_all(task, pairs)
-    n = len(items)
-    passing = [(item.id, s.detail) for item, s in zip(items, scores[:n]) if not s.correct]
-    assert passing == [], 'references that fail'
-    failing = [item.id for item, s in zip(items, scores[n:]) if s.correct]
-    assert failing == [], 'perturbed solutions that pass'
-    return scores
-
-
 # --------------------------------------------------------------------------- HumanEval
-
-
-def test_humaneval_references_pass_and_flips_fail():
-    task = code.HumanEval()
-    items = task.load(limit=20)
-    scores = check_references_and_flips(task, items, HUMANEVAL_FLIPS, HUMANEVAL_FLIPS)
-    assert all(s.detail['status'] == 'failed' for s in scores[20:])
-    assert 'AssertionError' in scores[20].detail['stderr']
 
 
 def test_humaneval_full_function_fenced_and_unindented_body():
@@ -153,12 +59,6 @@ def test_humaneval_items():
 # --------------------------------------------------------------------------- MBPP
 
 
-def test_mbpp_references_pass_and_flips_fail():
-    task = code.MBPP()
-    items = task.load()
-    check_references_and_flips(task, items, MBPP_FLIPS, MBPP_FLIPS)
-
-
 def test_mbpp_items_are_the_test_split():
     items = code.MBPP().load()
     assert len(items) == 20  # The bundled test rows (the other 170 are other splits).
@@ -177,18 +77,6 @@ def test_mbpp_test_imports_are_run():
 
 
 # --------------------------------------------------------------------------- MBPP+
-
-
-def test_mbppplus_references_pass_and_flips_fail():
-    task = code.MBPPPlus()
-    items = task.load()
-    ids = [json.loads(line)['task_id'] for line in open(data_files.locate(code.MBPPPlus.relpath))]
-    scores = check_references_and_flips(task, items, MBPPPLUS_FLIPS, ids)
-    for s in scores[:10]:
-        assert s.detail['base_pass'] and s.detail['plus_pass']
-        assert s.detail['base_passed'] == s.detail['base_total'] == 3
-        assert s.detail['plus_passed'] == s.detail['plus_total']
-    assert all(not s.detail['plus_pass'] for s in scores[10:])
 
 
 def test_mbppplus_base_and_plus_reported_separately():

@@ -1,7 +1,8 @@
 """MBPP (sanitized), test split: code that passes the task's asserts.
 
 The prompt is the description and the tests, ending "The function should be named X." (the
-function the tests call). The candidate's box runs the sanitized code; the checker's box
+function the tests call). The candidate's box runs `test_imports` and the sanitized code (a
+candidate may use a module the tests import); the checker's box
 runs `test_imports`, then each `test_list` assert (one check each) with the functions the
 tests call bound to proxies (every free name of the tests that is not a builtin; a
 standard-library module name is imported instead, as the candidate's imports would have
@@ -98,7 +99,8 @@ class MBPP(_CodeTask):
         )
 
     def solution(self, item: Item, code: str) -> str:
-        return sanitize(code)
+        imports = '\n'.join(item.gold['test_imports'])  # As the old program had them.
+        return f'{imports}\n{sanitize(code)}\n'
 
     def checks(self, item: Item) -> tuple[str, int]:
         imports, tests = '\n'.join(item.gold['test_imports']), item.gold['test_list']

@@ -30,6 +30,7 @@ import time
 MAX_DEPTH = 100
 MAX_ITEMS = 1_000_000
 MAX_BYTES = 16 << 20
+MAX_INT_DIGITS = 1 << 16  # Hex digits of an int (2**262144); parsing is linear in them.
 
 
 class WireError(ValueError):
@@ -61,7 +62,10 @@ def encode(value, max_depth=MAX_DEPTH, max_items=MAX_ITEMS, max_bytes=MAX_BYTES)
         elif isinstance(x, bool):
             put(b'T' if bool.__bool__(x) else b'F')
         elif isinstance(x, int):
-            put(b'i' + format(int.__index__(x), 'x').encode() + b';')
+            digits = format(int.__index__(x), 'x').encode()
+            if len(digits) > MAX_INT_DIGITS + 1:
+                raise WireError(f'an int of over {MAX_INT_DIGITS} hex digits')
+            put(b'i' + digits + b';')
         elif isinstance(x, float):
             put(b'f' + float.__repr__(x).encode() + b';')
         elif isinstance(x, complex):
@@ -113,16 +117,16 @@ def decode(data, max_depth=MAX_DEPTH, max_items=MAX_ITEMS, max_bytes=MAX_BYTES):
     pos = [0]
     count = [0]
 
-    def until(stop):
+    def until(stop, limit=400):
         i = pos[0]
-        j = data.find(stop, i, i + 4400)
+        j = data.find(stop, i, i + limit + 1)
         if j < 0:
             raise WireError(f'malformed message at byte {i}')
         pos[0] = j + 1
         return data[i:j].decode('ascii')
 
     def number(text, kind):
-        if not text or len(text) > 4400:
+        if not text:
             raise WireError(f'bad {kind} at byte {pos[0]}')
         try:
             return int(text, 16) if kind == 'int' else float(text)
@@ -153,7 +157,7 @@ def decode(data, max_depth=MAX_DEPTH, max_items=MAX_ITEMS, max_bytes=MAX_BYTES):
         if tag == b'F':
             return False
         if tag == b'i':
-            text = until(b';')
+            text = until(b';', MAX_INT_DIGITS)
             sign, digits = (-1, text[1:]) if text.startswith('-') else (1, text)
             if not all(ch in '0123456789abcdef' for ch in digits):
                 raise WireError(f'bad int {text[:40]!r}')
