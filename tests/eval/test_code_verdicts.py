@@ -276,15 +276,35 @@ def test_sweep_every_bundled_item(request):
     scores = he_scores + score_all([(item, item.meta['reference']) for item in rest])
     refs = he + rest
     failing = [(i.id, s.detail) for i, s in zip(refs, scores) if not s.correct]
-    pairs = []
-    for item in refs:
-        texts = mutants(item.meta['reference'])
-        old = legacy_all([(item, t) for t in texts[:6]])
-        pairs += [(item, t) for t, ok in zip(texts, old) if not ok][:1]
-    mutant_scores = score_all(pairs)
-    passing = [item.id for (item, _), s in zip(pairs, mutant_scores) if s.correct]
+
+    def first_mutant(item):
+        """(the first mutant the old harness fails, or None; its verdict here)."""
+        expected = legacy.legacy_expected(item) if item.task == 'mbppplus' else ''
+        for text in mutants(item.meta['reference']):
+            if not legacy.passes(item, text, expected_b64=expected):
+                return text, TASKS[item.task].score(item, text).correct
+        return None, None
+
+    with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
+        firsts = list(pool.map(first_mutant, refs))
+    none = [item.id for item, (text, _) in zip(refs, firsts) if text is None]
+    passing = [item.id for item, (_, ok) in zip(refs, firsts) if ok]
+    trivial = [(item, 'def f(*a):\n    return 0\n') for item in he[:20]]
+    start = time.monotonic()
+    for item, text in trivial:
+        TASKS['humaneval'].score(item, text)
+    after = (time.monotonic() - start) / len(trivial)
+    start = time.monotonic()
+    for item, text in trivial:
+        legacy.passes(item, text)
+    before = (time.monotonic() - start) / len(trivial)
     print(
-        f'\nsweep: {len(refs)} references, {len(failing)} fail; {len(pairs)} mutants, '
-        f'{len(passing)} pass; HumanEval references on 2 workers: {he_seconds:.1f} s'
+        f'\nsweep: {len(refs)} references, {len(failing)} fail {[i for i, _ in failing]}; '
+        f'{len(refs) - len(none)} first mutants the old harness fails, {len(passing)} pass '
+        f'here {passing}; no failing mutant: {none}\n'
+        f'HumanEval references, 164 on 2 workers: {he_seconds:.1f} s; per-sample seconds '
+        f'(a trivial wrong sample, one at a time): old in-box {before:.3f}, two boxes {after:.3f}'
     )
+    for item_id, detail in failing:
+        print(item_id, detail)
     assert failing == [] and passing == []

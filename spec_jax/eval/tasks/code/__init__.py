@@ -3,8 +3,12 @@
   extract.py    model text -> code: `extract_code` (fenced blocks, prose), `sanitize` (drops
                 top-level demo code)
   passk.py      `pass_at_k` (the unbiased estimator), `aggregate` (averaged over items)
-  task.py       what the tasks share: loading, the sandbox run, `CODE_SYSTEM_PROMPT`,
+  task.py       what the tasks share: loading, the two-box run, `CODE_SYSTEM_PROMPT`,
                 `DEFAULT_TIMEOUT_S`
+  boxes.py      `run_pair`: the candidate's code serves calls in one sandboxed box, the tests
+                run in another (the checker) that never loads it; the `Verdict`
+  wire.py       the plain-data encoding between the boxes (no pickle, no eval; bounded)
+  legacy.py     the old one-process harness, kept only for tests that compare verdicts
   humaneval.py  `HumanEval`, `humaneval_solution` (a full function or a body)
   mbpp.py       `MBPP` (the test split, `MBPP_TEST_IDS`)
   mbppplus.py   `MBPPPlus`: EvalPlus's inputs (`mbpp_plus_inputs`), the expected outputs
@@ -33,12 +37,20 @@ the text itself; then `sanitize` drops a model's demo code. HumanEval accepts a 
 (run after the prompt, whose imports and helpers it may use) or a body continuing the prompt
 (indented if it was not).
 
-Scoring (one sandbox run per sample, `correct` = it passed):
-- HumanEval: prompt + completion, then `test` and `check(entry_point)`.
-- MBPP: `test_imports`, the code, then the `test_list` asserts.
-- MBPP+: the candidate's outputs on the base and plus inputs against the reference's, compared
-  as EvalPlus does (see `mbppplus`); `detail` reports `base_pass` and `plus_pass` (the MBPP+
-  score, = `correct`) with counts.
+Scoring (`boxes.run_pair`: two sandbox runs per sample; `correct` = every check ran and
+held). The candidate's box runs its program and answers calls (function name, arguments ->
+result or exception, as plain data, `wire`); the checker's box runs the dataset's tests with
+the functions they call bound to proxies of the candidate's. The verdict is the checker's:
+the sample's code never runs where the tests, the expected values or the verdict live.
+- HumanEval: the candidate's box runs prompt + completion; the checker the dataset's prompt
+  (its helpers), `test` and `check(proxy)`.
+- MBPP: the candidate's box runs `test_imports` and the code; the checker the `test_list`
+  asserts, one check each.
+- MBPP+: the checker sends each base and plus input and compares the answer with the
+  reference's output as EvalPlus does (see `mbppplus`); `detail` reports `base_pass` and
+  `plus_pass` (the MBPP+ score, = `correct`) with counts.
+`detail['status']` is 'ok', 'failed', 'timeout' or 'infra' (the sandbox or the reference
+failed), with the checker's `reason`, the `checks` and `calls` it ran and each box's summary.
 
 `pass_at_k(n, c, k)` is the unbiased estimator 1 - C(n-c, k) / C(n, k); `aggregate` averages
 it over items with several samples each.
