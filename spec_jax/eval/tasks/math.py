@@ -38,12 +38,26 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 import threading
 from typing import Any, ClassVar
 
 from spec_jax.eval.tasks import fast_hsd, timeouts
 from spec_jax.eval.tasks.base import Item, Score
+from spec_jax.eval.tasks.math_answers import (
+    MAX_SPAN,
+    NUMBER,
+    clip,
+    extract_answer,
+    final_boxes,
+    hedges,
+    last_boxed,
+    marker_answer,
+    markers,
+    no_thousands,
+    normal,
+)
+
+__all__ = ['extract_answer', 'last_boxed']  # Re-exported: the extraction lives in math_answers.
 from spec_jax.eval.tasks.sources import load_hub, task_rows
 
 MATH_SYSTEM_PROMPT = (
@@ -58,78 +72,15 @@ GSM8K_SYSTEM_PROMPT = (
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_WORKERS = 2
 
-# --------------------------------------------------------------------------- extraction
-
-_BOXED = re.compile(r'\\(?:boxed|fbox)(?![A-Za-z])')
-# A number; its minus sign only where it cannot be a subtraction ('20-18' holds 20 and 18).
-_NUMBER = re.compile(r'(?:(?<![\w)}])-)?(?:\d+(?:\.\d+)?|\.\d+)')
-_THOUSANDS = re.compile(r'(?<=\d),(?=\d{3}(?!\d))')
-_HASHES = re.compile(r'####\s*([^\n]*)')
-_ANSWER_IS = re.compile(r'answer\s+is\s*:?\s*([^\n]*)', re.IGNORECASE)
-
-
-def last_boxed(text: str) -> str | None:
-    """The content of the last complete \\boxed{...} (or \\fbox{...}) of `text`, None if none.
-
-    Braces are matched (escaped \\{ and \\} are skipped); an unclosed last box (a truncated
-    generation) gives way to the box before it. '\\boxed 5' (no braces) gives '5'.
-    """
-    for m in reversed(list(_BOXED.finditer(text))):
-        i = m.end()
-        j = i
-        while j < len(text) and text[j] == ' ':
-            j += 1
-        if j < len(text) and text[j] == '{':
-            depth = 0
-            for k in range(j, len(text)):
-                if text[k] in '{}' and k > 0 and text[k - 1] == '\\':
-                    continue
-                if text[k] == '{':
-                    depth += 1
-                elif text[k] == '}':
-                    depth -= 1
-                    if depth == 0:
-                        return text[j + 1 : k].strip()
-        elif j > i:
-            token = re.match(r'[^\s$]+', text[j:])
-            if token:
-                return token.group(0).rstrip('.,;')
-    return None
-
-
-def _no_thousands(s: str) -> str:
-    return _THOUSANDS.sub('', s)
-
-
-def extract_answer(text: str, gsm8k: bool = False) -> tuple[str | None, str]:
-    """The answer span of a model's text and how it was found.
-
-    Returns (span, method): method 'boxed' (span = the last box's content); for GSM8K then
-    '####', 'answer is' (span = the rest of that line) and 'last number'; otherwise
-    'math_verify' (span = the whole text, for math-verify's own extraction). (None, 'none')
-    when a GSM8K text has no number at all.
-    """
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed, 'boxed'
-    if not gsm8k:
-        return text, 'math_verify'
-    for method, pattern in (('####', _HASHES), ('answer is', _ANSWER_IS)):
-        found = [m.group(1) for m in pattern.finditer(text) if _NUMBER.search(m.group(1))]
-        if found:
-            return found[-1].strip(), method
-    numbers = _NUMBER.findall(_no_thousands(text))
-    if numbers:
-        return numbers[-1], 'last number'
-    return None, 'none'
-
+MAX_TEXT = 8000  # math-verify's own extraction (no box) reads the text's last MAX_TEXT chars.
+MAX_COMPARED = 8  # More distinct final answers than this are a hedge without comparing them.
 
 # --------------------------------------------------------------------------- judging
 # These run in the verifier's worker processes (math-verify is imported there only).
 
 
 def _parse(text: str, configs: str) -> list:
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse  # noqa: PLC0415
 
     if configs == 'boxed':
         extraction = [LatexExtractionConfig(boxed_match_priority=0)]
@@ -160,11 +111,11 @@ def _integer_valued(value: Any) -> bool:
 def _gsm8k_prediction(span: str, method: str) -> tuple[list, str | None]:
     """math-verify's parse of a GSM8K answer span when it is a number, else the span's last
     (for a box) or first (after '####' / 'answer is') number."""
-    clean = _no_thousands(span)
+    clean = no_thousands(span)
     parsed = _parse(f'\\boxed{{{clean}}}', 'boxed')
     if parsed and _is_number(parsed[0]):
         return parsed, span
-    numbers = _NUMBER.findall(clean)
+    numbers = NUMBER.findall(clean)
     if not numbers:
         return [], None
     number = numbers[-1] if method in ('boxed', 'last number') else numbers[0]
@@ -176,7 +127,7 @@ def _judge(kind: str, gold: str, span: str, method: str) -> tuple[bool, str | No
 
     kind: 'latex' (MATH, MATH-500), 'integer' (AIME) or 'number' (GSM8K).
     """
-    from math_verify import verify
+    from math_verify import verify  # noqa: PLC0415 - optional, in the worker only
 
     gold_parsed = _gold(gold)
     if kind == 'number':
@@ -199,9 +150,70 @@ def _judge(kind: str, gold: str, span: str, method: str) -> tuple[bool, str | No
     return bool(correct), extracted, detail
 
 
+def _same_answer(a: str, b: str) -> bool:
+    """Whether two final answers are the same answer (math-verify)."""
+    from math_verify import verify  # noqa: PLC0415 - optional, in the worker only
+
+    if len(a) > MAX_SPAN or len(b) > MAX_SPAN:
+        return False
+    pa, pb = _parse(f'\\boxed{{{a}}}', 'boxed'), _parse(f'\\boxed{{{b}}}', 'boxed')
+    return bool(pa and pb and verify(pa, pb, timeout_seconds=None))
+
+
+def _strict(kind: str, gold: str, text: str, span: str, method: str, extracted) -> list:
+    """The hedges of a text (`math_answers.hedges` of every final answer, then whether the
+    final answers are one answer), as [{'kind', 'answer'}]."""
+    found = []
+    boxed = final_boxes(text)
+    for answer in boxed:
+        found += hedges(answer, gold)
+    answers = list(boxed)
+    if kind == 'number':
+        for _, rest in markers(text):
+            value, hedged = marker_answer(rest)
+            if value is not None:
+                answers.append(value)
+                found += hedged
+    elif method == 'math_verify' and isinstance(extracted, str):
+        found += hedges(extracted, gold)
+    if method == 'boxed':
+        reference = boxed[-1]
+    elif method in ('####', 'answer is'):
+        reference = marker_answer(span)[0] or answers[-1]
+    else:
+        reference = answers[-1] if answers else ''
+    distinct = {normal(a): a for a in answers}
+    distinct.pop(normal(reference), None)
+    if len(distinct) > MAX_COMPARED:
+        found.append(('answers', f'{len(distinct) + 1} distinct final answers'))
+    else:
+        for other in distinct.values():
+            if not _same_answer(reference, other):
+                found.append(('answers', clip(f'{other} | {reference}')))
+    return [{'kind': k, 'answer': a} for k, a in dict.fromkeys(found)]
+
+
+def _score_text(kind: str, gold: str, text: str) -> tuple[bool, str | None, dict]:
+    """(correct, extracted, detail) of a model's whole text: extraction, the paper-style
+    verdict (`_judge`) and the strict score (detail 'strict', 'hedges'); in a worker."""
+    span, method = extract_answer(text, gsm8k=kind == 'number')
+    if span is None:
+        return False, None, {'method': method, 'strict': False, 'hedges': []}
+    if method == 'math_verify':
+        span = span[-MAX_TEXT:]
+    extracted = span if method != 'math_verify' else None
+    if len(span) > MAX_SPAN and method != 'math_verify':
+        detail = {'method': method, 'too_long': len(span), 'strict': False, 'hedges': []}
+        return False, clip(span), detail
+    correct, extracted, detail = _judge(kind, gold, span, method)
+    found = _strict(kind, gold, text, span, method, extracted)
+    detail.update(strict=bool(correct and not found), hedges=found)
+    return correct, extracted, detail
+
+
 def _warmup() -> None:
     """Loads math-verify's parsers in a fresh worker (so no deadline pays for it)."""
-    _judge('latex', '\\frac{1}{2}', '0.5', 'boxed')
+    _score_text('latex', '\\frac{1}{2}', '\\boxed{0.5}')
 
 
 _pool: timeouts.DeadlinePool | None = None
@@ -220,22 +232,23 @@ def verifier_pool() -> timeouts.DeadlinePool:
 
 
 def judge(kind: str, gold: str, text: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Score:
-    """Scores a model's `text` against `gold` (see the module docstring); any thread."""
-    span, method = extract_answer(text, gsm8k=kind == 'number')
-    if span is None:
-        return Score(False, None, {'method': method})
-    extracted = span if method != 'math_verify' else None
+    """Scores a model's `text` against `gold` (see the module docstring); any thread.
+
+    Everything (extraction, math-verify, the strict score) runs in a worker under the
+    `timeout_s` deadline; a timeout scores incorrect and not strict, with nothing extracted.
+    """
     try:
         correct, extracted, detail = verifier_pool().call(
-            _judge, kind, gold, span, method, timeout_s=timeout_s
+            _score_text, kind, gold, text, timeout_s=timeout_s
         )
     except timeouts.CallTimeout:
-        return Score(False, extracted, {'method': method, 'timeout': True, 'timeout_s': timeout_s})
+        detail = {'timeout': True, 'timeout_s': timeout_s, 'strict': False, 'hedges': []}
+        return Score(False, None, detail)
     except timeouts.WorkerStartError:
         raise
     except timeouts.WorkerError as e:
         last = str(e).strip().splitlines()[-1:] or ['']
-        return Score(False, extracted, {'method': method, 'error': last[0]})
+        return Score(False, None, {'error': last[0], 'strict': False, 'hedges': []})
     return Score(correct, extracted, detail)
 
 

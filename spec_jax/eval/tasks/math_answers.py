@@ -1,0 +1,314 @@
+"""Answers in a model's math text: boxes, GSM8K markers, and the hedges a strict score refuses.
+
+Every function here is linear in the text's length (one scan of its braces, regexes without
+nested repetition), so a hostile text (10,000 nested `\\boxed{`, 100k unbalanced braces, a
+megabyte of digits) costs milliseconds; `math.judge` runs them inside its deadline anyway.
+
+The verdict's extraction (the paper's, docs/paper.md §2): `last_boxed` is the last complete
+box; `extract_answer` adds, for GSM8K, the last answer marker by position ('####' or 'the
+answer is', whichever comes later) and the last number only when there is no marker.
+
+The strict score (`hedges`): a text that offers several answers where one is asked fails
+it, whatever the verdict says. A hedge is one of
+  'alternatives'  'or', '\\lor', '\\vee' in an answer whose gold has none;
+  'values'        more top-level values (split at ',', ';', 'and', 'or', '\\\\') than the gold
+                  has, or '\\pm' / '\\mp' where the gold has none;
+  'tuple'         a bracketed list ((a, b), [a, b], \\{a, b\\}) where the gold is one value;
+  'equation'      a side of a top-level '=' other than the last that is a bare number and is
+                  not the number on the last side ('18 = 19'; '2 + 3 = 5' and 'x = 5' pass);
+  'answers'       several final answers (boxes; for GSM8K also '####' and 'the answer is'
+                  followed by a number) that are not the same answer; `math._judge` decides
+                  sameness with math-verify, so \\boxed{1/2} then \\boxed{0.5} is one answer.
+A fraction ('18/19'), an interval, tuple or set where the gold is one, and one answer
+repeated in several boxes are not hedges.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+MAX_SPAN = 1000  # Longer answer spans are not parsed (no gold is this long; sympy would stall).
+
+_BOXED = re.compile(r'\\(?:boxed|fbox)(?![A-Za-z])')
+_BRACE = re.compile(r'[{}]')
+_SPACES = re.compile(r' *')
+_TOKEN = re.compile(r'[^\s$]+')
+# A number; its minus sign only where it cannot be a subtraction ('20-18' holds 20 and 18).
+NUMBER = re.compile(r'(?:(?<![\w)}])-)?(?:\d+(?:\.\d+)?|\.\d+)')
+_THOUSANDS = re.compile(r'(?<=\d),(?=\d{3}(?!\d))')
+_MARKER = re.compile(r'####\s*|answer\s+is\s*:?\s*', re.IGNORECASE)
+
+
+def no_thousands(s: str) -> str:
+    """`s` without thousands separators ('70,000' -> '70000'; '1, 2' is kept)."""
+    return _THOUSANDS.sub('', s)
+
+
+# --------------------------------------------------------------------------- boxes
+
+
+def _brace_pairs(text: str) -> dict[int, int]:
+    """Position of each '{' -> its matching '}' (braces after a backslash are skipped)."""
+    pairs, stack = {}, []
+    for m in _BRACE.finditer(text):
+        k = m.start()
+        if k and text[k - 1] == '\\':
+            continue
+        if text[k] == '{':
+            stack.append(k)
+        elif stack:
+            pairs[stack.pop()] = k
+    return pairs
+
+
+def boxes(text: str) -> list[tuple[int, int, int]]:
+    """Every complete box of `text` as (start, content start, content end), in order.
+
+    A box is \\boxed{...} or \\fbox{...} with its braces matched (spaces may precede the
+    brace), or '\\boxed 5' (a space, then a token up to white space or '$', its trailing
+    '.,;' dropped). An unclosed box (a truncated generation) is not complete.
+    """
+    pairs = _brace_pairs(text)
+    found = []
+    for m in _BOXED.finditer(text):
+        j = _SPACES.match(text, m.end()).end()
+        if j < len(text) and text[j] == '{':
+            if j in pairs:
+                found.append((m.start(), j + 1, pairs[j]))
+        elif j > m.end():
+            token = _TOKEN.match(text, j)
+            if token:
+                end = token.end()
+                while end > j and text[end - 1] in '.,;':
+                    end -= 1
+                found.append((m.start(), j, end))
+    return found
+
+
+def _content(text: str, box: tuple[int, int, int]) -> str:
+    content = text[box[1] : box[2]]
+    return content.strip() if text[box[1] - 1 : box[1]] == '{' else content
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the complete box that starts last in `text` (stripped), None if none.
+
+    In \\boxed{\\boxed{5}} that is the inner box; an unclosed last box gives way to the box
+    before it. One scan of the text's braces: linear time.
+    """
+    found = boxes(text)
+    return _content(text, max(found)) if found else None
+
+
+def final_boxes(text: str) -> list[str]:
+    """The content of each outermost complete box, inner box wrappers dropped, in order
+    (\\boxed{x = \\boxed{5}} gives 'x = 5')."""
+    found = boxes(text)
+    out, i = [], 0
+    while i < len(found):
+        start, lo, hi = found[i]
+        i += 1
+        cuts = []
+        while i < len(found) and found[i][0] < hi:  # Boxes inside this one.
+            s, clo, chi = found[i]
+            cuts.append((s, clo))
+            if text[clo - 1] == '{':
+                cuts.append((chi, chi + 1))
+            i += 1
+        pieces, at = [], lo
+        for a, b in sorted(cuts):
+            if a >= at:
+                pieces.append(text[at:a])
+                at = b
+        pieces.append(text[at:hi])
+        out.append(''.join(pieces).strip())
+    return out
+
+
+# --------------------------------------------------------------------------- GSM8K markers
+
+
+def markers(text: str) -> list[tuple[int, str]]:
+    """(position, what follows up to the line's end or the next marker) of each '####' and
+    'answer is' that a number follows there."""
+    found, spans = [], list(_MARKER.finditer(text))
+    line_end = -1
+    for i, m in enumerate(spans):
+        if m.end() > line_end:
+            line_end = text.find('\n', m.end())
+            line_end = len(text) if line_end < 0 else line_end
+        end = min(line_end, spans[i + 1].start()) if i + 1 < len(spans) else line_end
+        rest = text[m.end() : end]
+        if NUMBER.search(rest):
+            found.append((m.start(), rest))
+    return found
+
+
+def extract_answer(text: str, gsm8k: bool = False) -> tuple[str | None, str]:
+    """The answer span of a model's text and how it was found.
+
+    Returns (span, method): method 'boxed' (span = the last box's content); for GSM8K then
+    '####' or 'answer is', whichever marker comes last in the text (span = what follows it
+    on its line, up to another marker), and 'last number' only when there is no marker;
+    otherwise 'math_verify' (span = the whole text, for math-verify's own extraction).
+    (None, 'none') when a GSM8K text has no number at all.
+    """
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed, 'boxed'
+    if not gsm8k:
+        return text, 'math_verify'
+    found = markers(text)
+    if found:
+        position, rest = found[-1]
+        return rest.strip(), '####' if text.startswith('####', position) else 'answer is'
+    numbers = NUMBER.findall(no_thousands(text))
+    if numbers:
+        return numbers[-1], 'last number'
+    return None, 'none'
+
+
+_LEAD_SEP = r'\s*(?:,|;|=|\bor\b|\band\b|\\lor\b|\\vee\b|\\text\{\s*(?:or|and)\s*\})\s*'
+_LEAD_NUM = r'(?:\\\$|\$)?\s*(' + NUMBER.pattern + r')'
+_LEADING = re.compile(r'\s*' + _LEAD_NUM + r'((?:' + _LEAD_SEP + _LEAD_NUM + r')*)')
+_LEAD_PART = re.compile('(' + _LEAD_SEP + ')' + _LEAD_NUM)
+
+
+def marker_answer(rest: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """The number a marker's line starts with, and its hedges ('#### 18 or 19')."""
+    m = _LEADING.match(no_thousands(rest))
+    if not m:
+        return None, []
+    values, seps = [m.group(1)], []
+    for part in _LEAD_PART.finditer(m.group(2)):
+        seps.append(part.group(1).strip())
+        values.append(part.group(2))
+    distinct = {_number(v) for v in values}
+    if len(distinct) < 2:
+        return values[0], []
+    kind = 'equation' if '=' in seps else 'alternatives'
+    return values[0], [(kind, clip(m.group(0)))]
+
+
+# --------------------------------------------------------------------------- hedges
+
+_SIZING = (
+    r'\\(?:left|right|[bB]ig{1,2}[lr]?|middle|displaystyle|textstyle|!|,|;|:)(?![A-Za-z])'
+)
+_TEXT_CMD = r'\\(?:text|textrm|textnormal|textbf|textit|mbox|mathrm|mathbf|mathit)\s*\{'
+_TOKENS = re.compile(
+    '|'.join([
+        r'(?P<size>' + _SIZING + ')',
+        r'(?P<text>' + _TEXT_CMD + ')',
+        r'(?P<open>\\\{|\\langle(?![A-Za-z])|[(\[{])',
+        r'(?P<close>\\\}|\\rangle(?![A-Za-z])|[)\]}])',
+        r'(?P<alt>\\lor(?![A-Za-z])|\\vee(?![A-Za-z])|(?<![A-Za-z])or(?![A-Za-z]))',
+        r'(?P<sep>\\\\|[,;]|(?<![A-Za-z])and(?![A-Za-z]))',
+        r'(?P<pm>\\(?:pm|mp)(?![A-Za-z]))',
+        r'(?P<eq>=)',
+        r'(?P<cmd>\\[A-Za-z]+)',
+        r'(?P<word>[A-Za-z]+)',
+        r'(?P<other>\s+|[^\\{}()\[\],;=A-Za-z\s]+|\\.)',
+    ]),
+    re.S,
+)
+_FUNCTIONS = frozenset(
+    r'\gcd \lcm \max \min \sin \cos \tan \cot \sec \csc \log \ln \exp \det \binom'.split()
+)
+_BARE = re.compile(r'-?(?:\d+(?:\.\d+)?|\.\d+)|-?\\[dt]?frac\{\d+\}\{\d+\}')
+
+
+def clip(s: str, n: int = 120) -> str:
+    return s if len(s) <= n else s[: n - 3] + '...'
+
+
+def _number(s: str):
+    """The value of a bare number ('18', '-0.5', '\\frac{1}{2}'), else None."""
+    s = normal(s)
+    if not _BARE.fullmatch(s):
+        return None
+    if 'frac' in s:
+        sign = -1 if s.startswith('-') else 1
+        a, b = re.findall(r'\d+', s)
+        return sign * Fraction(int(a), int(b)) if int(b) else None
+    return Fraction(s)
+
+
+def normal(s: str) -> str:
+    """`s` without spacing, sizing, dollars, degrees, percent signs and thousands commas."""
+    s = re.sub(_SIZING + r'|\\ |\s+|\\?\$|\\%|%|\^\{?\\circ\}?', '', no_thousands(s))
+    return s.rstrip('.')
+
+
+class _Shape:
+    """What `hedges` compares between an answer and the gold (one linear token scan)."""
+
+    def __init__(self, s: str):
+        self.values = 1  # Top-level values.
+        self.alternatives = False
+        self.pm = False
+        self.tuple = False  # A top-level bracketed list that is not a function's arguments.
+        self.sides: list[str] = []  # The top-level '=' sides.
+        stack: list[bool] = []  # Per open bracket: opaque (True) or a text command's braces.
+        depth = 0
+        group_list = group_call = False
+        prev, prev_kind, side_start = '', '', 0
+        seen = pending = False  # A value seen; a top-level separator after it.
+        for m in _TOKENS.finditer(s):
+            kind, tok = m.lastgroup, m.group()
+            if kind == 'size' or (kind == 'other' and not tok.strip()):
+                continue
+            if kind == 'text':
+                stack.append(False)
+                continue
+            if kind in ('alt', 'sep'):
+                self.alternatives |= kind == 'alt'
+                if depth == 0:
+                    pending = pending or seen
+                elif depth == 1 and tok in (',', ';'):
+                    group_list = True
+            elif kind == 'close':
+                if stack and stack.pop():
+                    depth -= 1
+                    if depth == 0 and group_list and not group_call:
+                        self.tuple = True
+            else:
+                if pending:
+                    self.values += 1
+                seen, pending = True, False
+                if kind == 'open':
+                    if depth == 0 and tok != '{':
+                        group_list = False
+                        group_call = prev_kind == 'word' or prev in _FUNCTIONS
+                    stack.append(True)
+                    depth += 1
+                elif kind == 'pm' and depth == 0:
+                    self.pm = True
+                elif kind == 'eq' and depth == 0:
+                    self.sides.append(s[side_start : m.start()])
+                    side_start = m.end()
+                    seen = False
+            prev, prev_kind = tok, kind
+        if self.sides:
+            self.sides.append(s[side_start:])
+
+
+def hedges(answer: str, gold: str) -> list[tuple[str, str]]:
+    """The hedges (kind, the answer clipped) of one answer span against its gold."""
+    a, g = _Shape(no_thousands(answer)), _Shape(no_thousands(gold))
+    found = []
+    if a.alternatives and not g.alternatives:
+        found.append('alternatives')
+    if a.values > g.values or (a.pm and not g.pm):
+        found.append('values')
+    if a.tuple and not g.tuple and g.values == 1:
+        found.append('tuple')
+    if a.sides:
+        last = _number(a.sides[-1])
+        for side in a.sides[:-1]:
+            value = _number(side)
+            if value is not None and value != last:
+                found.append('equation')
+                break
+    return [(kind, clip(answer)) for kind in found]
