@@ -17,6 +17,7 @@ import pytest
 from test_sandbox import CI, FULL, REPO, UID_BASE, run
 
 from spec_jax.eval import sandbox
+from spec_jax.eval.sandbox import cgroups
 
 FIXTURES = (run,)  # test_sandbox's `run`: run_python, then checks the machine is as it was.
 pytestmark = pytest.mark.skipif(
@@ -337,3 +338,17 @@ def test_weak_mode_needs_an_opt_in(run, monkeypatch):
         capture_output=True, text=True, cwd=REPO, timeout=60,
     )  # fmt: skip
     assert weak.stdout.strip() == 'True', weak.stderr
+
+
+def test_stale_cgroups_of_dead_callers_are_swept():
+    from_dead = subprocess.Popen(['true'])
+    from_dead.wait()
+    group = cgroups.Cgroup.create(f'{from_dead.pid}_stale', 64 << 20, 4)
+    mine = cgroups.Cgroup.create(f'{os.getpid()}_live', 64 << 20, 4)
+    try:
+        assert set(group.dirs) <= set(cgroups.sweep_stale())
+        assert not any(os.path.exists(d) for d in group.dirs)
+        assert all(os.path.exists(d) for d in mine.dirs)  # Its caller is alive: kept.
+    finally:
+        mine.remove()
+        group.remove()

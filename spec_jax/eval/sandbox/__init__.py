@@ -112,6 +112,7 @@ def _probe() -> str:
     if os.geteuid() != 0:
         level = 'none'
     else:
+        cgroups.sweep_stale()  # Left by callers that died before removing them.
         result = run_python('pass', isolation='namespaces', timeout_s=30, allow_weak=True)
         level = 'namespaces' if result.status == 'ok' else 'uid'
         if level != 'namespaces':

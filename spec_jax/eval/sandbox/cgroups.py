@@ -167,6 +167,27 @@ class Cgroup:
             time.sleep(0.01)
 
 
+def sweep_stale() -> list[str]:
+    """Removes run groups whose caller (the pid in their name) is gone; returns them."""
+    removed = []
+    by_version = {'v2': [ROOT], 'v1': [f'{ROOT}/{c}' for c in _V1]}
+    for version, parents in by_version.items():
+        for parent in parents:
+            try:
+                names = [n for n in os.listdir(parent) if n.startswith(PREFIX)]
+            except OSError:
+                continue
+            for name in names:
+                pid = name[len(PREFIX) :].split('_')[0]
+                if pid.isdigit() and not os.path.exists(f'/proc/{pid}'):
+                    try:
+                        Cgroup(version, [f'{parent}/{name}']).remove(timeout_s=1.0)
+                        removed.append(f'{parent}/{name}')
+                    except OSError:
+                        pass
+    return removed
+
+
 def leftover_groups() -> list[str]:
     """Run groups that exist now (in every hierarchy this module uses)."""
     found = []
