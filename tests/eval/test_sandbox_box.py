@@ -352,3 +352,16 @@ def test_stale_cgroups_of_dead_callers_are_swept():
     finally:
         mine.remove()
         group.remove()
+
+
+@pytest.mark.skipif(os.uname().machine != 'x86_64', reason='the x32 ABI is x86_64 only')
+def test_another_syscall_abi_is_killed(run):
+    """unshare through the x32 ABI (bit 30 of the syscall number) cannot dodge the rules."""
+    source = f"""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        libc.syscall(ctypes.c_long(0x40000000 | {NR['unshare']}), ctypes.c_long(0x10020000))
+    """
+    result = run(source)
+    assert result.status == 'killed' and result.returncode == -31, result  # SIGSYS
