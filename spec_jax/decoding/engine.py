@@ -75,7 +75,7 @@ class Engine:
         `propose_tree`, the EAGLE-3 head) instead of chain rounds.
       meter_distortion: also meter, at every emitted position (drafts, replacement and
         bonus tokens, the first token), the emitted law's distortion from the matched
-        baseline's law (`rules.Metered`: TV, KL, outside mass, overshoot).
+        baseline's law (`rules.Metered`: TV, KL, JS, outside mass, overshoot).
     """
 
     cfg: ModelConfig
