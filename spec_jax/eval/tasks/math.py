@@ -165,7 +165,7 @@ def _strict(kind: str, gold: str, text: str, span: str, method: str, extracted) 
     final answers are one answer), as [{'kind', 'answer'}]."""
     found = []
     boxed = final_boxes(text)
-    for answer in boxed:
+    for answer in dict.fromkeys(boxed):
         found += hedges(answer, gold)
     answers = list(boxed)
     if kind == 'number':

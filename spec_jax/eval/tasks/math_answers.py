@@ -170,7 +170,7 @@ def extract_answer(text: str, gsm8k: bool = False) -> tuple[str | None, str]:
 
 
 _LEAD_SEP = r'\s*(?:,|;|=|\bor\b|\band\b|\\lor\b|\\vee\b|\\text\{\s*(?:or|and)\s*\})\s*'
-_LEAD_NUM = r'(?:\\\$|\$)?\s*(' + NUMBER.pattern + r')'
+_LEAD_NUM = r'(?:\\\$|\$)?\s*(' + NUMBER.pattern + r')\$?'
 _LEADING = re.compile(r'\s*' + _LEAD_NUM + r'((?:' + _LEAD_SEP + _LEAD_NUM + r')*)')
 _LEAD_PART = re.compile('(' + _LEAD_SEP + ')' + _LEAD_NUM)
 
