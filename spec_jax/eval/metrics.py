@@ -5,6 +5,7 @@ Definitions (docs/eval.md; the paper's, docs/paper.md §3):
   score             mean of `correct` over items (each item's mean over its seeds first);
                     95% interval: Wilson's for one sample per item, else the normal
                     interval of the item means (mean +- 1.96 s / sqrt(n))
+  strict_score      math tasks: the same mean of detail['strict'] (correct and no hedge)
   block_efficiency  tokens emitted per target forward, the bonus token counted (AR: 1)
   be_full_gamma     the paper's chain BE: mean of (accepted + 1) over the full blocks,
                     rounds that verified all gamma drafts of a draft that no stop token
@@ -166,6 +167,17 @@ def _paired_fields(task: str, task_rows: list[dict], methods: Sequence[Method],
                                            groups.get((task, matched), []), timed))  # fmt: skip
 
 
+def _strict_score(group: list[dict]) -> dict:
+    """{'strict_score': mean of detail['strict'] over items (seeds first; a row without it
+    counts as not strict)} when a row has one (the math tasks' hedge-free score), else {}."""
+    if not any('strict' in (r.get('detail') or {}) for r in group):
+        return {}
+    per_item: dict[str, list[bool]] = defaultdict(list)
+    for r in group:
+        per_item[r['item']].append(bool((r.get('detail') or {}).get('strict')))
+    return {'strict_score': sum(sum(s) / len(s) for s in per_item.values()) / len(per_item)}
+
+
 def _metrics(task: str, method: Method, group: list[dict]) -> dict:
     scored = group[0].get('correct') is not None
     row = dict(task=task, scored=scored, method=method.name, **method_info(method))
@@ -175,6 +187,7 @@ def _metrics(task: str, method: Method, group: list[dict]) -> dict:
     row.update(n_items=len(per_item), n_samples=len(group))
     if scored:
         row['score'], row['score_lo'], row['score_hi'] = score_interval(list(per_item.values()))
+        row.update(_strict_score(group))
         row.update(outcomes.over_seeds(per_item))
         row.update(outcomes.failures(group))
     else:
