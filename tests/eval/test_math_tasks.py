@@ -17,6 +17,7 @@ import pytest
 
 from spec_jax import data_files
 from spec_jax.data_files import DataFileError
+from spec_jax.eval import metrics
 from spec_jax.eval.tasks import timeouts
 from spec_jax.eval.tasks.base import Score
 from spec_jax.eval.tasks.math import (
@@ -586,3 +587,14 @@ def test_adversarial_texts_score_within_a_second(shape):
         assert not score.detail.get('timeout'), (shape, name, score.detail)
         answers_18 = shape in ('nested boxes, closed', '100k close braces')  # Gold 18.
         assert score.detail['strict'] is (answers_18 and name == 'gsm8k')
+
+
+def test_strict_score_metric_averages_items_then_seeds():
+    rows = [
+        {'item': 'a', 'detail': {'strict': True}},
+        {'item': 'a', 'detail': {'strict': False}},
+        {'item': 'b', 'detail': {'error': 'x'}},  # Without the key: not strict.
+        {'item': 'c', 'detail': {'strict': True}},
+    ]
+    assert metrics._strict_score(rows) == {'strict_score': (0.5 + 0 + 1) / 3}
+    assert metrics._strict_score([{'item': 'a', 'detail': {'passed': 3}}]) == {}

@@ -23,15 +23,24 @@ and a tab (`\\frac` -> form feed + 'rac'); `load` puts the backslashes back.
 Prompts: a system message asking for a step-by-step solution with the final answer in
 \\boxed{} (`MATH_SYSTEM_PROMPT`, or `GSM8K_SYSTEM_PROMPT`), then the problem as the user turn.
 
-Scoring (math-verify). The model's answer is the last brace-balanced \\boxed{} (or \\fbox{})
-of its text; without one, math-verify's own extraction of the whole text (MATH, AIME) or, for
-GSM8K, '#### X', then 'the answer is X', then the last number. math-verify parses it and the
-gold to sympy and decides equivalence (\\frac{1}{2} = 0.5 = 1/2, sets in any order, x=5 vs
-5, ...). math-verify's own timeouts use `signal.alarm`, which works on the main thread only,
-so they are turned off and each judgement runs instead in a worker subprocess of a shared
-`timeouts.DeadlinePool` that is killed at the deadline: `score` works on any thread, and a
-sympy call stuck in a huge power or factorial scores as incorrect with detail
-{'timeout': True} after `timeout_s` seconds instead of hanging the run.
+Scoring (math-verify). The model's answer is the last complete \\boxed{} (or \\fbox{}) of its
+text; without one, math-verify's own extraction of the text's last `MAX_TEXT` characters
+(MATH, AIME) or, for GSM8K, the last of '#### X' and 'the answer is X' by position, and the
+last number only when there is no marker. The extraction (`math_answers`) is linear time. An
+answer span over `MAX_SPAN` characters is not parsed (incorrect, detail 'too_long'). math-verify
+parses the answer and the gold to sympy and decides equivalence (\\frac{1}{2} = 0.5 = 1/2, sets
+in any order, x=5 vs 5, ...). Beside the verdict, detail['strict'] is True when the text is
+correct and does not hedge (`math_answers.hedges`: alternatives, more values than the gold
+has, a tuple where one value is asked, '18 = 19', distinct final answers), and
+detail['hedges'] lists what was found, [{'kind', 'answer'}].
+
+Deadline. math-verify's own timeouts use `signal.alarm`, which works on the main thread only,
+so they are turned off and the whole scoring of a text (extraction, math-verify, the strict
+score) runs in a worker subprocess of a shared `timeouts.DeadlinePool` that is killed at the
+deadline: `score` works on any thread, and a text whose sympy call is stuck in a huge power
+or factorial (or in math-verify's parser, which is exponential in bracket nesting: 10 nested
+braces take seconds) scores as incorrect and not strict, with detail {'timeout': True} and
+nothing extracted, after `timeout_s` seconds instead of hanging the run.
 """
 
 from __future__ import annotations
