@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 from test_sandbox import CI, FULL, REPO, UID_BASE, run
@@ -365,3 +367,13 @@ def test_another_syscall_abi_is_killed(run):
     """
     result = run(source)
     assert result.status == 'killed' and result.returncode == -31, result  # SIGSYS
+
+
+def test_cancel_stops_a_blocked_run(run):
+    cancel = threading.Event()
+    timer = threading.Timer(0.5, cancel.set)
+    timer.start()
+    start = time.monotonic()
+    result = run('import time\ntime.sleep(60)', cancel=cancel)
+    assert result.status == 'cancelled' and not result.passed, result
+    assert time.monotonic() - start < 5

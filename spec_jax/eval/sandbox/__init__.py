@@ -170,11 +170,11 @@ def _wait(proc: subprocess.Popen, timeout_s: float, pidfd: int | None) -> bool:
         time.sleep(0.005)
 
 
-def _watch(proc, group, cpu_s: float, wall_s: float, start: float) -> str | None:
+def _watch(proc, group, cpu_s: float, wall_s: float, start: float, cancel) -> str | None:
     """Waits for the launcher; None if it exited, else why the run must be stopped:
     'cpu_timeout' (the cgroup's CPU time passed `cpu_s`), 'memory' (its OOM killer fired),
-    'timeout' (the wall backstop, the sample blocked) or 'starved' (the backstop, the sample
-    runnable but not run)."""
+    'timeout' (the wall backstop, the sample blocked), 'starved' (the backstop, the sample
+    runnable but not run) or 'cancelled' (`cancel` was set)."""
     try:
         pidfd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
@@ -183,10 +183,13 @@ def _watch(proc, group, cpu_s: float, wall_s: float, start: float) -> str | None
         interval = 0.005
         while True:
             left = wall_s - (time.monotonic() - start)
-            step = left if group is None else min(interval, left)
+            polled = group is not None or cancel is not None
+            step = min(interval, left) if polled else left
             if _wait(proc, max(0.0, step), pidfd):
                 return None
             interval = min(2 * interval, 0.1)
+            if cancel is not None and cancel.is_set():
+                return 'cancelled'
             if group is not None and group.cpu_ns() > cpu_s * 1e9:
                 return 'cpu_timeout'
             if group is not None and group.oom_killed():  # Over budget: done, not thrashing.
@@ -241,6 +244,7 @@ def run_python(
     max_line_bytes: int = 1 << 20,
     workdir: str | None = None,
     pass_fds: Sequence[int] = (),
+    cancel: threading.Event | None = None,
 ) -> RunResult:
     """Runs `source` in a contained child interpreter (see the module docstring).
 
@@ -275,6 +279,9 @@ def run_python(
         removed when the run ends.
       pass_fds: descriptors of the caller the sample inherits at the same numbers (e.g. the
         ends of pipes over which a trusted process talks to the sample).
+      cancel: an event another thread sets to stop the run (status 'cancelled'), e.g. the
+        candidate's box once the checker has its verdict, so that a blocked candidate does
+        not hold its slot until the backstop.
     """
     if isolation == 'auto':
         isolation = isolation_level()
@@ -300,6 +307,7 @@ def run_python(
         site=site, nice=nice, uid_base=uid_base, tail_chars=tail_chars,
         report_bytes=report_bytes, max_line_bytes=max_line_bytes, workdir=workdir,
         pass_fds=pass_fds, use_cgroups=use_cgroups, use_seccomp='seccomp' not in missing,
+        cancel=cancel,
     )  # fmt: skip
     result = _run_once(source, **args)
     if result.status == 'starved':  # The machine's fault, not the sample's: once more.
@@ -318,7 +326,7 @@ def _replace(result: RunResult, **fields) -> RunResult:
 def _run_once(source: str, *, isolation, cpu_s, wall_s, memory_bytes, max_processes,
               file_bytes, scratch_bytes, open_files, block_sockets, python, site, nice,
               uid_base, tail_chars, report_bytes, max_line_bytes, workdir, pass_fds,
-              use_cgroups, use_seccomp) -> RunResult:  # fmt: skip
+              use_cgroups, use_seccomp, cancel) -> RunResult:  # fmt: skip
     """One attempt of `run_python` (its arguments, resolved)."""
     start = time.monotonic()
     lease = _UidLease(uid_base, sweep=isolation == 'uid') if isolation != 'none' else None
@@ -380,7 +388,7 @@ def _run_once(source: str, *, isolation, cpu_s, wall_s, memory_bytes, max_proces
             cwd='/',
             start_new_session=True,  # No controlling terminal: the caller's is out of reach.
         )
-        stopped = _watch(proc, group, cpu_s, wall_s, start)
+        stopped = _watch(proc, group, cpu_s, wall_s, start, cancel)
         if stopped is not None and isolation == 'namespaces':
             _kill_init(paths['status'], proc)
         try:

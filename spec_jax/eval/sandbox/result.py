@@ -16,6 +16,7 @@ from typing import Any
 
 STATUSES = (
     'ok', 'failed', 'incomplete', 'timeout', 'cpu_timeout', 'memory', 'killed', 'error', 'infra',
+    'cancelled',
 )  # fmt: skip
 INFRASTRUCTURE = ('error', 'infra')  # Statuses that are the machine's fault, not the sample's.
 TIMEOUTS = ('timeout', 'cpu_timeout')
@@ -45,7 +46,8 @@ class RunResult:
         RLIMIT_CPU, passed `cpu_s`); 'timeout' (blocked until the wall-clock backstop).
         Infrastructure errors (`INFRASTRUCTURE`, `infrastructure_error`): 'error' (the
         sandbox itself failed: `error` says why); 'infra' (starved twice: runnable but not
-        run for most of the backstop, on a machine too busy to judge it).
+        run for most of the backstop, on a machine too busy to judge it). 'cancelled': the
+        caller stopped it (`run_python(cancel=)`).
       returncode: the sample's exit code, or minus the signal that killed it; None if unknown.
       stdout: the tail of its stdout (`tail_chars`).
       stderr: the tail of its stderr (the traceback of a failure).
@@ -134,7 +136,7 @@ def _reports(path: str, limit: int, max_line: int, token: str, pid) -> tuple:
 def _result(paths, token, stopped, launcher_code, isolation, seconds, tail_chars,
             report_bytes, max_line, cpu_seconds=None, oom=False):  # fmt: skip
     """The RunResult of a run; `stopped`: None (the launcher exited) or why the caller
-    stopped it ('cpu_timeout', 'memory', 'timeout', 'starved')."""
+    stopped it ('cpu_timeout', 'memory', 'timeout', 'starved', 'cancelled')."""
     info = {}
     for line in _read_lines(paths['status'], 1 << 20):
         try:
