@@ -568,6 +568,7 @@ ADVERSARIAL = {
     '100k balanced braces': '\\boxed{' + '{' * 50_000 + '}' * 50_001,
     '1 MB of digits': '7' * 1_000_000,
     '1 MB of digits, boxed': '\\boxed{' + '7' * 1_000_000 + '}',
+    '2 x 500 KB, equal': '\\boxed{' + '7' * 500_000 + ' = ' + '7' * 500_000 + '} \\boxed{1}',
 }
 
 
@@ -577,7 +578,7 @@ def test_adversarial_texts_score_within_a_second(shape):
     for name in ('gsm8k', 'math500', 'aime24'):
         TASKS[name]().score(items(name)[0], boxed('1'))  # A warm worker.
     start = time.monotonic()
-    assert last_boxed(text) in (None, '18', '7' * 1_000_000, '{' * 50_000 + '}' * 50_000)
+    assert last_boxed(text) in (None, '1', '18', '7' * 1_000_000, '{' * 50_000 + '}' * 50_000)
     assert time.monotonic() - start < 1.0, shape  # The old last_boxed: 42 s on the first.
     for name in ('gsm8k', 'math500', 'aime24'):
         start = time.monotonic()

@@ -295,7 +295,10 @@ class _Shape:
 
 
 def hedges(answer: str, gold: str) -> list[tuple[str, str]]:
-    """The hedges (kind, the answer clipped) of one answer span against its gold."""
+    """The hedges (kind, the answer clipped) of one answer span against its gold; a span over
+    `MAX_SPAN` characters is one hedge, 'too_long' (it is not parsed)."""
+    if len(answer) > MAX_SPAN:
+        return [('too_long', clip(answer))]
     a, g = _Shape(no_thousands(answer)), _Shape(no_thousands(gold))
     found = []
     if a.alternatives and not g.alternatives:
