@@ -292,19 +292,27 @@ def test_verdicts_do_not_depend_on_load(run, busy_loops):
     assert sleep.status == 'timeout' and sleep.timed_out and not sleep.infrastructure_error
 
 
-def test_starved_twice_is_an_infrastructure_error(run, busy_loops):
-    """Runnable but not run (niceness 19 beside three busy loops on this machine's cores)
-    until the backstop: retried once, then 'infra', not the sample's timeout."""
-    extra = [subprocess.Popen([sys.executable, '-c', 'while True: pass'])
-             for _ in range(max(0, (os.cpu_count() or 2) - 1))]  # fmt: skip
+def test_starved_twice_is_an_infrastructure_error(run):
+    """Runnable but not run until the backstop: the sample (its affinity inherited from this
+    thread) shares CPU 0 with four busy loops, each in a session (an autogroup) of its own,
+    so it gets at most a fifth of it: retried once, then 'infra', not the sample's timeout."""
+    cpu = min(os.sched_getaffinity(0))
+    loops = [subprocess.Popen([sys.executable, '-c', 'while True: pass'], start_new_session=True)
+             for _ in range(4)]  # fmt: skip
+    mask = os.sched_getaffinity(0)
     try:
+        for p in loops:
+            os.sched_setaffinity(p.pid, {cpu})
+        os.sched_setaffinity(0, {cpu})  # This thread only (Linux); the launcher inherits it.
         result = run('while True: pass', cpu_s=30.0, wall_s=1.0, nice=19)
     finally:
-        for p in extra:
+        os.sched_setaffinity(0, mask)
+        for p in loops:
             p.kill()
             p.wait()
     assert result.status == 'infra' and result.attempts == 2, result
     assert result.infrastructure_error and not result.passed
+    assert result.cpu_seconds < 0.5
 
 
 def test_result_channel_is_robust(run):
