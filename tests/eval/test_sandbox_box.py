@@ -385,3 +385,9 @@ def test_cancel_stops_a_blocked_run(run):
     result = run('import time\ntime.sleep(60)', cancel=cancel)
     assert result.status == 'cancelled' and not result.passed, result
     assert time.monotonic() - start < 5
+
+
+def test_a_box_that_cannot_be_built_is_an_infrastructure_error(run):
+    result = run('pass', python='/nonexistent/python3')
+    assert result.status == 'error' and result.infrastructure_error, result
+    assert 'private root' in result.error

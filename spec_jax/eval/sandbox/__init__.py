@@ -319,6 +319,13 @@ def run_python(
     return result
 
 
+def _setup_error(message: str, isolation: str, start: float) -> RunResult:
+    """The result of a run whose box could not be set up (an infrastructure error)."""
+    seconds = time.monotonic() - start
+    return RunResult(False, False, 'error', None, '', '', seconds, isolation=isolation,
+                     error=message)  # fmt: skip
+
+
 def _replace(result: RunResult, **fields) -> RunResult:
     return dataclasses.replace(result, **fields)
 
@@ -346,7 +353,10 @@ def _run_once(source: str, *, isolation, cpu_s, wall_s, memory_bytes, max_proces
         flags = ['-I', '-B'] + ([] if site else ['-S'])
         if use_cgroups:  # Launcher and init count too: two more processes.
             name = f'{os.getpid()}_{secrets.token_hex(6)}'
-            group = cgroups.Cgroup.create(name, int(memory_bytes), int(max_processes) + 2)
+            try:
+                group = cgroups.Cgroup.create(name, int(memory_bytes), int(max_processes) + 2)
+            except OSError as e:
+                return _setup_error(f'no cgroup for the run: {e}', isolation, start)
         cfg = {
             'mode': isolation,
             'parent': os.getpid(),
@@ -369,7 +379,10 @@ def _run_once(source: str, *, isolation, cpu_s, wall_s, memory_bytes, max_proces
         if isolation == 'namespaces':
             cfg['root'] = os.path.join(run_dir, 'root')
             os.mkdir(cfg['root'], 0o700)
-            cfg['rootfs'] = _root_plan(python)
+            try:
+                cfg['rootfs'] = _root_plan(python)
+            except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+                return _setup_error(f'no private root for {python}: {e}', isolation, start)
         else:
             os.chmod(run_dir, 0o711)
             scratch = cfg['scratch'] = os.path.join(run_dir, 'scratch')
