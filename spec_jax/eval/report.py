@@ -174,7 +174,8 @@ def read_metrics_csv(path: str) -> list[dict[str, Any]]:
 def _headline_section(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
     be_key = compare.PAPER_BE_FIELD[mode]
     lines = ['## Headline', '']
-    header = ('method', 'kind', 'score % [interval]', 'failed: error / timeout / infra', 'BE',
+    header = ('method', 'kind', 'score % [interval] (strict: no hedge)',
+              'failed: error / timeout / infra', 'BE',
               f'BE ({be_key})', 'DS', 'acceptance', 'per-position acceptance', 'tokens/s',
               'speedup [interval] (batches)', 'TV', 'JS', 'KL (inf %)', 'outside',
               'overshoot mean / max (inf %)')  # fmt: skip
@@ -185,11 +186,13 @@ def _headline_section(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
         lines += [f'### {task}', '',
                   f'{first.get("n_items", "?")} items, {first.get("n_samples", "?")} samples '
                   f'per method ({what}).', '']  # fmt: skip
+        strict = any(tables.num(r.get('strict_score')) for r in sel)  # Math: hedge-free.
         body = [
             (
                 f'`{r["method"]}`',
                 str(r.get('kind', '')),
-                tables.score_text(r),
+                tables.score_text(r)
+                + (f' (strict {tables.pct(r.get("strict_score"))})' if strict else ''),
                 tables.failures_text(r),
                 tables.fmt(r.get('block_efficiency')),
                 tables.fmt(r.get(be_key)),

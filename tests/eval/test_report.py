@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 
 import pytest
 from figures import check_series, has_color, read_png
@@ -300,3 +301,18 @@ def test_tree_run_shows_every_divergence(tmp_path):
     label = plots.theory_label('minp_verify', curve)
     assert 'tree node, top-2 siblings' in label and 'synthetic' in label and label in text
     assert 'not on this run\'s distributions' in text
+
+
+def test_the_strict_score_stands_beside_the_score(tmp_path):
+    """A math task's hedge-free score (metrics' strict_score) is shown beside its score; a
+    task without one shows the score alone."""
+    rows = make_rows()
+    for r in rows:
+        if r['task'] == 'math' and r['scored']:
+            r['strict_score'] = r['score'] - 0.05
+    md = open(report.write_report(rows, str(tmp_path))['report']).read()
+    math_part = md[md.index('### math'):md.index('### ', md.index('### math') + 1)]
+    first = next(r for r in rows if r['task'] == 'math')
+    assert f'(strict {100 * first["strict_score"]:.1f})' in math_part
+    gsm = md[md.index('### gsm8k'):md.index('### ', md.index('### gsm8k') + 1)]
+    assert re.search(r'\(strict \d', math_part) and not re.search(r'\(strict \d', gsm)
