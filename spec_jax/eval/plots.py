@@ -109,11 +109,12 @@ def _ordered_families(rows: Sequence[dict[str, Any]]) -> list[str]:
     return [f for f in _FAMILY_ORDER if f in seen] + [f for f in seen if f not in _FAMILY_ORDER]
 
 
-def _yerr(rows: Sequence[dict[str, Any]]) -> list[list[float]]:
-    """Asymmetric score error bars [[below...], [above...]] from score_lo / score_hi."""
+def _yerr(rows: Sequence[dict[str, Any]], key: str = 'score') -> list[list[float]]:
+    """Asymmetric error bars [[below...], [above...]] of row[key] from key_lo / key_hi (0
+    where a row has none)."""
     below, above = [], []
     for r in rows:
-        y, lo, hi = r['score'], r.get('score_lo'), r.get('score_hi')
+        y, lo, hi = r[key], r.get(f'{key}_lo'), r.get(f'{key}_hi')
         below.append(max(y - lo, 0.0) if _finite(lo) else 0.0)
         above.append(max(hi - y, 0.0) if _finite(hi) else 0.0)
     return [below, above]
@@ -337,16 +338,6 @@ def distortion_vs_param(
     return drawn
 
 
-def _bars(rows: Sequence[dict[str, Any]], key: str) -> list[list[float]]:
-    """Asymmetric error bars of row[key] from key_lo / key_hi (0 where there is none)."""
-    below, above = [], []
-    for r in rows:
-        y, lo, hi = r[key], r.get(f'{key}_lo'), r.get(f'{key}_hi')
-        below.append(max(y - lo, 0.0) if _finite(lo) else 0.0)
-        above.append(max(hi - y, 0.0) if _finite(hi) else 0.0)
-    return [below, above]
-
-
 def tradeoff(rows: Sequence[dict[str, Any]], group: str, path: str) -> Drawn:
     """What a lossy rule buys against what it costs, for one task group, written to `path`.
 
@@ -377,7 +368,7 @@ def tradeoff(rows: Sequence[dict[str, Any]], group: str, path: str) -> Drawn:
             if not pts:
                 continue
             label = f'{rule} {suffix}'
-            ax.errorbar([r['tv'] for r in pts], [r[key] for r in pts], yerr=_bars(pts, key),
+            ax.errorbar([r['tv'] for r in pts], [r[key] for r in pts], yerr=_yerr(pts, key),
                         fmt='o-', color=colors[rule], markersize=7, linewidth=1.2, capsize=3,
                         label=rule)  # fmt: skip
             for r in pts:
@@ -387,7 +378,7 @@ def tradeoff(rows: Sequence[dict[str, Any]], group: str, path: str) -> Drawn:
             drawn.add(label, len(pts), colors[rule])
     lossless = next((r for r in sel if r.get('kind') == 'lossless'), None)
     if lossless and _finite(lossless.get('speedup')):
-        ax_speed.errorbar([0.0], [lossless['speedup']], yerr=_bars([lossless], 'speedup'),
+        ax_speed.errorbar([0.0], [lossless['speedup']], yerr=_yerr([lossless], 'speedup'),
                           fmt='D', color=colors['lossless'], markersize=8, capsize=3,
                           label='lossless')  # fmt: skip
         drawn.add('lossless', 1, colors['lossless'])
