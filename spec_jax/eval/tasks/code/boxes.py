@@ -8,18 +8,19 @@ message))`; a result that cannot be encoded is an `err`. It exits at the end of 
 
 The checker box (`checker_source`) runs the task's tests, which are dataset code (so it is a
 sandboxed run too), with each function the tests call bound to a proxy that sends the
-arguments to the candidate's box and returns the decoded answer. The checker never loads
-the candidate's code and receives only plain data; expected values (MBPP+'s reference
-outputs) live in it alone. A candidate's exception surfaces as `CandidateError`; no answer
-by the deadline (`timeout_s` from the checker's start, over all calls) ends the checks with
-status 'timeout', a closed channel (the candidate's box crashed, exited or was killed) with
-'closed', an answer that does not decode with 'bad answer'. The checker reports
-`{'status', 'checks', 'calls', 'reason', ...}` through the sandbox's report channel.
+arguments to the candidate's box and returns the decoded answer. The checker never loads the
+candidate's code and receives only plain data; expected values (MBPP+'s reference outputs)
+live in it alone. A candidate's exception surfaces as `CandidateError`; no answer by the
+deadline (see `run_pair`, from the checker's start, over all calls) ends the checks with
+status 'timeout' (the candidate's box has a CPU limit, so an answer late by the wall clock
+means a blocked or starved candidate), a closed channel (the candidate's box crashed, exited
+or was killed) with 'closed', an answer that does not decode with 'bad answer'. The checker
+reports `{'status', 'checks', 'calls', 'reason', ...}` through the sandbox's report channel.
 
 `run_pair` runs both on pipes it opens and returns the `Verdict`: passed only if the checker
 ran to its end, reported status 'ok' and ran the number of checks the caller expected.
 `detail['status']` is 'ok', 'failed', 'timeout' (the checker's deadline, or either box's
-time limit) or 'infra' (the sandbox failed: a box's status 'error', a checker that died
+CPU or wall limit) or 'infra' (the sandbox failed: a box's status 'error', a checker that died
 without a report), so a report can count timeouts and infrastructure errors apart.
 """
 
@@ -36,7 +37,7 @@ from spec_jax.eval import sandbox
 from spec_jax.eval.tasks.code import wire
 
 WIRE_SOURCE = inspect.getsource(wire)
-START_SLACK_S = 3.0  # Interpreter start-up of a box, beyond the checks' deadline.
+START_SLACK_S = 3.0  # The checker's CPU and wall limits beyond the candidate's.
 _CONTROL = re.compile(r'[\x00-\x08\x0b-\x1f\x7f-\x9f]')
 
 # Runs in the candidate's box after the wire module's source. Placeholders: RFD, WFD, CODE.
@@ -169,9 +170,14 @@ class Verdict:
     detail: dict
 
 
+def backstop_s(timeout_s: float) -> float:
+    """The wall-clock backstop of a candidate's box with `timeout_s` of CPU time."""
+    return 2 * timeout_s + 10
+
+
 def _status(cand: sandbox.RunResult, chk: sandbox.RunResult, report: dict, checks: int) -> str:
     reported = report.get('status')
-    if chk.status == 'error' or cand.status == 'error':
+    if chk.status in ('error', 'infra') or cand.status in ('error', 'infra'):
         return 'infra'
     if reported == 'timeout' or chk.status in ('timeout', 'cpu_timeout'):
         return 'timeout'
@@ -190,19 +196,25 @@ def run_pair(code: str, checks: str, expected_checks: int, timeout_s: float) -> 
     """Runs `code` in a candidate box and `checks` (see `checker_source`) in a checker box,
     connected by two pipes; passed iff the checker ran `expected_checks` checks and all held.
 
-    `timeout_s` bounds the calls (the checker's deadline, from its start); each box's
-    wall-clock limit is that plus `START_SLACK_S` (the candidate's) or twice it (the
-    checker's, which waits for the candidate's)."""
+    Limits: the candidate's box has `timeout_s` of CPU time (the sandbox's `cpu_s`, its
+    start-up and every process it forks included) and a wall-clock backstop of
+    `backstop_s(timeout_s)`; the checker waits for answers until `backstop_s(timeout_s) - 5`
+    seconds after its start (a blocked candidate is then a 'timeout') and has its own CPU
+    and wall limits. When the checker ends, the candidate's box is cancelled."""
     req_r, req_w = os.pipe()
     resp_r, resp_w = os.pipe()
     results: dict[str, sandbox.RunResult] = {}
+    done = threading.Event()
+    backstop = backstop_s(timeout_s)
 
     def candidate() -> None:
         try:
             results['candidate'] = sandbox.run_python(
                 server_source(code, req_r, resp_w),
-                timeout_s=timeout_s + START_SLACK_S,
+                timeout_s=timeout_s,
+                wall_s=backstop,
                 pass_fds=(req_r, resp_w),
+                cancel=done,
             )
         finally:  # Its box is gone: the checker's next read sees EOF.
             os.close(req_r)
@@ -212,11 +224,13 @@ def run_pair(code: str, checks: str, expected_checks: int, timeout_s: float) -> 
     thread.start()
     try:
         chk = sandbox.run_python(
-            checker_source(checks, resp_r, req_w, timeout_s),
-            timeout_s=timeout_s + 2 * START_SLACK_S,
+            checker_source(checks, resp_r, req_w, backstop - 5),
+            timeout_s=timeout_s + START_SLACK_S,
+            wall_s=backstop + 2 * START_SLACK_S,
             pass_fds=(resp_r, req_w),
         )
-    finally:  # The checks are over: the candidate's next read sees EOF and it exits.
+    finally:  # The checks are over: stop the candidate (it also sees EOF on its requests).
+        done.set()
         os.close(resp_r)
         os.close(req_w)
         thread.join()
