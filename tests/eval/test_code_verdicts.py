@@ -38,12 +38,7 @@ SUBSET = {
     'Mbpp/389': [0, 1, 2], 'Mbpp/420': [0, 1, 2], 'Mbpp/455': [0, 1, 2],
     'Mbpp/583': [0, 2, 3], 'Mbpp/762': [0, 1, 2], 'Mbpp/793': [0, 1, 2],
 }  # fmt: skip
-# References that take seconds of CPU (Mbpp/389: recursive Lucas numbers up to n = 100ish;
-# Mbpp/583: Catalan numbers): beside two busy loops at the sandbox's wall-clock limits they
-# time out until the limit is the sample's CPU time (issue 30 point 6), so the busy-loop test
-# leaves them out; the other tests run them.
 MUTANT_TIMEOUT_S = 3.0  # Some mutants loop forever: a short limit keeps the test fast.
-HEAVY = {'Mbpp/389', 'Mbpp/583'}
 TASKS = {'humaneval': code.HumanEval(), 'mbpp': code.MBPP(), 'mbppplus': code.MBPPPlus()}
 
 
@@ -87,7 +82,7 @@ def busy_loops():
 
 
 def test_subset_references_pass_beside_two_busy_loops(busy_loops):
-    items = [item for item in subset_items() if item.id not in HEAVY]
+    items = subset_items()
     scores = score_all([(item, item.meta['reference']) for item in items])
     failing = [(i.id, s.detail) for i, s in zip(items, scores) if not s.correct]
     assert failing == [], 'references that fail'
