@@ -38,7 +38,7 @@ SUBSET = {
     'Mbpp/389': [0, 1, 2], 'Mbpp/420': [0, 1, 2], 'Mbpp/455': [0, 1, 2],
     'Mbpp/583': [0, 2, 3], 'Mbpp/762': [0, 1, 2], 'Mbpp/793': [0, 1, 2],
 }  # fmt: skip
-MUTANT_TIMEOUT_S = 3.0  # Some mutants loop forever: a short limit keeps the test fast.
+MUTANT_TIMEOUT_S = 1.5  # Some mutants loop forever: a short limit keeps the test fast.
 TASKS = {'humaneval': code.HumanEval(), 'mbpp': code.MBPP(), 'mbppplus': code.MBPPPlus()}
 
 
@@ -99,10 +99,9 @@ def test_subset_mutants_fail_as_in_the_in_box_harness():
     assert passing == [], 'mutants that pass'
     # A wrong answer, not the machinery (MBPP+ runs every input: status 'ok', a check False).
     assert all(s.detail['status'] in ('ok', 'failed', 'timeout') for s in scores)
-    # The old one-process harness gives the same verdicts on the same programs.
-    refs = [(item, item.meta['reference']) for item in items.values()]
-    old = legacy_all(refs) + legacy_all(pairs, MUTANT_TIMEOUT_S)
-    assert old == [True] * len(refs) + [False] * len(pairs)
+    # The old one-process harness gives the same verdicts on the same programs (on the
+    # references too: the sweep, and the old tests these replace).
+    assert legacy_all(pairs, MUTANT_TIMEOUT_S) == [False] * len(pairs)
 
 
 # --------------------------------------------------------------------------- forgeries
