@@ -55,14 +55,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.max_new_tokens = 12
         c.prompt_bucket = c.max_prompt_len = 384
     else:
-        # Batch 10: a CPU decode step is compute-bound there, and twice as efficient per
-        # token as at batch 4. MBPP's 20 items are two batches; the speed sets' 50 prompts
-        # five, so the speedups have intervals. One prompt bucket (every prompt of these
-        # sets fits 288 tokens): one compiled loop per rule kind.
+        # Batch 10. On this CPU a forward costs about the same per token whether it
+        # prefills or decodes (~230 tokens/s at batch 10), so prompts are padded to
+        # buckets of 64 (up to 288, MBPP's longest): a speed prompt of 40 tokens padded to
+        # 288 would cost 7 times its prefill. A bucket is a compiled loop per rule kind
+        # (about 4 s each). MBPP's 20 items are two batches; the speed sets' 50 prompts
+        # five, so their speedups have intervals.
         c.batch_size = 10
         c.tasks.mbpp = evaluate.task(20, 128)
         for name in SPEED_SETS:
             c.tasks[f'speed_{name}'] = evaluate.task(10, 24)
         c.max_new_tokens = 128
-        c.prompt_bucket = c.max_prompt_len = 288
+        c.prompt_bucket, c.max_prompt_len = 64, 288
     return c
