@@ -114,6 +114,10 @@ def _speed_lines(group: str, sel: list[dict]) -> list[str]:
             paid += f' (outside {tables.fmt(outside, ".3f")})'
         if tables.num(r.get('kl_inf_fraction')) and r['kl_inf_fraction'] > 0:
             paid += f', KL infinite at {tables.pct(r["kl_inf_fraction"])}% of positions'
+        if not r.get('pair_n'):
+            lines.append(f'{group}: {_param_text(r)}: no samples shared with '
+                         f'{tables.matched_name(r)} (a partial run): {paid}')  # fmt: skip
+            continue
         lines.append(
             f'{group}: {_param_text(r)}: BE {_ci(r, "d_be", "+.3f")}{_verdict(r, "d_be")} for '
             f'{paid} against {tables.matched_name(r)} (n {r.get("pair_n")})'

@@ -30,6 +30,7 @@ def test_a_gap_is_real_only_when_its_interval_excludes_zero():
               overshoot_max=40.0),
         lossy('lenience', 'l', 0.5, d_be=0.1, tv=0.02, overshoot_max=2.5),
         lossy('lenience', 'l', 0.8, d_be=0.05, tv=0.01, overshoot_max=1.5),  # Over 1/0.8.
+        lossy('minp_verify', 'rho', 0.3, pair_n=0, tv=0.2, outside=0.1),  # Partial run.
     ]
     lines = findings.findings(rows)
     text = '\n'.join(lines)
@@ -39,6 +40,7 @@ def test_a_gap_is_real_only_when_its_interval_excludes_zero():
     assert 'cos over lam = 0.2, 0.4, 0.6: TV rises (0.010, 0.030, 0.060), ΔBE rises' in text
     assert 'lenience l 0.5: BE +0.050' not in text and '(no interval' in text
     assert '1.5 (ceiling 1.25): NOT under its ceiling 1/l' in text
+    assert 'minp_verify rho 0.3: no samples shared with lossless (a partial run): TV 0.200' in text
 
 
 def test_claims_out_of_reach_are_named_with_their_numbers():
