@@ -22,6 +22,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from spec_jax import distributed
+from spec_jax.eval import sandbox
 from spec_jax.jobs import evaluate, runtime
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config.', lock_config=True)
@@ -37,6 +38,10 @@ _NUM_PROCESSES = flags.DEFINE_integer(
 _PROCESS_ID = flags.DEFINE_integer(
     'process_id', -1, f'With --coordinator host:port (default ${distributed.ENV_PROCESS_ID}).'
 )
+_WEAK_SANDBOX = flags.DEFINE_bool(
+    'weak_sandbox', False, 'Score code samples even where the sandbox lacks a layer '
+    f'(namespaces, cgroups, seccomp; docs/sandbox.md); default ${sandbox.WEAK_ENV}.'
+)  # fmt: skip
 flags.mark_flags_as_required(['config'])
 
 
@@ -47,6 +52,8 @@ def main(argv):
     if _DRY_RUN.value:
         print(evaluate.dry_run(c))
         return
+    if _WEAK_SANDBOX.value:
+        sandbox.ALLOW_WEAK = True  # The user's opt-in to the weaker box (docs/sandbox.md).
     distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     runtime.enable_compilation_cache(c.compilation_cache or None)
     evaluate.run(c, _WORKDIR.value or os.path.join('runs', c.name))

@@ -95,7 +95,7 @@ ISOLATIONS = ('namespaces', 'uid', 'none')
 LAYERS = ('namespaces', 'cgroups', 'seccomp')
 WEAK_ENV = 'SPEC_JAX_SANDBOX_WEAK'
 # Whether `run_python` may run with layers missing when its caller does not say
-# (`allow_weak=None`); an evaluation sets it from its own flag. Default: $SPEC_JAX_SANDBOX_WEAK.
+# (`allow_weak=None`); `launch/evaluate.py --weak_sandbox` sets it. Default: $SPEC_JAX_SANDBOX_WEAK.
 ALLOW_WEAK = os.environ.get(WEAK_ENV, '') not in ('', '0')
 STARVED_SHARE = 0.5  # Run-queue delay above this share of the wall time: starved.
 
