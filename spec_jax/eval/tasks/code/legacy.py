@@ -18,7 +18,7 @@ from spec_jax.eval.tasks.base import Item
 from spec_jax.eval.tasks.code import wire
 from spec_jax.eval.tasks.code.extract import sanitize
 from spec_jax.eval.tasks.code.humaneval import humaneval_solution
-from spec_jax.eval.tasks.code.mbppplus import MBPP_NOT_NONE, MBPP_SET_EQ
+from spec_jax.eval.tasks.code.mbppplus import MATCH_SOURCE, MBPP_NOT_NONE, MBPP_SET_EQ
 
 # Runs in the sandbox: the reference on every input; reports the pickled outputs.
 _REFERENCE = """
@@ -42,54 +42,7 @@ inputs = pickle.loads(base64.b64decode(@INPUTS@))
 expected = pickle.loads(base64.b64decode(@EXPECTED@))
 ENTRY, ATOL, SET_EQ, NOT_NONE = @ENTRY@, @ATOL@, @SET_EQ@, @NOT_NONE@
 
-def is_floats(x):
-    if isinstance(x, float):
-        return True
-    return isinstance(x, (list, tuple)) and bool(x) and all(isinstance(i, float) for i in x)
-
-def close(a, b, atol):  # numpy.allclose(a, b, rtol=1e-7, atol) on numbers and sequences
-    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
-        if not (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple))):
-            return False
-        return len(a) == len(b) and all(close(x, y, atol) for x, y in zip(a, b))
-    if not (isinstance(a, (int, float, complex)) and isinstance(b, (int, float, complex))):
-        return False
-    if a != a or b != b:
-        return False
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        if math.isinf(a) or math.isinf(b):
-            return a == b
-    return abs(a - b) <= atol + 1e-7 * abs(b)
-
-def surface_area(base_edge, height):  # EvalPlus's oracle for Mbpp/581
-    slant = math.sqrt((base_edge / 2) ** 2 + height ** 2)
-    return round(base_edge ** 2 + 2 * base_edge * slant)
-
-def digit_distance(a, b):  # EvalPlus's oracle for Mbpp/558
-    a, b = str(a), str(b)
-    width = max(len(a), len(b))
-    return sum(abs(int(x) - int(y)) for x, y in zip(a.zfill(width), b.zfill(width)))
-
-def match(out, exp, inp):
-    exact = bool(out == exp)
-    if ENTRY == 'are_equivalent':
-        exact = True
-    elif ENTRY == 'sum_div':
-        exact = exact or out == 0
-    elif ENTRY == 'surface_Area':
-        exact = exact or abs(out - surface_area(*inp)) <= ATOL
-    elif ENTRY == 'digit_distance_nums':
-        exact = exact or out == digit_distance(*inp)
-    elif SET_EQ:
-        exact = set(out) == set(exp)
-    elif NOT_NONE:
-        exact = out == exp if isinstance(out, bool) else exp == (out is not None)
-    atol = ATOL if ATOL or not is_floats(exp) else 1e-6
-    if exact or not atol:
-        return exact
-    if type(out) is not type(exp):
-        return False
-    return close(out, exp, atol)
+@MATCH@
 
 g = {'__name__': '__sandbox__'}
 exec(compile(@CODE@, 'solution.py', 'exec'), g)
@@ -104,7 +57,7 @@ for split in ('base', 'plus'):
             ok.append(False)
     report[split] = ok
     __sandbox_report__(report)
-"""
+""".replace('@MATCH@', MATCH_SOURCE)
 
 
 def _fill(template: str, **values: Any) -> str:

@@ -106,12 +106,9 @@ for split, args in inputs.items():
 __sandbox_report__({'expected': base64.b64encode(encode(out)).decode()})
 """
 
-# The checks (the checker's box, see `boxes`): the candidate's answer on every input compared
-# with the expected output, EvalPlus's way, on this side only.
-_CHECKS = """
-import math
-ENTRY, ATOL, SET_EQ, NOT_NONE = @ENTRY@, @ATOL@, @SET_EQ@, @NOT_NONE@
-
+# EvalPlus's comparison of an output with the expected one (needs math, ENTRY, ATOL, SET_EQ,
+# NOT_NONE in scope): `match(out, exp, inp)`.
+MATCH_SOURCE = """
 def is_floats(x):
     if isinstance(x, float):
         return True
@@ -161,6 +158,15 @@ def match(out, exp, inp):
         return False
     return close(out, exp, atol)
 
+"""
+
+# The checks (the checker's box, see `boxes`): the candidate's answer on every input compared
+# with the expected output, EvalPlus's way, on this side only.
+_CHECKS = """
+import math
+ENTRY, ATOL, SET_EQ, NOT_NONE = @ENTRY@, @ATOL@, @SET_EQ@, @NOT_NONE@
+
+@MATCH@
 
 def checks():
     import base64
@@ -179,7 +185,7 @@ def checks():
             CHECKS[0] += 1
 
 _run_checks(checks)
-"""
+""".replace('@MATCH@', MATCH_SOURCE)
 
 
 _expected: dict[str, str] = {}
