@@ -127,6 +127,15 @@ def _new_figure(ncols: int = 1, width: float = 7.5) -> tuple[Figure, list[Any]]:
     return fig, axes
 
 
+def _finish(ax: Any, empty: str, fontsize: int = 7) -> None:
+    """A grid, and the legend of what the panel drew, or `empty` written across it."""
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=fontsize, loc='best')
+    else:
+        ax.text(0.5, 0.5, empty, transform=ax.transAxes, ha='center')
+
+
 def _save(fig: Figure, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, format='png')
@@ -329,11 +338,7 @@ def distortion_vs_param(
         ax_over.set_ylabel('mean overshoot max pi/p')
         for ax in (ax_tv, ax_over):
             ax.set_xlabel(f'{rule} parameter {param_name}' if rule else 'parameter')
-            ax.grid(alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=6, loc='best')
-            else:
-                ax.text(0.5, 0.5, 'not metered', transform=ax.transAxes, ha='center')
+            _finish(ax, 'not metered', fontsize=6)
     _save(fig, path)
     return drawn
 
@@ -389,10 +394,6 @@ def tradeoff(rows: Sequence[dict[str, Any]], group: str, path: str) -> Drawn:
     for ax, title in ((ax_be, 'block efficiency bought'), (ax_speed, 'speed bought')):
         ax.set_xlabel('TV to the matched baseline (distortion paid)')
         ax.set_title(f'{group}: {title}')
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc='best')
-        else:
-            ax.text(0.5, 0.5, 'no lossy rule metered', transform=ax.transAxes, ha='center')
+        _finish(ax, 'no lossy rule metered')
     _save(fig, path)
     return drawn
