@@ -32,8 +32,8 @@ package uses these letters, so that `x_btd` always means an array of shape
   Y  a draft tree's frontier: the nodes one head call expands (`branch` per level)
   W  a dynamic draft tree's candidate pool (branch + (levels - 1) * branch^2)
   Z  the head's scratch slots past C in one tree proposal
-  R  attention rows: one per (batch row, KV head), R = B * K, batch-major (the KV cache's
-     leading axis; spec_jax.models.attention)
+  R  attention rows: one per (batch row, KV head), R = B * K, in mesh-block order
+     (batch-major on one device; the KV cache's leading axis; spec_jax.models.attention)
   Q  queries of one KV head in one call, Q = T * G, token-major
 
 Sharded arrays take their PartitionSpec from these letters (spec_jax.sharding: B over

@@ -12,15 +12,19 @@ point runs unchanged on one device or on a mesh (docs/sharding.md).
 
 Letters and their default mesh axes:
   B   'data'            rows of a batch (tokens, lengths, decode state)
-  N K 'model'           query and key/value heads (tensor parallel attention)
+  N   'model'           query heads (tensor parallel attention)
+  K   'model'           key/value heads: their own rule, so a drafter (or a model axis
+                        that K does not divide) can keep them whole
   F   'model'           MLP hidden width
   V   'model'           vocabulary (embedding and LM head rows)
-  R   ('data', 'model') the cache's rows R = B * K (batch-major): with one row per data
-                        shard (or model = 1) device (d, m) holds exactly row d's heads of
-                        block m; otherwise XLA moves the step's new keys and values
-                        between the head split and the row split (activations only: the
-                        cache stays in place).
+  R   ('data', 'model') the attention and cache rows R = B * K, in mesh-block order
+                        (spec_jax.models.attention.Rows): device (d, m) holds exactly
+                        its batch rows' KV heads of block m, at any rows per data shard.
 Every other letter (D, H, S, T, U, X, ...) is replicated.
+
+A model axis larger than K (Qwen2.5-72B's 8 KV heads over 16 devices) is met by holding
+each KV head `kv_repeat` times (spec_jax.models.llama.repeat_kv_heads): each device then
+keeps one KV head of its query heads' group, and N and K both split M ways.
 """
 
 from __future__ import annotations
@@ -104,21 +108,28 @@ class ShardingRules:
 
     batch: str | None = 'data'
     heads: str | None = 'model'
+    kv_heads: str | None = 'model'
     mlp: str | None = 'model'
     vocab: str | None = 'model'
 
     @classmethod
     def replicated(cls) -> ShardingRules:
-        """Everything on every device (a small draft or head beside a sharded target)."""
-        return cls(batch=None, heads=None, mlp=None, vocab=None)
+        """Everything on every device."""
+        return cls(batch=None, heads=None, kv_heads=None, mlp=None, vocab=None)
+
+    @classmethod
+    def batch_only(cls) -> ShardingRules:
+        """Weights on every device, rows (activations, caches) split over 'data': a small
+        draft or head beside a sharded target (the drafters' default)."""
+        return cls(heads=None, kv_heads=None, mlp=None, vocab=None)
 
     def axis(self, letter: str):
         """The mesh axis (a name, a tuple of names, or None) of one axis letter."""
         letter = letter.upper()
         if letter == 'R':
-            both = tuple(a for a in (self.batch, self.heads) if a)
+            both = tuple(a for a in (self.batch, self.kv_heads) if a)
             return both if len(both) > 1 else (both[0] if both else None)
-        return {'B': self.batch, 'N': self.heads, 'K': self.heads, 'F': self.mlp,
+        return {'B': self.batch, 'N': self.heads, 'K': self.kv_heads, 'F': self.mlp,
                 'V': self.vocab}.get(letter)  # fmt: skip
 
     def spec(self, letters: str, mesh: Mesh | None = None) -> P:
@@ -135,6 +146,23 @@ class ShardingRules:
 
 
 RULES = ShardingRules()
+DRAFT_RULES = ShardingRules.batch_only()
+
+
+def kv_repeat(num_kv_heads: int, mesh: Mesh | None, rules: ShardingRules = RULES) -> int:
+    """How many times to hold each of K KV heads so that the model axis splits them: M / K
+    when the model axis M exceeds K (a multiple of it), else 1. ValueError when neither
+    divides the other (no even split of the query heads' groups exists)."""
+    ways = 1 if mesh is None or rules.kv_heads is None else int(mesh.shape.get(rules.kv_heads, 1))
+    if ways <= num_kv_heads:
+        return 1
+    if ways % num_kv_heads:
+        raise ValueError(
+            f'{num_kv_heads} KV heads do not split over mesh axis {rules.kv_heads} of size '
+            f'{ways}, nor does it hold each head a whole number of times: use a model axis '
+            f'that divides {num_kv_heads} or is a multiple of it'
+        )
+    return ways // num_kv_heads
 
 
 def letters_of(name: str, ndim: int) -> str:
@@ -145,11 +173,23 @@ def letters_of(name: str, ndim: int) -> str:
 
 
 def param_specs(params, mesh: Mesh | None = None, rules: ShardingRules = RULES):
-    """The PartitionSpec of every parameter, from its name's axis letters."""
+    """The PartitionSpec of every parameter, from its name's axis letters. A KV-head axis
+    K smaller than its mesh axis (a multiple of K) is kept whole: each device needs the
+    heads of its query heads' group (`kv_repeat` then splits a copy of each)."""
 
     def one(path, x):
         letters = letters_of(_key(path[-1]), np.ndim(x)) if path else ''
-        return rules.spec(letters, mesh) if letters else P()
+        if not letters and len(path) > 1 and _key(path[0]) == 'layers' and np.ndim(x) > 1:
+            inner = letters_of(_key(path[-1]), np.ndim(x) - 1)  # Scanned layers: [L, ...].
+            letters = 'l' + inner if inner else ''
+        if not letters:
+            return P()
+        spec = list(rules.spec(letters, mesh))
+        if mesh is not None and 'k' in letters:
+            i = letters.index('k')
+            if kv_repeat(np.shape(x)[i], mesh, rules) > 1:
+                spec[i] = None
+        return P(*spec)
 
     return jax.tree_util.tree_map_with_path(one, params)
 

@@ -24,7 +24,10 @@ def test_specs_follow_the_axis_letters():
     assert rules.spec('dnh') == P(None, 'model', None)
     assert rules.spec('rsh') == P(('data', 'model'), None, None)
     assert rules.spec('b.') == P('data', None)
-    assert sharding.ShardingRules(heads=None).spec('rsh') == P('data', None, None)
+    assert sharding.ShardingRules(kv_heads=None).spec('rsh') == P('data', None, None)
+    assert sharding.ShardingRules(heads=None).spec('dkh') == P(None, 'model', None)
+    assert sharding.DRAFT_RULES.spec('rsh') == P('data', None, None)
+    assert sharding.DRAFT_RULES.spec('dnh') == P(None, None, None)
     assert sharding.ShardingRules.replicated().spec('vd') == P(None, None)
     assert sharding.letters_of('q_dnh', 3) == 'dnh'
     assert sharding.letters_of('scale', 1) == ''
@@ -32,3 +35,23 @@ def test_specs_follow_the_axis_letters():
     specs = sharding.param_specs({'embed_vd': np.ones((4, 2)),
                                   'norm': {'scale': np.ones(2)}})  # fmt: skip
     assert specs == {'embed_vd': P('model', None), 'norm': {'scale': P()}}
+
+
+class _Mesh:
+    """Stands in for a Mesh where only its axis sizes are read."""
+
+    def __init__(self, **shape):
+        self.shape = shape
+
+
+def test_a_model_axis_larger_than_the_kv_heads_holds_each_head_several_times():
+    mesh = _Mesh(data=1, model=16)
+    assert sharding.kv_repeat(8, mesh) == 2  # Qwen2.5-72B at model 16.
+    assert sharding.kv_repeat(8, _Mesh(data=2, model=8)) == 1
+    assert sharding.kv_repeat(8, None) == 1
+    assert sharding.kv_repeat(2, mesh, sharding.DRAFT_RULES) == 1  # Heads whole.
+    with pytest.raises(ValueError, match='3 KV heads do not split over mesh axis model of size 4'):
+        sharding.kv_repeat(3, _Mesh(data=1, model=4))
+    specs = sharding.param_specs({'k_dkh': np.ones((4, 8, 2)), 'q_dnh': np.ones((4, 64, 2))},
+                                 mesh)  # fmt: skip
+    assert specs == {'k_dkh': P(None, None, None), 'q_dnh': P(None, 'model', None)}

@@ -168,7 +168,5 @@ def build(c: ml_collections.ConfigDict) -> Built:
         tree_shape(s.tree) if s.mode == 'tree' else None,
     )
     engine.check()
-    params = Params(
-        target.params, sharding.shard(draft.params, mesh, sharding.ShardingRules.replicated())
-    )
+    params = Params(target.params, sharding.shard(draft.params, mesh, draft.drafter.rules))
     return Built(engine, params, tok, target)

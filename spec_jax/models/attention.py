@@ -15,49 +15,136 @@ brings the size-1 axis and the copies back; every supported family has K >= 2. Q
 order also lets XLA read the weights in place: the earlier [B, K, G, T, S] scores made it
 re-layout the [N, H, D] output weights every step.
 
-Row r holds batch row r // K and KV head r % K (batch-major); query q of a row is new token
-q // G and query head (r % K) * G + q % G.
+Row order (`Rows`): mesh blocks first. On a mesh whose 'data' axis splits the batch D
+ways and whose 'model' axis splits the KV heads M ways, row
+
+    r = ((d * M + m) * B/D + b') * K/M + k'     for batch row b = d * B/D + b',
+                                                 KV head k = m * K/M + k'
+
+so the R axis split over ('data', 'model') into D * M contiguous blocks gives device
+(d, m) exactly the rows of its batch rows and its KV heads, whatever B/D and K/M are:
+attention, the cache write and the cache itself stay on their device, with the heads
+split (a batch-major order, b * K + k, would make a data shard of several rows a batch
+split instead, and XLA then gathered the attention weights in every layer). On one
+device (D = M = 1) this is the batch-major order. Query q of a row is new token q // G
+and query head k * G + q % G.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from spec_jax import sharding
 
 
-def to_rows(x_btkh: jax.Array) -> jax.Array:
-    """Keys or values [B, T, K, H] -> [R, T, H]."""
-    b, t, k, h = x_btkh.shape
-    return x_btkh.transpose(0, 2, 1, 3).reshape(b * k, t, h)
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """The row order of B batch rows and K KV heads on a mesh (module docstring).
 
+    Attributes:
+      batch: B.
+      kv_heads: K.
+      data_axis, data: the mesh axis splitting the batch and its size D (None, 1: unsplit).
+      model_axis, model: the mesh axis splitting the KV heads and its size M.
+    """
 
-def query_rows(q_btnh: jax.Array, num_kv_heads: int) -> jax.Array:
-    """Queries [B, T, N, H] -> [R, Q, H] (N = K * G, Q = T * G)."""
-    b, t, n, h = q_btnh.shape
-    k, g = num_kv_heads, n // num_kv_heads
-    return q_btnh.reshape(b, t, k, g, h).transpose(0, 2, 1, 3, 4).reshape(b * k, t * g, h)
+    batch: int
+    kv_heads: int
+    data_axis: str | None = None
+    data: int = 1
+    model_axis: str | None = None
+    model: int = 1
 
+    @classmethod
+    def on_mesh(
+        cls, batch: int, kv_heads: int, rules: sharding.ShardingRules = sharding.RULES
+    ) -> Rows:
+        """The order under the current mesh (`jax.set_mesh`; none: batch-major): the batch
+        split over `rules.batch` and the KV heads over `rules.kv_heads` where the mesh
+        axis divides them, otherwise unsplit."""
+        mesh = jax.sharding.get_abstract_mesh()
 
-def from_query_rows(out_rqh: jax.Array, batch: int, num_new: int) -> jax.Array:
-    """Attention outputs [R, Q, H] -> [B, T, N * H], heads in the projection's order."""
-    r, q, h = out_rqh.shape
-    k, g = r // batch, q // num_new
-    out_bktgh = out_rqh.reshape(batch, k, num_new, g, h)
-    return out_bktgh.transpose(0, 2, 1, 3, 4).reshape(batch, num_new, k * g * h)
+        def split(axis, size):
+            ways = 1 if mesh.empty or axis is None else int(mesh.shape.get(axis, 1))
+            return (axis, ways) if ways > 1 and size % ways == 0 else (None, 1)
 
+        return cls(batch, kv_heads, *split(rules.batch, batch), *split(rules.kv_heads, kv_heads))
 
-def _mask_scores(scores_rqs: jax.Array, mask_bts: jax.Array) -> jax.Array:
-    """Hides key s from every query of new token t where mask_bts[b, t, s] is False."""
-    b, t, s = mask_bts.shape
-    r, q = scores_rqs.shape[:2]
-    scores_bktgs = scores_rqs.reshape(b, r // b, t, q // t, s)
-    masked = jnp.where(mask_bts[:, None, :, None], scores_bktgs, jnp.finfo(jnp.float32).min)
-    return masked.reshape(r, q, s)
+    @property
+    def size(self) -> int:
+        """R = B * K."""
+        return self.batch * self.kv_heads
+
+    @property
+    def spec(self) -> P:
+        """The PartitionSpec of the leading R axis: the mesh axes of its blocks."""
+        axes = tuple(a for a in (self.data_axis, self.model_axis) if a)
+        return P(axes if len(axes) > 1 else (axes[0] if axes else None))
+
+    def constrain(self, x_r: jax.Array) -> jax.Array:
+        """Inside jit: an array with leading axis R pinned to the rows' blocks (no-op
+        without a mesh)."""
+        if jax.sharding.get_abstract_mesh().empty:
+            return x_r
+        return jax.lax.with_sharding_constraint(x_r, P(*self.spec, *([None] * (x_r.ndim - 1))))
+
+    def _regroup(self, x: jax.Array, axes: str, sizes: dict, order: str, shape) -> jax.Array:
+        """x viewed as `axes` (letters of `sizes`; d, b, m, k: data blocks, batch rows
+        in a block, model blocks, KV heads in a block), transposed to `order`, reshaped
+        to `shape`. Block axes of size 1 are left out, so on one device these are the
+        reshapes and transposes of a batch-major order, op for op."""
+        sizes = dict(d=self.data, b=self.batch // self.data, m=self.model,
+                     k=self.kv_heads // self.model, **sizes)  # fmt: skip
+        kept = [a for a in axes if not (a in 'dm' and sizes[a] == 1)]
+        x = x.reshape([sizes[a] for a in kept])
+        return x.transpose([kept.index(a) for a in order if a in kept]).reshape(shape)
+
+    def keys(self, x_btkh: jax.Array) -> jax.Array:
+        """Keys or values [B, T, K, H] -> [R, T, H]."""
+        _, t, _, h = x_btkh.shape
+        x = self._regroup(x_btkh, 'dbtmkh', dict(t=t, h=h), 'dmbkth', (self.size, t, h))
+        return self.constrain(x)
+
+    def queries(self, q_btnh: jax.Array) -> jax.Array:
+        """Queries [B, T, N, H] -> [R, Q, H] (N = K * G, Q = T * G)."""
+        _, t, n, h = q_btnh.shape
+        g = n // self.kv_heads
+        x = self._regroup(q_btnh, 'dbtmkgh', dict(t=t, g=g, h=h), 'dmbktgh',
+                          (self.size, t * g, h))  # fmt: skip
+        return self.constrain(x)
+
+    def outputs(self, out_rqh: jax.Array, num_new: int) -> jax.Array:
+        """Attention outputs [R, Q, H] -> [B, T, N * H], heads in the projection's order."""
+        _, q, h = out_rqh.shape
+        g = q // num_new
+        return self._regroup(out_rqh, 'dmbktgh', dict(t=num_new, g=g, h=h), 'dbtmkgh',
+                             (self.batch, num_new, self.kv_heads * g * h))  # fmt: skip
+
+    def per_row(self, x_b: jax.Array) -> jax.Array:
+        """A per-batch-row array [B, ...] -> [R, ...], row r taking its batch row's entry."""
+        d, m = self.data, self.model
+        bl, kl, rest = self.batch // d, self.kv_heads // m, x_b.shape[1:]
+        x = x_b.reshape(d, 1, bl, 1, *rest)
+        return jnp.broadcast_to(x, (d, m, bl, kl, *rest)).reshape(self.size, *rest)
+
+    def mask_scores(self, scores_rqs: jax.Array, mask_bts: jax.Array) -> jax.Array:
+        """Hides key s from every query of new token t where mask_bts[b, t, s] is False."""
+        _, t, s = mask_bts.shape
+        d, m = self.data, self.model
+        bl, kl, q = self.batch // d, self.kv_heads // m, scores_rqs.shape[1]
+        scores = scores_rqs.reshape(d, m, bl, kl, t, q // t, s)
+        mask = mask_bts.reshape(d, 1, bl, 1, t, 1, s)
+        masked = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+        return masked.reshape(self.size, q, s)
 
 
 def attend(
+    rows: Rows,
     q_rqh: jax.Array,
     keys_rsh: jax.Array,
     values_rsh: jax.Array,
@@ -67,7 +154,8 @@ def attend(
     """Softmax attention of query rows over key rows.
 
     Args:
-      q_rqh: queries [R, Q, H] (`query_rows`).
+      rows: the row order of all of them.
+      q_rqh: queries [R, Q, H] (`Rows.queries`).
       keys_rsh, values_rsh: [R, S, H].
       mask_bts: [B, T, S], True where new token t may see key s.
       diagonal: extra (keys [R, T, H], values [R, T, H]) blocks; new token t sees only
@@ -81,7 +169,7 @@ def attend(
     t = mask_bts.shape[1]
     scale = h**-0.5
     scores_rqs = jnp.einsum('rqh,rsh->rqs', q_rqh, keys_rsh).astype(jnp.float32) * scale
-    scores = [_mask_scores(scores_rqs, mask_bts)]
+    scores = [rows.mask_scores(scores_rqs, mask_bts)]
     q_rtgh = q_rqh.reshape(r, t, q // t, h)
     for keys_rth, _ in diagonal:
         diag_rtg = jnp.einsum('rtgh,rth->rtg', q_rtgh, keys_rth).astype(jnp.float32)

@@ -1,8 +1,10 @@
 """The KV cache as an explicit pytree, and its pure operations.
 
 One pair of arrays per layer, each `[R, S, H]` with one row per (batch row, KV head),
-R = B * K, batch-major (spec_jax.models.attention reads it in this layout): a layer updates
-its own buffers in place.
+R = B * K, in the mesh-block order of `attention.Rows` (batch-major on one device; each
+device holds its own batch rows' KV heads on a mesh): a layer updates its own buffers in
+place. The cache's `rules` (static) say which mesh axes split its rows: the target's
+(`sharding.RULES`) or a drafter's (`sharding.DRAFT_RULES`: batch only).
 
 A model call *writes* the keys and values of its T new tokens at slots
 `lengths[b] .. lengths[b] + T - 1` of each row but does not *commit* them: `lengths`
@@ -21,7 +23,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from spec_jax import sharding
-from spec_jax.models.attention import to_rows
+from spec_jax.models.attention import Rows
 from spec_jax.models.config import ModelConfig
 
 
@@ -30,26 +32,46 @@ class KVCache:
     """Keys, values and committed lengths.
 
     Attributes:
-      k: keys, a tuple of L arrays [R, S, H] (R = B * K).
+      k: keys, a tuple of L arrays [R, S, H] (R = B * K), or one [L, R, S, H] array for a
+        cfg.scan_layers model.
       v: values, likewise.
       lengths: committed tokens per row [B] int32; the next write starts here.
+      rules: the sharding rules of its rows (static; `rows`).
     """
 
     k: tuple[jax.Array, ...]
     v: tuple[jax.Array, ...]
     lengths: jax.Array
+    rules: sharding.ShardingRules = struct.field(pytree_node=False, default=sharding.RULES)
 
     @classmethod
-    def init(cls, cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
-        """An empty cache of `max_len` slots per row."""
+    def init(
+        cls,
+        cfg: ModelConfig,
+        batch: int,
+        max_len: int,
+        dtype=None,
+        rules: sharding.ShardingRules = sharding.RULES,
+    ) -> KVCache:
+        """An empty cache of `max_len` slots per row, its rows split by `rules`."""
         zeros = partial(
-            empty_layer, batch, cfg.num_kv_heads, max_len, cfg.head_dim, dtype or cfg.dtype
-        )
+            empty_layer, batch, cfg.num_kv_heads, max_len, cfg.head_dim, dtype or cfg.dtype,
+            rules,
+        )  # fmt: skip
+        k = tuple(zeros() for _ in range(cfg.num_layers))
+        v = tuple(zeros() for _ in range(cfg.num_layers))
+        if cfg.scan_layers:  # Scanned layers (models/llama.py) carry one [L, R, S, H] array.
+            k, v = jnp.stack(k), jnp.stack(v)
         return cls(
-            k=tuple(zeros() for _ in range(cfg.num_layers)),
-            v=tuple(zeros() for _ in range(cfg.num_layers)),
-            lengths=sharding.constrain(jnp.zeros((batch,), jnp.int32), 'b'),
+            k=k,
+            v=v,
+            lengths=sharding.constrain(jnp.zeros((batch,), jnp.int32), 'b', rules),
+            rules=rules,
         )
+
+    def rows(self) -> Rows:
+        """The row order of its arrays under the current mesh."""
+        return Rows.on_mesh(self.batch, self.k[0].shape[0] // self.batch, self.rules)
 
     @property
     def max_len(self) -> int:
@@ -91,43 +113,55 @@ class KVCache:
         keep_bp = jnp.arange(num_path)[None, :] < path_len_b[:, None]
         # Padding entries rewrite their destination with its own value: a no-op.
         src_bp = jnp.where(keep_bp, src_bp, dst_bp)
-        heads = self.k[0].shape[0] // self.batch
-        src_rp, dst_rp = jnp.repeat(src_bp, heads, axis=0), jnp.repeat(dst_bp, heads, axis=0)
-        rows_r1 = jnp.arange(src_rp.shape[0])[:, None]
+        rows = self.rows()
+        src_rp, dst_rp = rows.per_row(src_bp), rows.per_row(dst_bp)
+        rows_r1 = jnp.arange(rows.size)[:, None]
 
         def move(x_rsh):
             return x_rsh.at[rows_r1, dst_rp].set(x_rsh[rows_r1, src_rp])
 
+        def move_layers(x):  # A tuple of L [R, S, H] arrays, or one stacked [L, R, S, H].
+            return tuple(map(move, x)) if isinstance(x, tuple) else jax.vmap(move)(x)
+
         return self.replace(
-            k=tuple(map(move, self.k)),
-            v=tuple(map(move, self.v)),
+            k=move_layers(self.k),
+            v=move_layers(self.v),
             lengths=self.lengths + path_len_b,
         )
 
 
-def empty_layer(batch: int, num_kv_heads: int, max_len: int, head_dim: int, dtype) -> jax.Array:
-    """One layer's zero keys (or values) [R, S, H], R = batch * num_kv_heads (rows split over
-    the mesh under one: spec_jax.sharding)."""
-    return sharding.constrain(jnp.zeros((batch * num_kv_heads, max_len, head_dim), dtype), 'rsh')
+def empty_layer(
+    batch: int,
+    num_kv_heads: int,
+    max_len: int,
+    head_dim: int,
+    dtype,
+    rules: sharding.ShardingRules = sharding.RULES,
+) -> jax.Array:
+    """One layer's zero keys (or values) [R, S, H], R = batch * num_kv_heads, its rows
+    split over the current mesh by `rules` (`attention.Rows`)."""
+    zeros_rsh = jnp.zeros((batch * num_kv_heads, max_len, head_dim), dtype)
+    return Rows.on_mesh(batch, num_kv_heads, rules).constrain(zeros_rsh)
 
 
-def write_layer(kv, k_btkh: jax.Array, v_btkh: jax.Array, dtype):
+def write_layer(kv, k_btkh: jax.Array, v_btkh: jax.Array, dtype, rows: Rows):
     """Writes one layer's new keys/values [B, T, K, H] at slots lengths[b] + t.
 
     Args:
       kv: (cache_k [R, S, H], cache_v, lengths [B]) of one layer.
       k_btkh, v_btkh: the new keys and values.
       dtype: the compute dtype of the returned keys/values.
+      rows: the cache's row order.
 
     Returns:
       (keys [R, S, H], values [R, S, H] in `dtype`, the updated kv).
     """
     cache_k, cache_v, lengths_b = kv
-    b, t, k = k_btkh.shape[:3]
-    rows_r1 = jnp.arange(b * k)[:, None]
-    slots_rt = jnp.repeat(lengths_b, k)[:, None] + jnp.arange(t)[None, :]
-    cache_k = cache_k.at[rows_r1, slots_rt].set(to_rows(k_btkh).astype(cache_k.dtype))
-    cache_v = cache_v.at[rows_r1, slots_rt].set(to_rows(v_btkh).astype(cache_v.dtype))
+    t = k_btkh.shape[1]
+    rows_r1 = jnp.arange(rows.size)[:, None]
+    slots_rt = rows.per_row(lengths_b)[:, None] + jnp.arange(t)[None, :]
+    cache_k = cache_k.at[rows_r1, slots_rt].set(rows.keys(k_btkh).astype(cache_k.dtype))
+    cache_v = cache_v.at[rows_r1, slots_rt].set(rows.keys(v_btkh).astype(cache_v.dtype))
     return cache_k.astype(dtype), cache_v.astype(dtype), (cache_k, cache_v, lengths_b)
 
 

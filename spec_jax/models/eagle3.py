@@ -22,7 +22,9 @@ Attention context: with a KV cache (`kv=(cache_k [R, S, H], cache_v, lengths [B]
 the new keys are written at slots lengths+t and the mask is [B, T, S] (chain or tree
 drafting). Without a cache the T tokens attend each other through a [B, T, T] mask, plus,
 for the training-time test, `diag_kv`: keys/values of earlier TTT steps, each attended only
-at the same index t (docs/eagle3.md §5).
+at the same index t (docs/eagle3.md §5). The rows of its attention and cache split over the
+mesh by the call's `rules` (default `sharding.DRAFT_RULES`: the batch only, the head's
+weights on every device).
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from spec_jax import sharding
 from spec_jax.models import rope
-from spec_jax.models.attention import attend, from_query_rows, query_rows, to_rows
+from spec_jax.models.attention import Rows, attend
 from spec_jax.models.cache import write_layer
 from spec_jax.models.config import ModelConfig, RopeScaling
 from spec_jax.models.llama import RMSNorm
@@ -143,10 +146,12 @@ class Midlayer(nn.Module):
     """The EAGLE-3 decoder layer with a 2D-wide attention input."""
 
     cfg: Eagle3Config
+    rules: sharding.ShardingRules = sharding.DRAFT_RULES
 
     @nn.compact
     def __call__(self, embeds_btd, hidden_btd, positions_bt, mask_bts, kv, diag_kv, ctx_kv):
         cfg = self.cfg
+        rows = Rows.on_mesh(embeds_btd.shape[0], cfg.num_kv_heads, self.rules)
         dt = jnp.dtype(cfg.dtype)
         d, n, k, h = cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         normed_hidden = RMSNorm(cfg.rms_eps, name='hidden_norm')(hidden_btd)
@@ -169,16 +174,16 @@ class Midlayer(nn.Module):
         new_kv = (k_btkh, v_btkh)
 
         if ctx_kv is not None:  # TTT step j >= 1: step-0 keys, then this step on the diagonal.
-            keys_rsh, values_rsh = map(to_rows, ctx_kv)
+            keys_rsh, values_rsh = map(rows.keys, ctx_kv)
             diag_kv = (*diag_kv, (k_btkh, v_btkh))
         elif kv is None:
-            keys_rsh, values_rsh = to_rows(k_btkh), to_rows(v_btkh)
+            keys_rsh, values_rsh = rows.keys(k_btkh), rows.keys(v_btkh)
         else:
-            keys_rsh, values_rsh, new_kv = write_layer(kv, k_btkh, v_btkh, dt)
+            keys_rsh, values_rsh, new_kv = write_layer(kv, k_btkh, v_btkh, dt, rows)
         # Earlier TTT steps: one extra key per step, at the same index t (the diagonal).
-        diagonal = [(to_rows(dk), to_rows(dv)) for dk, dv in diag_kv]
-        out_rqh = attend(query_rows(q_btnh, k), keys_rsh, values_rsh, mask_bts, diagonal)
-        out_btf = from_query_rows(out_rqh, *q_btnh.shape[:2])
+        diagonal = [(rows.keys(dk), rows.keys(dv)) for dk, dv in diag_kv]
+        out_rqh = attend(rows, rows.queries(q_btnh), keys_rsh, values_rsh, mask_bts, diagonal)
+        out_btf = rows.outputs(out_rqh, q_btnh.shape[1])
         o_fd = self.param('o_nhd', _init, (n, h, d)).astype(dt).reshape(n * h, d)
         attn = jnp.einsum('btf,fd->btd', out_btf, o_fd)
         x_btd = residual + attn
@@ -198,6 +203,7 @@ class Eagle3(nn.Module):
     """fc + midlayer + norm + lm_head (reduced vocabulary). See the module docstring."""
 
     cfg: Eagle3Config
+    rules: sharding.ShardingRules = sharding.DRAFT_RULES
 
     @nn.compact
     def __call__(
@@ -220,7 +226,7 @@ class Eagle3(nn.Module):
             hidden = jnp.einsum(
                 'btx,xd->btd', hidden.reshape(b, t, -1).astype(dt), fc_xd.astype(dt)
             )
-        hidden_btd, new_kv = Midlayer(cfg, name='midlayer')(
+        hidden_btd, new_kv = Midlayer(cfg, self.rules, name='midlayer')(
             embeds_btd.astype(dt),
             hidden.astype(dt),
             positions_bt,
@@ -268,6 +274,7 @@ def eagle3_forward(
     ctx_kv: tuple[jax.Array, jax.Array] | None = None,
     apply_fc: bool = True,
     logits_index_bu: jax.Array | None = None,
+    rules: sharding.ShardingRules = sharding.DRAFT_RULES,
 ):
     """One head call (not jitted itself: jit the caller).
 
@@ -285,13 +292,15 @@ def eagle3_forward(
       apply_fc: project `hidden` with fc (target taps) or not (the head's own output).
       logits_index_bu: optional [B, U'] indices into T: logits only there (the draft-vocab
         head is the head's largest matmul); the output hidden keeps every position.
+      rules: how the rows of its attention and cache split over the current mesh (the
+        cache's, `cache.empty_layer(..., rules)`).
 
     Returns:
       (logits over the draft vocab [B, T or U', U] fp32, output hidden (pre-norm) [B, T, D],
        the updated cache tuple, or this call's (k [B, T, K, H], v [B, T, K, H]) without one).
     """
     params = {k: v for k, v in params.items() if k != 'embed_vd'}
-    return Eagle3(cfg).apply(
+    return Eagle3(cfg, rules).apply(
         {'params': params},
         embeds_btd,
         hidden,

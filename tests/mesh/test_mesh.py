@@ -129,9 +129,14 @@ def test_a_mesh_that_does_not_divide_the_model_names_axis_and_sizes():
     mesh = sharding.make_mesh(sharding.mesh_config(2, 4))
     with pytest.raises(ValueError, match=r'embed_vd \(67, 28\): .* of size 67 .*model of size 4'):
         sharding.shard(random_params(ModelConfig.tiny(), seed=0), mesh)  # V 67.
-    odd = random_params(ModelConfig.tiny(vocab_size=72), seed=0)  # K 2.
-    with pytest.raises(ValueError, match=r'k_dkh \(28, 2, 14\): axis 1 of size 2 .*size 4'):
+    odd = random_params(ModelConfig.tiny(vocab_size=72, num_heads=12, num_kv_heads=3), seed=0)
+    with pytest.raises(ValueError, match='3 KV heads do not split over mesh axis model of size 4'):
         sharding.shard(odd, mesh)
+    fewer = ModelConfig.tiny(vocab_size=72, num_heads=8, mlp_width=40)  # K 2 < 4: kept whole.
+    fewer = random_params(fewer, seed=0)
+    placed = sharding.shard(fewer, mesh)['layer_0']['attn']
+    assert placed['k_dkh'].sharding.spec == P(None, None, None)
+    assert placed['q_dnh'].sharding.spec == P(None, 'model', None)
 
 
 def test_the_generate_job_runs_on_the_config_mesh():

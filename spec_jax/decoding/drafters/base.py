@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Protocol
 import jax
 import jax.numpy as jnp
 
-from spec_jax import categorical
+from spec_jax import categorical, sharding
 from spec_jax.models.config import ModelConfig
 
 CONTEXT_PARTS = 'prompt bucket + new tokens + num_draft + 1'
@@ -40,11 +40,15 @@ class Drafter(Protocol):
       narrows: True when `draft_len` can be below `num_draft` (prompt lookup): the engine
         then picks each round's width from the longest live row's draft (`lax.switch`
         over A + 1 compiled widths; 0 = a plain one-token step).
+      rules: how its weights and cache rows split on a mesh (`sharding.DRAFT_RULES` by
+        default: weights on every device, rows over 'data'); `decoding.build` places the
+        draft's weights by them.
     """
 
     tap_layers: tuple[int, ...]
     vocab_size: int
     narrows: ClassVar[bool]
+    rules: sharding.ShardingRules
 
     def check(self, cfg: ModelConfig, slots: int | None = None) -> None:
         """Raises a ValueError when the drafter does not fit target `cfg` or a run of
@@ -129,6 +133,7 @@ class NoDrafter:
     vocab_size: int = 0
     tap_layers: tuple[int, ...] = ()
     narrows: ClassVar[bool] = False
+    rules: ClassVar[sharding.ShardingRules] = sharding.DRAFT_RULES
 
     def check(self, cfg, slots=None):
         del cfg, slots

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from spec_jax import categorical
+from spec_jax import categorical, sharding
 from spec_jax.decoding import trees
 from spec_jax.decoding.drafters.base import (
     OUTSIDE_DRAFT_VOCAB,
@@ -59,10 +59,12 @@ class Eagle3Drafter:
     scattered into V (`OUTSIDE_DRAFT_VOCAB` elsewhere), so q is a law over V.
 
     Params: {'head': head params, 'embed_vd': the target's input embeddings, 'draft_ids_u':
-    the target id of each draft id} (`params_for`).
+    the target id of each draft id} (`params_for`). On a mesh its cache rows split by
+    `rules` (default `sharding.DRAFT_RULES`: over 'data' only, the weights on every device).
     """
 
     cfg: e3.Eagle3Config
+    rules: sharding.ShardingRules = sharding.DRAFT_RULES
     narrows: ClassVar[bool] = False
 
     @property
@@ -103,6 +105,7 @@ class Eagle3Drafter:
             attention_mask(start_b, t, slots),
             kv=(cache_k, cache_v, start_b),
             logits_index_bu=last_b1,
+            rules=self.rules,
         )
         hidden_bd = jnp.take_along_axis(hidden_btd, last_b1[:, :, None], 1)[:, 0]
         return Eagle3State(cache_k, cache_v, hidden_bd, logits_b1u[:, 0])
@@ -110,7 +113,9 @@ class Eagle3Drafter:
     def init(self, params, history_bs, prompt_len_b, bucket: int, taps_bped=None):
         batch, slots = history_bs.shape
         cfg = self.cfg
-        zeros = empty_layer(batch, cfg.num_kv_heads, slots, cfg.head_dim, jnp.dtype(cfg.dtype))
+        zeros = empty_layer(
+            batch, cfg.num_kv_heads, slots, cfg.head_dim, jnp.dtype(cfg.dtype), self.rules
+        )
         tokens_bp = gather_tokens(history_bs, jnp.arange(1, bucket + 1)[None, :])
         start_b = jnp.zeros((batch,), jnp.int32)
         return self._window(params, zeros, zeros, tokens_bp, taps_bped, start_b, prompt_len_b)
@@ -150,6 +155,7 @@ class Eagle3Drafter:
                 attention_mask(pos_b, 1, slots),
                 kv=(*kv[:2], pos_b),
                 apply_fc=False,
+                rules=self.rules,
             )
             return (kv, hidden_b1d[:, 0], logits_b1u[:, 0]), (x_b, q_bv)
 
@@ -211,6 +217,7 @@ class Eagle3Drafter:
             tree_mask(committed_b, seen_byz, kv[0].shape[1]),
             kv=(*kv, committed_b + offset),
             apply_fc=False,
+            rules=self.rules,
         )
         return logits_byu, hidden_byd, kv[:2]
 

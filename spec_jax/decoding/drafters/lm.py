@@ -8,6 +8,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
+from spec_jax import sharding
 from spec_jax.decoding.drafters.base import (
     CONTEXT_KNOBS,
     CONTEXT_PARTS,
@@ -38,10 +39,15 @@ class LMDrafter:
     table differs from the target's only by padding rows (the same tokenizer, e.g.
     Qwen2.5-0.5B's 151,936 rows against Qwen2.5-72B's 152,064) drafts over the target's
     ids: q is 0 on ids the draft lacks (`fit_vocab`); `make` checks the tokenizers.
+
+    On a mesh its cache rows split by `rules` (default `sharding.DRAFT_RULES`: over 'data'
+    only, its weights on every device); `decoding.build` places its weights by the same
+    rules.
     """
 
     cfg: ModelConfig
     vocab_size: int = 0
+    rules: sharding.ShardingRules = sharding.DRAFT_RULES
     tap_layers: ClassVar[tuple[int, ...]] = ()
     narrows: ClassVar[bool] = False
 
@@ -64,7 +70,7 @@ class LMDrafter:
         del taps_bped
         batch, slots = history_bs.shape
         prompt_bp = history_bs[:, :bucket]
-        cache = KVCache.init(self.cfg, batch, slots)
+        cache = KVCache.init(self.cfg, batch, slots, rules=self.rules)
         positions = jnp.broadcast_to(jnp.arange(bucket, dtype=jnp.int32), (batch, bucket))
         _, _, cache = forward(
             self.cfg,

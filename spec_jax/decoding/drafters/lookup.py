@@ -9,6 +9,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
+from spec_jax import sharding
 from spec_jax.decoding.drafters.base import Drafter, ProbsFn, gather_tokens
 
 
@@ -33,6 +34,7 @@ class NgramDrafter:
 
     tap_layers: ClassVar[tuple[int, ...]] = ()
     narrows: ClassVar[bool] = True
+    rules: ClassVar[sharding.ShardingRules] = sharding.DRAFT_RULES  # No weights, no cache.
 
     def check(self, cfg, slots=None):
         if self.vocab_size != cfg.vocab_size:
@@ -123,6 +125,10 @@ class PromptLookup:
     @property
     def vocab_size(self) -> int:
         return self.base.vocab_size
+
+    @property
+    def rules(self) -> sharding.ShardingRules:
+        return self.base.rules
 
     def check(self, cfg, slots=None):
         self.base.check(cfg, slots)
