@@ -13,13 +13,14 @@ their order rotating from batch to batch (docs/eval.md).
 
 What the embedded default can show leads: block efficiency and speedup gained against
 distortion paid (TV and the mass outside the allowed set, against the matched baseline),
-from the speed sets (50 prompts, 24 tokens each: five batches, so every speedup has an
-interval) and the meter, which need few tokens. Task scores: MBPP (the 20 bundled test
-items, 128 tokens), the one bundled task on which this target scores above zero at a limit
-that fits the budget. Measured with AR at T 0.7 (2026-12-02): MBPP 2/20 at 128 tokens;
-GSM8K 0/20 at 192, HumanEval 0/20 at 160 and BFCL simple 0/30 at 64 (the model answers BFCL
-with a Python function, not a call). A score near floor cannot separate rules whose gaps
-the paper puts at 1-4 points: the run says so in its findings.
+from the speed sets (8 prompts of each of 5 sets, 24 tokens each: five batches of 8, so
+every speedup has an interval) and the meter, which need few tokens. Task scores: MBPP (16
+of the 20 bundled test items, 128 tokens: two batches), the one bundled task on which this
+target scores above zero at a limit that fits the budget. Measured with AR at T 0.7
+(2026-12-02): MBPP 2/20 at 128 tokens; GSM8K 0/20 at 192, HumanEval 0/20 at 160 and BFCL
+simple 0/30 at 64 (the model answers BFCL with a Python function, not a call). A score
+near floor cannot separate rules whose gaps the paper puts at 1-4 points: the run says so
+in its findings.
 """
 
 import ml_collections
@@ -55,16 +56,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.max_new_tokens = 12
         c.prompt_bucket = c.max_prompt_len = 384
     else:
-        # Batch 10. On this CPU a forward costs about the same per token whether it
+        # Batch 8. On this CPU a forward costs about the same per token whether it
         # prefills or decodes (~230 tokens/s at batch 10), so prompts are padded to
         # buckets of 64 (up to 288, MBPP's longest): a speed prompt of 40 tokens padded to
         # 288 would cost 7 times its prefill. A bucket is a compiled loop per rule kind
-        # (about 4 s each). MBPP's 20 items are two batches; the speed sets' 50 prompts
-        # five, so their speedups have intervals.
-        c.batch_size = 10
-        c.tasks.mbpp = evaluate.task(20, 128)
+        # (about 4 s each). MBPP's 16 items are two batches; the speed sets' 40 prompts
+        # five, so their speedups have intervals. Timed whole: docs/performance.md.
+        c.batch_size = 8
+        c.tasks.mbpp = evaluate.task(16, 128)
         for name in SPEED_SETS:
-            c.tasks[f'speed_{name}'] = evaluate.task(10, 24)
+            c.tasks[f'speed_{name}'] = evaluate.task(8, 24)
         c.max_new_tokens = 128
         c.prompt_bucket, c.max_prompt_len = 64, 288
     return c

@@ -16,7 +16,8 @@ Modules:
               (scoring failures by kind, avg@k / pass@k over seeds)
   findings    what a run supports, in sentences with numbers, and what it cannot test
   acceptance  a draft's teacher-forced greedy acceptance on held-out target text
-  report      report.md, metrics.csv; tables (cells, row lookups); plots (the PNGs);
-              machine (the report's header: CPU, versions, fingerprint, load)
+  report      report.md; metrics_csv (the rows as CSV, read back typed); tables (cells,
+              row lookups); plots (the PNGs); machine (the report's header: CPU,
+              versions, fingerprint, load)
   paper       the paper's numbers as data (docs/paper.md §5); compare: ours beside them
 """

@@ -40,15 +40,6 @@ def pooled_rows(results: Sequence[dict], methods: Sequence[Method]) -> list[dict
     return metrics.aggregate(pooled, methods)
 
 
-def _ci(row: dict, key: str, spec: str, scale: float = 1.0) -> str:
-    """'+0.050 [+0.010, +0.090]': row[key] and its interval (key_lo, key_hi) if it has one."""
-    value, lo, hi = row.get(key), row.get(f'{key}_lo'), row.get(f'{key}_hi')
-    text = tables.fmt(value * scale if tables.num(value) else None, spec)
-    if tables.num(lo) and tables.num(hi):
-        text += f' [{tables.fmt(lo * scale, spec)}, {tables.fmt(hi * scale, spec)}]'
-    return text
-
-
 def _verdict(row: dict, key: str, ref: float = 0.0) -> str:
     """Whether row[key]'s interval excludes `ref`."""
     lo, hi = row.get(f'{key}_lo'), row.get(f'{key}_hi')
@@ -101,7 +92,7 @@ def _speed_lines(group: str, sel: list[dict]) -> list[str]:
     if lossless:
         lines.append(
             f'{group}: lossless SD runs at BE {tables.fmt(lossless.get("block_efficiency"))}, '
-            f'speedup {_ci(lossless, "speedup", ".2f")}x over AR '
+            f'speedup {tables.interval(lossless, "speedup", ".2f")}x over AR '
             f'({lossless.get("speedup_n_batches") or 0} batches)'
             + _verdict(lossless, 'speedup', 1.0)
         )
@@ -119,9 +110,10 @@ def _speed_lines(group: str, sel: list[dict]) -> list[str]:
                          f'{tables.matched_name(r)} (a partial run): {paid}')  # fmt: skip
             continue
         lines.append(
-            f'{group}: {_param_text(r)}: BE {_ci(r, "d_be", "+.3f")}{_verdict(r, "d_be")} for '
+            f'{group}: {_param_text(r)}: BE {tables.interval(r, "d_be", "+.3f")}'
+            f'{_verdict(r, "d_be")} for '
             f'{paid} against {tables.matched_name(r)} (n {r.get("pair_n")})'
-            + (f'; speedup over it {_ci(r, "speedup_vs_matched", ".2f")}x'
+            + (f'; speedup over it {tables.interval(r, "speedup_vs_matched", ".2f")}x'
                if tables.num(r.get('speedup_vs_matched')) else '')
         )
     for rule, fam in _families(sel).items():
@@ -163,7 +155,8 @@ def _score_lines(task: str, sel: list[dict]) -> list[str]:
             continue
         p = f', McNemar p {r["d_score_p"]:.3g}' if tables.num(r.get('d_score_p')) else ''
         lines.append(
-            f'{task}: {_param_text(r)}: score {_ci(r, "d_score", "+.1f", 100.0)} points against '
+            f'{task}: {_param_text(r)}: score {tables.interval(r, "d_score", "+.1f", 100.0)} '
+            f'points against '
             f'{tables.matched_name(r)} (n {r.get("pair_n")}{p}){verdict}'
         )
     if quiet:

@@ -1,8 +1,9 @@
 """The evaluation report: a markdown page, the metrics as CSV, the paper's numbers beside ours,
 and the figures of `spec_jax.eval.plots`.
 
-Input: the metrics rows of `spec_jax.eval.metrics`, one dict per task x method (FIELDS; a
-speed set has `scored` False and no score). `write_report` writes into one directory:
+Input: the metrics rows of `spec_jax.eval.metrics`, one dict per task x method
+(`metrics_csv.FIELDS`; a speed set has `scored` False and no score). `write_report` writes
+into one directory:
 
   report.md             per task the headline table; the matched pairs (each lossy method
                         beside its matched baseline, docs/laws.md §5: the score difference with
@@ -10,7 +11,7 @@ speed set has `scored` False and no score). `write_report` writes into one direc
                         outside the allowed set and the overshoot); the paper's gaps beside
                         ours (`spec_jax.eval.paper`); links to the figures, each with the
                         series it drew;
-  metrics.csv           the rows (`read_metrics_csv` reads them back with their types);
+  metrics.csv           the rows (`metrics_csv.read_metrics_csv` reads them back typed);
   paper_comparison.csv  every row that has a paper counterpart (written only if one does);
   *.png                 pareto_<task>.png per scored task, score_vs_be.png,
                         distortion_vs_param.png.
@@ -21,65 +22,12 @@ speed set has `scored` False and no score). `write_report` writes into one direc
 from __future__ import annotations
 
 import csv
-import json
 import os
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from spec_jax.eval import compare, findings, machine, plan, plots, tables
-
-FIELDS = (
-    'task',
-    'scored',
-    'method',
-    'kind',
-    'rule',
-    'param',
-    'param_name',
-    'pairs',
-    'n_items',
-    'n_samples',
-    'score',
-    'score_lo',
-    'score_hi',
-    'block_efficiency',
-    'be_full_gamma',
-    'accept_length',
-    'acceptance_rate',
-    'position_acceptance',
-    'full_fraction',
-    'tokens',
-    'decode_seconds',
-    'tokens_per_s',
-    'speedup',
-    'ds',
-    'tv',
-    'js',
-    'kl',
-    'kl_inf_fraction',
-    'outside',
-    'overshoot_mean',
-    'overshoot_max',
-    'overshoot_inf_fraction',
-    'seeds_k',
-    'avg_at_k',
-    'pass_at_k',
-    'n_scorer_errors',
-    'n_timeouts',
-    'n_infra_errors',
-    'failed_samples',
-)
-# The paired Δs of a lossy row against its matched baseline (`spec_jax.eval.paired`).
-PAIR_FIELDS = ('d_score', 'd_score_lo', 'd_score_hi', 'd_score_p', 'd_be', 'd_be_lo', 'd_be_hi',
-               'd_tv', 'd_tv_lo', 'd_tv_hi', 'speedup_vs_matched', 'speedup_vs_matched_lo',
-               'speedup_vs_matched_hi', 'speedup_vs_matched_n_batches')  # fmt: skip
-_STR_FIELDS = frozenset({'task', 'method', 'kind', 'rule', 'param_name', 'speedup_group',
-                         'speedup_basis'})  # fmt: skip
-_INT_FIELDS = frozenset({'n_items', 'n_samples', 'tokens', 'seeds_k', 'n_scorer_errors',
-                         'n_timeouts', 'n_infra_errors'})  # fmt: skip
-_PAIRS_SEP = ';'  # Method names hold ':', ',', '=' and brackets, never ';'.
-
+from spec_jax.eval.metrics_csv import PAIR_FIELDS, cell, write_metrics_csv
 
 # --- The terminal table -------------------------------------------------------------------
 
@@ -107,65 +55,6 @@ def headline(rows: Sequence[dict[str, Any]]) -> str:
              for cells in [header, *body]]  # fmt: skip
     lines.insert(1, '  '.join('-' * w for w in widths))
     return '\n'.join(lines)
-
-
-# --- CSV --------------------------------------------------------------------------------------
-
-
-def _cell(value: Any, key: str = '') -> str:
-    if value is None:
-        return ''
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, (list, tuple)):  # Method names; other lists (numbers) as JSON.
-        return _PAIRS_SEP.join(str(v) for v in value) if key == 'pairs' else json.dumps(value)
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
-
-
-def _fieldnames(rows: Sequence[dict[str, Any]], fields: Sequence[str]) -> list[str]:
-    extra = [k for r in rows for k in r if k not in fields]
-    return list(fields) + list(dict.fromkeys(extra))
-
-
-def write_metrics_csv(rows: Sequence[dict[str, Any]], path: str) -> str:
-    """Writes the rows as CSV (FIELDS first, then any other keys): None is an empty cell,
-    `pairs` is ';'-joined, floats are written exactly (repr). Returns `path`."""
-    names = _fieldnames(rows, FIELDS)
-    with open(path, 'w', newline='') as f:
-        writer = csv.writer(f)
-        writer.writerow(names)
-        for r in rows:
-            writer.writerow([_cell(r.get(k), k) for k in names])
-    return path
-
-
-def _parse(key: str, text: str) -> Any:
-    if key == 'pairs':
-        return [p for p in text.split(_PAIRS_SEP) if p]
-    if text == '':
-        return None
-    if key in _STR_FIELDS:
-        return text
-    if text.startswith('['):
-        return json.loads(text)
-    if key == 'scored' or text in ('True', 'False'):
-        return text == 'True'
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    if key in _INT_FIELDS or (key not in FIELDS and re.fullmatch(r'-?\d+', text)):
-        return int(number)
-    return number
-
-
-def read_metrics_csv(path: str) -> list[dict[str, Any]]:
-    """Reads `write_metrics_csv`'s file back into rows with their types (bool, int, float,
-    None, the `pairs` list)."""
-    with open(path, newline='') as f:
-        return [{k: _parse(k, v) for k, v in r.items()} for r in csv.DictReader(f)]
 
 
 # --- The markdown page --------------------------------------------------------------------
@@ -255,21 +144,10 @@ def _failures_section(rows: Sequence[dict[str, Any]], shown: int = 10) -> list[s
     return lines + ['']
 
 
-def interval_text(value: Any, lo: Any, hi: Any, spec: str = '+.2f', scale: float = 1.0) -> str:
-    """'-3.1 [-8.0, +1.9]' (the value scaled, then its interval when it has one)."""
-    if not tables.num(value):
-        return '-'
-    text = tables.fmt(value * scale, spec)
-    if tables.num(lo) and tables.num(hi):
-        text += f' [{tables.fmt(lo * scale, spec)}, {tables.fmt(hi * scale, spec)}]'
-    return text
-
-
 def speedup_text(row: dict[str, Any]) -> str:
     """'1.42 [1.20, 1.68] (7)': the speedup, its interval (from 5 batches on) and the
     batches it pairs with AR; the group when the task shares batches ('(7, speed)')."""
-    text = interval_text(row.get('speedup'), row.get('speedup_lo'), row.get('speedup_hi'),
-                         '.2f')  # fmt: skip
+    text = tables.interval(row, 'speedup', '.2f')
     n = row.get('speedup_n_batches')
     if text == '-' or n is None:
         return text
@@ -337,12 +215,11 @@ def _pairs_section(rows: Sequence[dict[str, Any]]) -> list[str]:
             str(p['n']) if p['paired'] else 'pooled',
             tables.score_text(p['row']),
             tables.score_text(p['matched_row'] or {}),
-            interval_text(p['d_score'], p['d_score_lo'], p['d_score_hi'], '+.1f', 100.0)
+            tables.interval(p, 'd_score', '+.1f', 100.0)
             + (f' (p {p["d_score_p"]:.3g})' if tables.num(p['d_score_p']) else ''),
-            interval_text(p['d_be'], p['d_be_lo'], p['d_be_hi']),
-            interval_text(p['d_tv'], p['d_tv_lo'], p['d_tv_hi'], '+.4f'),
-            interval_text(p['speedup_vs_matched'], p['speedup_vs_matched_lo'],
-                          p['speedup_vs_matched_hi'], '.2f'),  # fmt: skip
+            tables.interval(p, 'd_be'),
+            tables.interval(p, 'd_tv', '+.4f'),
+            tables.interval(p, 'speedup_vs_matched', '.2f'),
             tables.fmt(p['row'].get('tv'), '.4f'),
             tables.fmt(p['row'].get('js'), '.4f'),
             tables.kl_text(p['row']),
@@ -394,7 +271,7 @@ def write_report(
     """Writes the report of one evaluation run into `out_dir`.
 
     Args:
-      rows: metrics rows (FIELDS), one per task x method.
+      rows: metrics rows (metrics_csv.FIELDS), one per task x method.
       out_dir: the directory (created if needed).
       mode: the run's speculative mode, 'chain' or 'tree': the matched-baseline convention and
         the paper setup to compare with (docs/paper.md §5.2 chain, §5.1 tree).
@@ -430,7 +307,7 @@ def write_report(
             writer = csv.writer(f)
             writer.writerow(compare.PAPER_FIELDS)
             for c in comparison:
-                writer.writerow([_cell(c[k]) for k in compare.PAPER_FIELDS])
+                writer.writerow([cell(c[k]) for k in compare.PAPER_FIELDS])
 
     figures: list[tuple[str, str, plots.Drawn]] = []  # (name, caption, what it drew)
 

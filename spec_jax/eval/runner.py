@@ -143,7 +143,8 @@ def engine_for(base: decoding.Engine, method: plan_lib.Method) -> decoding.Engin
 @dataclasses.dataclass
 class Progress:
     """What a run did: samples written, generated tokens, decode and compile seconds, and
-    AR's tokens/s on the first and the last batch it decoded (drift made visible)."""
+    AR's tokens/s on the first and the last batch it decoded of each timing group (drift
+    made visible: batches of one group cost alike, those of two groups need not)."""
 
     samples: int = 0
     tokens: int = 0
@@ -152,8 +153,8 @@ class Progress:
     compiled: int = 0
     cache_hits: int = 0
     wall_s: float = 0.0
-    ar_first_tokens_per_s: float | None = None
-    ar_last_tokens_per_s: float | None = None
+    ar_first_tokens_per_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    ar_last_tokens_per_s: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def throughput_ratio(self) -> float | None:
@@ -272,9 +273,8 @@ def _decode_and_score(
             progress.compiled += compiled.compiled
             progress.cache_hits += compiled.cache_hits
             if method.mode == 'ar' and decode_s > 0:
-                if progress.ar_first_tokens_per_s is None:
-                    progress.ar_first_tokens_per_s = num_tokens / decode_s
-                progress.ar_last_tokens_per_s = num_tokens / decode_s
+                progress.ar_first_tokens_per_s.setdefault(planned.group, num_tokens / decode_s)
+                progress.ar_last_tokens_per_s[planned.group] = num_tokens / decode_s
             timing_row = dict(
                 id=planned.id, seconds=decode_s, compile_s=compiled.seconds, rows=len(batch),
                 pad=pad, tokens=num_tokens, slot=slot, place=place,

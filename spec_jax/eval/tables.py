@@ -21,6 +21,18 @@ def fmt(x: Any, spec: str = '.2f') -> str:
     return format(x, spec)
 
 
+def interval(row: dict, key: str, spec: str = '+.2f', scale: float = 1.0) -> str:
+    """'-3.1 [-8.0, +1.9]': row[key] scaled, then its interval (row[key_lo], row[key_hi])
+    when it has one; '-' without a value."""
+    value, lo, hi = row.get(key), row.get(f'{key}_lo'), row.get(f'{key}_hi')
+    if not num(value):
+        return '-'
+    text = fmt(value * scale, spec)
+    if num(lo) and num(hi):
+        text += f' [{fmt(lo * scale, spec)}, {fmt(hi * scale, spec)}]'
+    return text
+
+
 def pct(x: Any) -> str:
     return fmt(x * 100.0, '.1f') if num(x) else '-'
 

@@ -151,11 +151,12 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     start, load_start = time.perf_counter(), machine.load_average()
     runtime.log_devices()
     store, methods, progress = runner.run(c, workdir)
-    print(f'AR tokens/s on the first and last batch it decoded: '
-          f'{_tps(progress.ar_first_tokens_per_s)} and {_tps(progress.ar_last_tokens_per_s)} '
-          '(the drift of the machine over the run; every method decodes each batch)')  # fmt: skip
-    drift = dict(ar_tokens_per_s_first_batch=progress.ar_first_tokens_per_s,
-                 ar_tokens_per_s_last_batch=progress.ar_last_tokens_per_s)  # fmt: skip
+    first, last = progress.ar_first_tokens_per_s, progress.ar_last_tokens_per_s
+    drift = {f'ar_tokens_per_s_{group}': f'{first[group]:.1f} first batch, {last[group]:.1f} last'
+             for group in first}  # fmt: skip
+    print('AR tokens/s on the first and last batch of each timing group (the drift of the '
+          'machine over the run; every method decodes each batch): '
+          + ('; '.join(f'{g}: {v}' for g, v in drift.items()) or '-'))  # fmt: skip
     header = machine.header(store.fingerprint, load_start, **drift)
     # Process 0 alone holds the merged results (and writes the report).
     out = (write_report(c, runner.results(store), methods, workdir, header)
@@ -184,10 +185,6 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
 def _siblings(c: ml_collections.ConfigDict) -> int:
     """Siblings per tree node for the theory curves: the tree's branch (1 in chain mode)."""
     return decoding.tree_shape(c.tree).branch if c.mode == 'tree' else 1
-
-
-def _tps(value: float | None) -> str:
-    return '-' if value is None else f'{value:.1f}'
 
 
 def write_report(

@@ -10,7 +10,7 @@ import re
 import pytest
 from figures import check_series, has_color, read_png
 
-from spec_jax.eval import compare, paper, plots, report
+from spec_jax.eval import compare, metrics_csv, paper, plots, report
 from spec_jax.rules import theory
 
 PAPER_TASKS = ('math', 'include')
@@ -131,10 +131,11 @@ def test_write_report(tmp_path, curve):
     assert plots.theory_label('minp_verify', curve) in text
 
     # metrics.csv parses back into the same rows (types, None, inf, pairs).
-    assert report.read_metrics_csv(paths['metrics_csv']) == rows
+    assert metrics_csv.read_metrics_csv(paths['metrics_csv']) == rows
     with open(paths['metrics_csv'], newline='') as f:
         plain = list(csv.DictReader(f))
-    assert len(plain) == len(rows) and list(plain[0])[: len(report.FIELDS)] == list(report.FIELDS)
+    fields = list(metrics_csv.FIELDS)
+    assert len(plain) == len(rows) and list(plain[0])[: len(fields)] == fields
 
     # paper_comparison.csv: our gaps beside the paper's (docs/paper.md §5.2).
     with open(paths['paper_csv'], newline='') as f:

@@ -15,7 +15,7 @@ from collections import defaultdict
 import pytest
 from figures import check_series
 
-from spec_jax.eval import findings, metrics, paper, plots, records, report, runner
+from spec_jax.eval import findings, metrics, metrics_csv, paper, plots, records, runner
 from spec_jax.jobs import evaluate, runtime
 
 ROOT = os.path.join(os.path.dirname(__file__), '..', '..')
@@ -122,7 +122,7 @@ def test_metrics_and_report_of_the_run(tiny_run, tmp_path):
     report_dir = os.path.join(workdir, 'report')
     for name in ('report.md', 'metrics.csv', 'pareto_mbpp.png', 'distortion_vs_param.png'):
         assert os.path.getsize(os.path.join(report_dir, name)) > 0
-    assert report.read_metrics_csv(os.path.join(report_dir, 'metrics.csv')) == rows
+    assert metrics_csv.read_metrics_csv(os.path.join(report_dir, 'metrics.csv')) == rows
     assert evaluate.report_only(workdir)['rows'] == rows  # launch/report.py re-renders it.
     with open(os.path.join(report_dir, 'report.md')) as f:
         md = f.read()
