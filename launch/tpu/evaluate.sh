@@ -1,31 +1,34 @@
 #!/usr/bin/env bash
-# Runs an evaluation on every host of the TPU VM: one process per host, JAX's own cluster
-# detection joins them (--coordinator auto), each decodes its share of the samples on its
-# chips and process 0 merges the results and writes the report, all under the output
-# bucket (mounted with gcsfuse on every host at /mnt/spec_jax).
-#   launch/tpu/evaluate.sh CONFIG BUCKET [RUN_NAME] [-- extra evaluate.py flags]
+# Starts an evaluation on every host of the TPU VM, detached: one process per host, JAX's
+# own cluster detection joins them (--coordinator auto), each decodes its share of the
+# samples on its chips and process 0 merges the results and writes the report, all under
+# the output bucket (mounted with gcsfuse on every host at /mnt/spec_jax, metadata caching
+# off: common.sh, mount_bucket). The script returns once every host has started; the run
+# goes on without the SSH sessions (a dropped connection does not end it).
+#   launch/tpu/evaluate.sh [--dry_run] CONFIG BUCKET [RUN_NAME] [-- extra evaluate.py flags]
 #   launch/tpu/evaluate.sh configs/experiments/llama31_8b_eagle3.py gs://my-bucket llama8b \
 #       -- --config.dtype=bfloat16 --config.mesh.model=-1
-# Rerun the same command after a preemption or a lost host: finished samples are skipped.
+#   launch/tpu/logs.sh llama8b        # worker 0's log (--follow to keep reading)
+#   launch/tpu/status.sh llama8b      # running / exit status on every worker
+# A target checkpoint in the bucket is read straight from gs:// (an orbax directory written
+# by convert.sh: --config.model=gs://my-bucket/ckpt/llama8b). Rerun the same command after
+# a preemption or a lost host: finished samples are skipped.
 # shellcheck source=launch/tpu/common.sh
 source "$(dirname "$0")/common.sh"
+take_flags "$@"
+set -- "${ARGS[@]}"
 config=${1:?CONFIG (a configs/ file, relative to the repository)}
 bucket=${2:?BUCKET (gs://name)}
+[[ $bucket == gs://* && $bucket != gs://*/* ]] || die "BUCKET $bucket: gs://name (no path)"
 shift 2
 run=$(basename "${config%.py}")
 if (( $# )) && [[ "$1" != "--" ]]; then run=$1; shift; fi
 if (( $# )) && [[ "$1" == "--" ]]; then shift; fi
+check_name "$run"
 # Every value reaches the workers' shell quoted.
-args=$(printf ' %q' --config "$config" --workdir "/mnt/spec_jax/runs/$run" \
-  --coordinator auto "$@")
-log=$(printf '%q' "evaluate_$run.log")
-on_all_workers "
-  set -eo pipefail
-  if ! mountpoint -q /mnt/spec_jax; then
-    sudo mkdir -p /mnt/spec_jax && sudo chown \$USER /mnt/spec_jax
-    gcsfuse --implicit-dirs $(printf '%q' "${bucket#gs://}") /mnt/spec_jax
-  fi
-  cd spec_jax && . .venv/bin/activate
-  python launch/evaluate.py $args 2>&1 | tee -a ~/$log
-"
-echo "report: $bucket/runs/$run/report/report.md"
+job_command="python launch/evaluate.py$(printf ' %q' --config "$config" \
+  --workdir "$MOUNT/runs/$run" --coordinator auto "$@")"
+on_workers all "$(mount_bucket "$bucket")
+$(detached "$run" "$job_command")"
+echo "report (when done): $bucket/runs/$run/report/report.md"
+echo "log: launch/tpu/logs.sh $run [--follow]; state: launch/tpu/status.sh $run"
