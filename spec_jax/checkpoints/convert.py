@@ -13,6 +13,7 @@ and `LoadedModel` (what `checkpoints.load` returns).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -37,6 +38,38 @@ class HubUnreachableError(CheckpointError, OSError):
     """A hub id was given and the Hugging Face hub cannot be reached."""
 
 
+@dataclasses.dataclass(frozen=True)
+class SliceReader:
+    """A checkpoint's tensors read by region, so that a host reads only the slices its
+    devices keep (`sources.place_sliced`).
+
+    Attributes:
+      shape: HF tensor name -> its shape in HF layout (from the header: nothing read).
+      read: (HF tensor name, a slice per axis with step 1) -> that region as a numpy array
+        of memory of its own (float32 for GGUF, the file's dtype for safetensors).
+    """
+
+    shape: Callable[[str], tuple[int, ...]]
+    read: Callable[[str, tuple[slice, ...]], np.ndarray]
+
+
+def index_bounds(index: tuple[slice, ...], shape: tuple[int, ...]) -> list[tuple[int, int]]:
+    """[(start, stop)] per axis of `shape` for `index` (slices of step 1, as
+    `jax.make_array_from_callback` passes them; missing trailing axes are whole)."""
+    if len(index) > len(shape):
+        raise ValueError(f'index {index} has more axes than shape {shape}')
+    out = []
+    for i, size in enumerate(shape):
+        s = index[i] if i < len(index) else slice(None)
+        if not isinstance(s, slice):
+            raise ValueError(f'index {index}: axis {i} is {s!r}, not a slice')
+        lo, hi, step = s.indices(size)
+        if step != 1:
+            raise ValueError(f'index {index}: axis {i} has step {step}; only step 1 is read')
+        out.append((lo, max(lo, hi)))
+    return out
+
+
 @dataclasses.dataclass
 class SourceState:
     """A checkpoint opened tensor by tensor (nothing read yet): what `state_to_params` and the
@@ -48,6 +81,7 @@ class SourceState:
       names: the names `read` serves.
       tokenizer: its tokenizer (a spec_jax.tokenizer.Tokenizer), or None.
       source: the file or directory it was opened from.
+      slices: the same tensors read by region (None: a format read only whole).
     """
 
     cfg: ModelConfig
@@ -55,6 +89,7 @@ class SourceState:
     names: list[str]
     tokenizer: Any
     source: str
+    slices: SliceReader | None = None
 
 
 @dataclasses.dataclass
@@ -149,10 +184,10 @@ def _hf_to_ours(path: str, w: np.ndarray, cfg: ModelConfig) -> np.ndarray:
     return w
 
 
-def _check_shape(name: str, w: np.ndarray, want: tuple[int, ...]) -> None:
-    if tuple(w.shape) != tuple(want):
+def _check_shape(name: str, shape: tuple[int, ...], want: tuple[int, ...]) -> None:
+    if tuple(shape) != tuple(want):
         raise CheckpointError(
-            f'tensor {name} has shape {tuple(w.shape)}, expected {tuple(want)} from the config'
+            f'tensor {name} has shape {tuple(shape)}, expected {tuple(want)} from the config'
         )
 
 
@@ -167,6 +202,36 @@ def check_available(cfg: ModelConfig, available: Iterable[str]) -> None:
         )
 
 
+def _plan(cfg: ModelConfig) -> list[tuple[str, str, str, tuple[int, ...], tuple[int, ...]]]:
+    """Every parameter in reading order: (our path 'layer_3/attn/q_dnh', its kind (the
+    path within a layer, or the path itself at the top), HF tensor name, HF shape, our
+    shape)."""
+    v, d, h = cfg.vocab_size, cfg.width, cfg.head_dim
+    n, k = cfg.num_heads * h, cfg.num_kv_heads * h
+    ours = _layer_shapes(cfg)
+    hf_shapes = {
+        'attn/q_dnh': (n, d),
+        'attn/k_dkh': (k, d),
+        'attn/v_dkh': (k, d),
+        'attn/o_nhd': (d, n),
+        'mlp/gate_df': (cfg.mlp_width, d),
+        'mlp/up_df': (cfg.mlp_width, d),
+        'mlp/down_fd': (d, cfg.mlp_width),
+        'attn/q_bias_nh': (n,),
+        'attn/k_bias_kh': (k,),
+        'attn/v_bias_kh': (k,),
+    }
+    plan = [('embed_vd', 'embed_vd', 'model.embed_tokens.weight', (v, d), (v, d)),
+            ('final_norm/scale', 'final_norm/scale', 'model.norm.weight', (d,), (d,))]  # fmt: skip
+    if not cfg.tie_embeddings:
+        plan.append(('lm_head_vd', 'lm_head_vd', 'lm_head.weight', (v, d), (v, d)))
+    for i in range(cfg.num_layers):
+        for kind, name in layer_names(i, cfg).items():
+            plan.append((f'layer_{i}/{kind}', kind, name, hf_shapes.get(kind, ours[kind]),
+                         ours[kind]))  # fmt: skip
+    return plan
+
+
 def converted_tensors(
     cfg: ModelConfig, read: StateReader, available: Iterable[str], dtype: str = 'float32'
 ) -> Iterator[tuple[str, np.ndarray]]:
@@ -178,40 +243,66 @@ def converted_tensors(
     """
     check_available(cfg, available)
     np_dtype = np.dtype(jnp.dtype(dtype))
-    v, d = cfg.vocab_size, cfg.width
-    shapes = _layer_shapes(cfg)
-    hf_shapes = {
-        'attn/q_dnh': (cfg.num_heads * cfg.head_dim, d),
-        'attn/k_dkh': (cfg.num_kv_heads * cfg.head_dim, d),
-        'attn/v_dkh': (cfg.num_kv_heads * cfg.head_dim, d),
-        'attn/o_nhd': (d, cfg.num_heads * cfg.head_dim),
-        'mlp/gate_df': (cfg.mlp_width, d),
-        'mlp/up_df': (cfg.mlp_width, d),
-        'mlp/down_fd': (d, cfg.mlp_width),
-        'attn/q_bias_nh': (cfg.num_heads * cfg.head_dim,),
-        'attn/k_bias_kh': (cfg.num_kv_heads * cfg.head_dim,),
-        'attn/v_bias_kh': (cfg.num_kv_heads * cfg.head_dim,),
-    }
 
     def get(name, shape):
         w = np.asarray(read(name))
-        _check_shape(name, w, shape)
+        _check_shape(name, w.shape, shape)
         return w
 
-    top = [('embed_vd', 'model.embed_tokens.weight', (v, d)),
-           ('final_norm/scale', 'model.norm.weight', (d,))]  # fmt: skip
-    if not cfg.tie_embeddings:
-        top.append(('lm_head_vd', 'lm_head.weight', (v, d)))
-    for path, name, shape in top:
-        yield path, get(name, shape).astype(np_dtype, copy=False)
-    for i in range(cfg.num_layers):
-        for path, name in layer_names(i, cfg).items():
-            # No tensor bound to a local: the paused frame keeps none alive.
-            raw_shape = hf_shapes.get(path, shapes[path])
-            yield (
-                f'layer_{i}/{path}',
-                _hf_to_ours(path, get(name, raw_shape), cfg).astype(np_dtype, copy=False),
-            )
+    for path, kind, name, raw_shape, _ in _plan(cfg):
+        # No tensor bound to a local: the paused frame keeps none alive.
+        yield path, _hf_to_ours(kind, get(name, raw_shape), cfg).astype(np_dtype, copy=False)
+
+
+def sliced_tensors(
+    cfg: ModelConfig, slices: SliceReader, available: Iterable[str], dtype: str = 'float32'
+) -> Iterator[tuple[str, tuple[int, ...], Callable[[tuple[slice, ...]], np.ndarray]]]:
+    """Each parameter of `cfg` as (path, its shape in our layout, `region(index)`): the
+    region `index` (slices of our layout, as `jax.make_array_from_callback` passes them) in
+    our layout and `dtype`, reading only the HF tensor's part that `index` covers.
+
+    Our layouts are HF's transposed and with heads split out, so a region of ours is one
+    region of HF's: heads n0:n1 of q_dnh [D, N, H] are rows n0*H:n1*H of q_proj [N*H, D],
+    of o_nhd [N, H, D] the columns n0*H:n1*H of o_proj [D, N*H]; F of gate_df [D, F] rows
+    of gate_proj [F, D], of down_fd [F, D] columns of down_proj [D, F]; vocabulary rows are
+    rows. Names are checked against `available` and every HF shape against the config before
+    anything is read (CheckpointError).
+    """
+    check_available(cfg, available)
+    plan = _plan(cfg)
+    for _, _, name, raw_shape, _ in plan:
+        _check_shape(name, slices.shape(name), raw_shape)
+    np_dtype = np.dtype(jnp.dtype(dtype))
+    for path, kind, name, _, shape in plan:
+        yield path, shape, functools.partial(
+            _read_region, cfg, kind, name, shape, slices.read, np_dtype
+        )
+
+
+def _read_region(cfg, kind, name, shape, read, np_dtype, index) -> np.ndarray:
+    """Region `index` of parameter `kind` ([`shape`], our layout) from HF tensor `name`."""
+    b = index_bounds(index, shape)
+    h = cfg.head_dim
+
+    def heads(lo, hi):  # Heads lo:hi of an axis of N * H (or K * H) rows or columns.
+        return slice(lo * h, hi * h)
+
+    def size(i):
+        return b[i][1] - b[i][0]
+
+    if kind in ('attn/q_dnh', 'attn/k_dkh', 'attn/v_dkh'):  # [N*H, D] -> [D, N, H]
+        w = read(name, (heads(*b[1]), slice(*b[0])))
+        w = w.reshape(size(1), h, size(0)).transpose(2, 0, 1)[:, :, slice(*b[2])]
+    elif kind == 'attn/o_nhd':  # [D, N*H] -> [N, H, D]
+        w = read(name, (slice(*b[2]), heads(*b[0])))
+        w = w.reshape(size(2), size(0), h).transpose(1, 2, 0)[:, slice(*b[1]), :]
+    elif kind in ('mlp/gate_df', 'mlp/up_df', 'mlp/down_fd'):  # Transposed.
+        w = read(name, (slice(*b[1]), slice(*b[0]))).T
+    elif kind in ('attn/q_bias_nh', 'attn/k_bias_kh', 'attn/v_bias_kh'):  # [N*H] -> [N, H]
+        w = read(name, (heads(*b[0]),)).reshape(size(0), h)[:, slice(*b[1])]
+    else:  # The same layout.
+        w = read(name, tuple(slice(*x) for x in b))
+    return np.asarray(w).astype(np_dtype, copy=False)
 
 
 def param_shapes(cfg: ModelConfig) -> dict:

@@ -6,9 +6,10 @@ import os
 import jax
 import numpy as np
 import pytest
+from etils.epath import testing as epath_testing
 
 from spec_jax import checkpoints
-from spec_jax.checkpoints import CheckpointError
+from spec_jax.checkpoints import CheckpointError, sources
 
 
 @pytest.mark.parametrize('family', ['llama', 'qwen2'])
@@ -89,3 +90,47 @@ def test_params_config_mismatch(numpy_hf_dir, tmp_path):
         json.dump(config, f)
     with pytest.raises(CheckpointError, match='do not match'):
         checkpoints.load(out)
+
+
+def test_save_and_restore_go_through_epath(numpy_hf_dir, tmp_path):
+    """Every file operation of a save, a conversion and a restore goes through etils.epath's
+    backend table, the layer that serves gs:// (gcsfs) too: under `epath.testing.
+    mock_epath`, which swaps every backend (gs:// included) for a local one that records
+    each call, the directory checks, the config, the tokenizer files and orbax's own
+    metadata are all seen there, and the checkpoint restores exactly. A local path stands
+    in for the bucket (nothing here reaches Cloud Storage; epath has no in-memory
+    filesystem, and orbax's array chunks are written by tensorstore's own file or gcs
+    driver, below epath)."""
+    directory, _, _ = numpy_hf_dir('llama')
+    model = checkpoints.load(directory)
+    seen = []
+
+    def record(name):
+        def call(original, path, *args, **kwargs):
+            seen.append((name, os.fspath(path)))
+            return original(path, *args, **kwargs)
+
+        return call
+
+    names = ('open', 'exists', 'isdir', 'listdir', 'makedirs', 'mkdir', 'rename', 'replace',
+             'rmtree', 'remove', 'glob', 'walk', 'stat', 'copy')  # fmt: skip
+    out = tmp_path / 'ckpt'
+    with epath_testing.mock_epath(**{n: record(n) for n in names}):
+        saved = checkpoints.save_orbax(out, model.cfg, model.params, model.tokenizer)
+        restored = checkpoints.load(saved)
+        converted = checkpoints.convert_to_orbax(directory, tmp_path / 'conv', progress=False)
+    opened = {os.path.basename(p) for n, p in seen if n == 'open'}
+    assert {'model_config.json', 'tokenizer.json', 'tokenizer_config.json'} <= opened
+    assert '_CHECKPOINT_METADATA' in opened  # orbax's own metadata, through the same table.
+    assert ('exists', str(out)) in seen and ('exists', converted) in seen
+    assert any(n == 'rename' and p.startswith(converted) for n, p in seen)
+    for a, b in zip(jax.tree.leaves(restored.params), jax.tree.leaves(model.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert restored.tokenizer.encode('w1 w2') == model.tokenizer.encode('w1 w2')
+
+
+def test_urls_are_kept_as_urls():
+    """A gs:// checkpoint path is kept whole for epath (os.path.abspath made it a local
+    'cwd/gs:/bucket' path before); a local one is made absolute."""
+    assert os.fspath(sources.as_path('gs://bucket/ckpt/llama8b')) == 'gs://bucket/ckpt/llama8b'
+    assert os.fspath(sources.as_path('ckpt')) == os.path.abspath('ckpt')
