@@ -13,17 +13,21 @@ Rules (registry names; docs/laws.md sections in each docstring):
     uniform_interp (w)
   truncation: minp_verify (rho), eta_verify (eta), typical (eps, delta, mode)
   cascade: speccascade (deferral in chow/diff/opt/token_v1/token_v2/token_v3, alpha)
+  engines: static_ensemble (w), logit_ensemble (w_d), sglang (t_s, t_a), onehot_q
+    (presets: 'sglang:preset=default')
+  ablations: lenience_flat (l), interp_ceiling (w) (the overshoot ablation's single factors)
 
 Tree verification: `verify_node` (one node's ordered siblings) and `verify_tree` (a whole
 static tree from parent pointers; see `spec_jax.rules.tree`).
 
 Modules: base (the Rule contract, YieldRule, tree-scan helpers), registry (`make`, `names`,
-`register`), lossless, collaborative, truncation, cascade (the rule families), chain
-(`verify_chain`), tree, baselines (`matched_baseline`), distortion (TV, KL, JS, the meter),
-theory (closed-form curves and the paper's claims, for jobs/diagnose.py). The contract and
-adding a rule: docs/rules.md; every rule's law: docs/laws.md.
+`register`), lossless, collaborative, truncation, cascade, engines, ablations (the rule
+families), chain (`verify_chain`), tree, baselines (`matched_baseline`), distortion (TV, KL,
+JS, the meter), theory (closed-form curves and the paper's claims, for jobs/diagnose.py).
+The contract and adding a rule: docs/rules.md; every rule's law: docs/laws.md.
 """
 
+from spec_jax.rules.ablations import InterpCeiling, LenienceFlat
 from spec_jax.rules.base import Rule, YieldRule
 from spec_jax.rules.baselines import MatchedBaseline, matched_baseline
 from spec_jax.rules.cascade import SpecCascade
@@ -41,6 +45,7 @@ from spec_jax.rules.distortion import (
     overshoot_ratio,
     tv,
 )
+from spec_jax.rules.engines import LogitEnsemble, OneHotQ, SGLangThresholds, StaticEnsemble
 from spec_jax.rules.lossless import Greedy, Lossless
 from spec_jax.rules.registry import make, names, register
 from spec_jax.rules.tree import (
@@ -59,16 +64,22 @@ __all__ = [
     'Distortion',
     'EtaVerify',
     'Greedy',
+    'InterpCeiling',
     'Lenience',
+    'LenienceFlat',
+    'LogitEnsemble',
     'Lossless',
     'MatchedBaseline',
     'Metered',
     'MinPVerify',
     'NodeResult',
+    'OneHotQ',
     'OvershootOnly',
     'OvershootTail',
     'Rule',
+    'SGLangThresholds',
     'SpecCascade',
+    'StaticEnsemble',
     'Tree',
     'TreeResult',
     'Typical',

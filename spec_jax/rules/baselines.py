@@ -92,8 +92,9 @@ def matched_baseline(rule: base.Rule) -> MatchedBaseline:
     minp_verify(rho), overshoot_tail(rho) -> min-p(rho); eta_verify(eta) -> eta sampling;
     speccascade token_v3(alpha) -> min-p(1 - alpha); token_v2(alpha) -> the gap set
     {p >= max p - alpha}; typical -> its acceptance set; greedy -> argmax; every other rule
-    (lossless, lenience, cos, the ablations, chow/diff/opt/token_v1 whose sets depend on q)
-    -> the plain target. The verifier is always `lossless`.
+    (lossless, lenience, cos, the ablations, chow/diff/opt/token_v1 whose sets depend on q;
+    the engines' static_ensemble, logit_ensemble, sglang and onehot_q, which have no allowed
+    set, §5) -> the plain target. The verifier is always `lossless`.
     """
     lossless = Lossless()
     if isinstance(rule, Greedy):

@@ -1,5 +1,6 @@
 """The rule registry: `register` (a class decorator: registry name + JAX pytree), `names`,
-and `make`, which builds a rule from its name or a spec string ('lenience:l=0.5')."""
+and `make`, which builds a rule from its name or a spec string ('lenience:l=0.5'), starting
+from a named preset where one is given ('sglang:preset=default': a class's `presets`)."""
 
 from __future__ import annotations
 
@@ -91,10 +92,12 @@ def make(name: str, **params) -> Rule:
     Args:
       name: a registered rule name (see `names()`), or a spec string 'name:key=value,...'
         (e.g. 'speccascade:deferral=token_v3,alpha=0.5'); keyword params override the spec.
-      **params: the rule's parameters.
+      **params: the rule's parameters. `preset='default'` (or 'name:preset=default') starts
+        from the class's named preset (its `presets`: an engine's defaults), which the other
+        parameters override.
 
     Raises:
-      ValueError: unknown name, unknown parameter, or a parameter outside its range.
+      ValueError: unknown name, unknown parameter or preset, or a parameter outside its range.
     """
     if ':' in name:
         name, spec = name.split(':', 1)
@@ -108,6 +111,8 @@ def make(name: str, **params) -> Rule:
     if name not in _REGISTRY:
         raise ValueError(f'unknown rule {name!r}; known rules: {", ".join(names())}')
     cls = _REGISTRY[name]
+    if 'preset' in params:
+        params = {**preset(cls, str(params.pop('preset'))), **params}
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = set(params) - fields
     if unknown:
@@ -116,6 +121,21 @@ def make(name: str, **params) -> Rule:
             f'{sorted(fields) or "none"}'
         )
     return cls(**params)
+
+
+def preset(cls, name: str) -> dict[str, Any]:
+    """The parameters of a rule class's named preset (`cls.presets`, {} when it has none).
+
+    Raises:
+      ValueError: the class has no preset of that name (the message lists its presets).
+    """
+    presets = getattr(cls, 'presets', None) or {}
+    if name not in presets:
+        raise ValueError(
+            f'rule {cls.name!r} has no preset {name!r}; its presets: '
+            f'{", ".join(sorted(presets)) or "none"}'
+        )
+    return dict(presets[name])
 
 
 def _parse_value(value: str) -> Any:
