@@ -45,7 +45,7 @@ from spec_jax.decoding.state import (
     uncut_draft,
 )
 from spec_jax.decoding.stats import Stats
-from spec_jax.decoding.verification import Verification
+from spec_jax.decoding.verification import Verification, raw_inputs
 from spec_jax.models.cache import KVCache, tree_mask
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
@@ -182,7 +182,7 @@ def probs_fn(engine: Engine, verification: Verification):
 def target_probs(engine: Engine, verification: Verification, logits: jax.Array):
     """The target's (sampler-processed p, what verification reads: p or its truncation)."""
     p = engine.sampler.probs(logits)
-    return p, verification.transform(p)
+    return p, verification.transform_target(p, logits)
 
 
 def init_state(
@@ -210,7 +210,8 @@ def init_state(
     first_b = categorical.sample_rows(keys_b2[:, 1], first_law)
     stats = Stats.zeros(batch, engine.num_draft, dec.buffer_len)
     if engine.meter_distortion:  # The first token is drawn from the bonus law.
-        stats = stats.meter(verification.meter(first_law, raw_p), jnp.ones((batch,), bool))
+        metered = verification.meter(first_law, raw_p, logits_bv)
+        stats = stats.meter(metered, jnp.ones((batch,), bool))
     history_bs = jnp.zeros((batch, slots), jnp.int32).at[:, :bucket].set(prompt_bp)
     history_bs = history_bs.at[jnp.arange(batch), prompt_len_b].set(first_b)
     return DecodeState(
@@ -296,11 +297,16 @@ def chain_round(
         tap_layers=drafter.tap_layers,
     )
     raw_btv, p_btv = target_probs(engine, verification, logits_btv)
-    out = rules.verify_chain(verification, k_verify_b, p_btv, q_bav, x_ba)
+    raw, extra = None, {}
+    if verification.needs_logits:  # Rules that read the raw logits (docs/rules.md).
+        raw = raw_inputs(engine.sampler, logits_btv, q_bav, s.history_bs, s.committed_b + 1)
+        extra = {'raw': raw}
+    out = rules.verify_chain(verification, k_verify_b, p_btv, q_bav, x_ba, **extra)
     metered = None
     if engine.meter_distortion:
         # The law each offset emitted against the matched baseline's law of the same p.
-        metered = verification.meter(verification.emitted_law(raw_btv, q_bav), raw_btv)
+        pi = verification.emitted_law(raw_btv, q_bav, x_ba, raw)
+        metered = verification.meter(pi, raw_btv, None if raw is None else logits_btv)
     start_b = s.committed_b
     stops = engine.decode.stop_tokens  # The paper's full blocks: drafts no stop or limit cut.
     full_b = uncut_draft(x_ba, stops, s.limit_b - s.num_out_b, engine.num_draft)
@@ -335,6 +341,7 @@ def tree_round(engine: Engine, params: dict, draft_params, s: DecodeState) -> De
         tap_layers=drafter.tap_layers,
     )
     raw_bmv, p_bmv = target_probs(engine, verification, logits_bmv)
+    extra = {'target_logits_bmv': logits_bmv} if verification.needs_logits else {}
     out = rules.verify_tree(
         verification,
         k_verify_b,
@@ -346,6 +353,7 @@ def tree_round(engine: Engine, params: dict, draft_params, s: DecodeState) -> De
         max_depth=shape.path_len,
         max_children=shape.branch,
         pad_id=engine.decode.pad_id,
+        **extra,
     )
     kids_bmc = rules.children_from_parents(parents_bm, shape.branch)
     metered = None
@@ -354,7 +362,12 @@ def tree_round(engine: Engine, params: dict, draft_params, s: DecodeState) -> De
         sibs_btc = jnp.where(kids_btc >= 0, jnp.take_along_axis(
             tokens_bm[:, None], jnp.maximum(kids_btc, 0), axis=-1), -1)  # fmt: skip
         raw_btv = jnp.take_along_axis(raw_bmv, out.path[..., None], axis=1)
-        metered = verification.meter(verification.tree_node_law(raw_btv, sibs_btc), raw_btv)
+        if verification.needs_logits:  # The node laws and baseline sets read the logits.
+            logits_btv = jnp.take_along_axis(logits_bmv, out.path[..., None], axis=1)
+            pi = verification.tree_node_law(raw_btv, sibs_btc, logits_btv)
+            metered = verification.meter(pi, raw_btv, logits_btv)
+        else:
+            metered = verification.meter(verification.tree_node_law(raw_btv, sibs_btc), raw_btv)
     start_b = s.committed_b
     s = s.replace(key_b=key_b, stats=s.stats.update(path_result(out, kids_bmc), live_b, metered))
     s = s.commit(out.tokens, out.num_emitted, engine.decode.stop_tokens)

@@ -16,20 +16,24 @@ Rules (registry names; docs/laws.md sections in each docstring):
   engines: static_ensemble (w), logit_ensemble (w_d), sglang (t_s, t_a), onehot_q
     (presets: 'sglang:preset=default')
   ablations: lenience_flat (l), interp_ceiling (w) (the overshoot ablation's single factors)
+  logit_rules (read the raw logits, `rules.Raw`): relaxed (delta, top_k, bonus_mode;
+    'relaxed:preset=max'), mars (theta), fuzzy (threshold, divergence)
+  block (decide the whole block, `Rule.accept_block`): block_verify, fly (theta, window)
 
 Tree verification: `verify_node` (one node's ordered siblings) and `verify_tree` (a whole
 static tree from parent pointers; see `spec_jax.rules.tree`).
 
 Modules: base (the Rule contract, YieldRule, tree-scan helpers), registry (`make`, `names`,
-`register`), lossless, collaborative, truncation, cascade, engines, ablations (the rule
-families), chain (`verify_chain`), tree, baselines (`matched_baseline`), distortion (TV, KL,
-JS, the meter), theory (closed-form curves and the paper's claims, for jobs/diagnose.py).
-The contract and adding a rule: docs/rules.md; every rule's law: docs/laws.md.
+`register`), lossless, collaborative, truncation, cascade, engines, ablations, logit_rules,
+block (the rule families), chain (`verify_chain`), tree, baselines (`matched_baseline`),
+distortion (TV, KL, JS, the meter), theory (closed-form curves and the paper's claims, for
+jobs/diagnose.py). The contract and adding a rule: docs/rules.md; every rule's law: docs/laws.md.
 """
 
 from spec_jax.rules.ablations import InterpCeiling, LenienceFlat
-from spec_jax.rules.base import Rule, YieldRule
+from spec_jax.rules.base import Block, Raw, Rule, YieldRule
 from spec_jax.rules.baselines import MatchedBaseline, matched_baseline
+from spec_jax.rules.block import BlockVerify, FLy
 from spec_jax.rules.cascade import SpecCascade
 from spec_jax.rules.chain import ChainResult, verify_chain
 from spec_jax.rules.collaborative import CoS, Lenience, OvershootOnly, OvershootTail, UniformInterp
@@ -46,6 +50,7 @@ from spec_jax.rules.distortion import (
     tv,
 )
 from spec_jax.rules.engines import LogitEnsemble, OneHotQ, SGLangThresholds, StaticEnsemble
+from spec_jax.rules.logit_rules import Fuzzy, Mars, Relaxed
 from spec_jax.rules.lossless import Greedy, Lossless
 from spec_jax.rules.registry import make, names, register
 from spec_jax.rules.tree import (
@@ -59,16 +64,21 @@ from spec_jax.rules.tree import (
 from spec_jax.rules.truncation import EtaVerify, MinPVerify, Typical
 
 __all__ = [
+    'Block',
+    'BlockVerify',
     'ChainResult',
     'CoS',
     'Distortion',
     'EtaVerify',
+    'FLy',
+    'Fuzzy',
     'Greedy',
     'InterpCeiling',
     'Lenience',
     'LenienceFlat',
     'LogitEnsemble',
     'Lossless',
+    'Mars',
     'MatchedBaseline',
     'Metered',
     'MinPVerify',
@@ -76,6 +86,8 @@ __all__ = [
     'OneHotQ',
     'OvershootOnly',
     'OvershootTail',
+    'Raw',
+    'Relaxed',
     'Rule',
     'SGLangThresholds',
     'SpecCascade',

@@ -130,6 +130,59 @@ def vocab_index(p: Array) -> Array:
     return jnp.arange(p.shape[-1], dtype=jnp.int32)
 
 
+class Raw(NamedTuple):
+    """What a rule that sets `needs_logits` reads beside the processed laws.
+
+    Attributes:
+      target_logits: [B, A+1, V] the target's raw logits (before temperature or any warper):
+        softmax(target_logits) is the untempered (T = 1) target law.
+      draft_logits: [B, A, V] the draft's T = 1 log-probabilities up to a constant per row.
+        The drafters return their processed law q only, so the engine recovers them as
+        T log q (exact for a temperature-only sampler; log q at T = 0, where q is one-hot).
+      context: [B, S] int32 each row's token history (prompt, committed tokens, the pending
+        token), or None; read by rules that act only inside a span (`relaxed`).
+      context_len: [B] int32 valid tokens of `context` per row (C + 1), or None.
+    """
+
+    target_logits: Array
+    draft_logits: Array
+    context: Array | None = None
+    context_len: Array | None = None
+
+
+class Block(NamedTuple):
+    """A block-level rule's decision for one chain block (`Rule.accept_block`).
+
+    Attributes:
+      num_accepted: [B] int32 drafts kept, n in [0, A].
+      dist: [B, V] the law of the token emitted after them (replacement if n < A, bonus if
+        n = A).
+      accept_probs: [B, A] float32 a per-position acceptance probability (the rule says
+        which: a(x_i), or the block threshold h_i), for the statistics.
+    """
+
+    num_accepted: Array
+    dist: Array
+    accept_probs: Array
+
+
+def leading_run(accept: Array) -> Array:
+    """n [B]: the number of leading True entries of accept [B, A]."""
+    return jnp.cumprod(accept.astype(jnp.int32), axis=1).sum(1).astype(jnp.int32)
+
+
+def row_at(v: Array, n: Array) -> Array:
+    """v[b, n[b]] for v [B, T, ...] and n [B] (clipped to T - 1) -> [B, ...]."""
+    return v[jnp.arange(v.shape[0]), jnp.minimum(n, v.shape[1] - 1)]
+
+
+def block_from(n: Array, a: int, replacement: Array, bonus: Array, accept_probs: Array) -> Block:
+    """The Block of n [B] kept drafts: `replacement` [B, V] (the law at row n) where n < A,
+    `bonus` [B, V] where n = A."""
+    dist = jnp.where((n < a)[:, None], replacement, bonus)
+    return Block(n.astype(jnp.int32), dist, accept_probs.astype(jnp.float32))
+
+
 class NodeState(NamedTuple):
     """Per-row state of the sibling scan at one tree node (deterministic siblings).
 
@@ -205,6 +258,13 @@ class Rule:
     stats_need_q: ClassVar[bool] = False
     tree_modes: ClassVar[tuple[str, ...]] = ()
     section: ClassVar[str] = ''
+    # The block-level contract (docs/rules.md, "Logits and block decisions"): a rule that sets
+    # `needs_logits` is given the raw logits (`Raw`) beside the processed laws; a rule that
+    # sets `block_level` decides the whole block in `accept_block` instead of the leading run
+    # of per-position accepts. Both default to False, so the other rules' programs are the
+    # ones they always were.
+    needs_logits: ClassVar[bool] = False
+    block_level: ClassVar[bool] = False
 
     # --- chain mode: the scalar path used by verify_chain ---------------------------------
 
@@ -252,6 +312,35 @@ class Rule:
         """beta = E_{x~q}[a(x)], [...]."""
         return jnp.sum(q * self.accept_all(p, q), -1)
 
+    # --- chain mode: the block-level contract ---------------------------------------------
+
+    def accept_block(self, u: Array, p: Array, q: Array, x: Array, raw: Raw | None) -> Block:
+        """The block decision of a `block_level` rule (docs/rules.md, "Logits and blocks").
+
+        Args:
+          u: [B, A] uniforms in (0, 1], one per drafted position (`verify_chain` draws them).
+          p: [B, A+1, V] processed target at every position (the last one: the bonus row).
+          q: [B, A, V] processed draft laws the drafts were drawn from.
+          x: [B, A] int32 drafted tokens.
+          raw: the raw inputs (`Raw`) when the rule sets `needs_logits`, else None.
+
+        Returns:
+          Block: how many drafts are kept, the law of the token emitted after them, and a
+          per-position acceptance probability for the statistics.
+        """
+        raise NotImplementedError(f'rule {self.name!r} is not block-level')
+
+    def round_law(self, p: Array, q: Array, x: Array, raw: Raw | None) -> Array:
+        """The law [B, T, V] of the token each offset of a round emits given that it is reached
+        (T = A + 1; the meter's input), for p [B, T, V], q [B, A, V], the drafts x [B, A]:
+        the induced law at the A drafted offsets, the bonus law at the last. Rules whose law
+        reads logits or the whole block override it."""
+        del x, raw
+        pi = self.bonus(p[:, -1:])
+        if q.shape[1]:
+            pi = jnp.concatenate([self.induced(p[:, :-1], q), pi], axis=1)
+        return pi
+
     # --- tree mode -------------------------------------------------------------------------
 
     def tree_gate(self, pc: Array, c: Array, state: NodeState) -> Array:
@@ -264,6 +353,28 @@ class Rule:
     def tree_final(self, residual: Array) -> Array:
         """Law of the token emitted when every sibling is rejected (default: the residual)."""
         return residual
+
+    # Tree mode for rules that set `needs_logits`: the walk hands them the node's raw logits
+    # once (`tree_node_raw`), then the *_raw forms replace tree_gate / tree_final.
+
+    def tree_node_raw(self, logits: Array) -> Any:
+        """Per-node statistics [B, ...] from the node's raw target logits [B, V]."""
+        raise ValueError(f'rule {self.name!r} reads no logits in its tree form')
+
+    def tree_gate_raw(self, pc: Array, c: Array, state: NodeState, node: Any) -> Array:
+        """`tree_gate` with the node's statistics from `tree_node_raw`."""
+        del node
+        return self.tree_gate(pc, c, state)
+
+    def tree_final_raw(self, residual: Array, p: Array, node: Any) -> Array:
+        """`tree_final` with the node's target p [B, V] and statistics."""
+        del p, node
+        return self.tree_final(residual)
+
+    def induced_tree_node_raw(self, p: Array, siblings: Array, logits: Array) -> Array:
+        """`induced_tree_node` for a rule that reads the node's raw logits [..., V]."""
+        del logits
+        return self.induced_tree_node(p, siblings)
 
     def induced_tree_node(self, p: Array, siblings: Array) -> Array:
         """Law of the token emitted at a tree node, deterministic ordered siblings.

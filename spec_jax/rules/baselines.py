@@ -19,10 +19,13 @@ from spec_jax import sampling
 from spec_jax.rules import base, registry
 from spec_jax.rules.cascade import SpecCascade
 from spec_jax.rules.collaborative import OvershootTail
+from spec_jax.rules.logit_rules import Mars, Relaxed
 from spec_jax.rules.lossless import Greedy, Lossless
 from spec_jax.rules.truncation import EtaVerify, MinPVerify, Typical
 
-TRUNCATIONS = ('none', 'argmax', 'min_p', 'eta', 'top_gap', 'typical_accept')
+TRUNCATIONS = ('none', 'argmax', 'min_p', 'eta', 'top_gap', 'typical_accept', 'relaxed', 'mars')
+# Sets read from the target's raw logits (docs/laws.md §5, §7): the target only is truncated.
+LOGIT_TRUNCATIONS = ('relaxed', 'mars')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +60,16 @@ class MatchedBaseline:
         if self.truncation not in TRUNCATIONS:
             raise ValueError(f'truncation={self.truncation!r} is not one of {TRUNCATIONS}')
 
-    def allowed(self, p: jax.Array) -> jax.Array:
-        """The allowed set A of the target p [..., V] -> [..., V] bool."""
+    def allowed(self, p: jax.Array, logits: jax.Array | None = None) -> jax.Array:
+        """The allowed set A of the target p [..., V] -> [..., V] bool (`logits` [..., V]: the
+        target's raw logits, which the 'relaxed' and 'mars' sets are read from)."""
         t = self.truncation
+        if t in LOGIT_TRUNCATIONS:
+            if logits is None:
+                raise ValueError(
+                    f'the {t!r} baseline set is read from the raw logits; pass logits='
+                )
+            return self.source.allowed_from_logits(logits) | (base.onehot_argmax(p) > 0)
         if t == 'none':
             return jnp.ones(p.shape, bool)
         if t == 'argmax':
@@ -72,15 +82,23 @@ class MatchedBaseline:
             return p >= (p.max(-1) - self.param)[..., None]
         return self.source.allowed(p) | (base.onehot_argmax(p) > 0)  # typical_accept
 
-    def transform(self, probs: jax.Array) -> jax.Array:
-        """Truncates and renormalises processed probabilities [..., V] (target and draft)."""
+    def transform(self, probs: jax.Array, logits: jax.Array | None = None) -> jax.Array:
+        """Truncates and renormalises processed probabilities [..., V] (target and draft;
+        `logits`: the raw logits of the same rows, for the sets read from them)."""
         if self.truncation == 'none':
             return probs
-        return sampling.renormalize(probs, self.allowed(probs))
+        return sampling.renormalize(probs, self.allowed(probs, logits))
 
-    def law(self, p: jax.Array) -> jax.Array:
+    def transform_draft(self, probs: jax.Array) -> jax.Array:
+        """The draft's transform: `transform`, except for the sets read from the target's raw
+        logits, which leave the draft as it is (lossless SD on p_A emits p_A whatever q)."""
+        if self.truncation in LOGIT_TRUNCATIONS:
+            return probs
+        return self.transform(probs)
+
+    def law(self, p: jax.Array, logits: jax.Array | None = None) -> jax.Array:
         """The exact output law p_A of the baseline, [..., V]."""
-        return self.transform(p)
+        return self.transform(p, logits)
 
 
 registry.register_pytree(MatchedBaseline)
@@ -97,6 +115,10 @@ def matched_baseline(rule: base.Rule) -> MatchedBaseline:
     set, §5) -> the plain target. The verifier is always `lossless`.
     """
     lossless = Lossless()
+    if isinstance(rule, Relaxed):  # §7.1: the top-K-within-delta set of the untempered target.
+        return MatchedBaseline(lossless, 'relaxed', rule.delta, rule)
+    if isinstance(rule, Mars):  # §7.2: the top 2 where the margin gate is open.
+        return MatchedBaseline(lossless, 'mars', rule.theta, rule)
     if isinstance(rule, Greedy):
         return MatchedBaseline(lossless, 'argmax', None, rule)
     if isinstance(rule, (MinPVerify, OvershootTail)):

@@ -49,6 +49,7 @@ def verify_chain(
     draft_probs_bav: jax.Array,
     draft_tokens_ba: jax.Array,
     pad_id: int = 0,
+    raw: base.Raw | None = None,
 ) -> ChainResult:
     """Verifies a chain of drafted tokens with `rule` (docs/laws.md §6).
 
@@ -78,13 +79,22 @@ def verify_chain(
       draft_probs_bav: [B, A, V] processed draft probabilities the drafts were sampled from.
       draft_tokens_ba: [B, A] int drafted tokens.
       pad_id: token written after the emitted ones (static).
+      raw: the raw logits (`base.Raw`), required by rules that set `needs_logits`.
+
+    A rule that sets `block_level` decides the block itself (`rule.accept_block` on the same
+    uniforms; docs/rules.md, "Logits and block decisions"); the other rules take the path
+    above, whose program does not change with the block-level contract.
 
     Returns:
       ChainResult.
 
     Raises:
-      ValueError: the shapes do not match, or the number of keys is not B.
+      ValueError: the shapes do not match, the number of keys is not B, or a rule that needs
+        logits is given none.
     """
+    if getattr(rule, 'block_level', False):
+        return _verify_block(rule, key, target_probs_bav1, draft_probs_bav, draft_tokens_ba,
+                             pad_id, raw)  # fmt: skip
     b, a1, _ = target_probs_bav1.shape
     a = a1 - 1
     if draft_probs_bav.shape[:2] != (b, a) or draft_tokens_ba.shape != (b, a):
@@ -141,5 +151,57 @@ def verify_chain(
         num_emitted=n + 1,
         accept_probs=accept_probs,
         reached=reached,
+        final_token=final,
+    )
+
+
+def _verify_block(rule, key, target_probs_bav1, draft_probs_bav, draft_tokens_ba, pad_id, raw):
+    """verify_chain for a block-level rule: the same shapes, keys and uniforms as the token-level
+    path; n and the final law come from `rule.accept_block`."""
+    b, a1, _ = target_probs_bav1.shape
+    a = a1 - 1
+    if draft_probs_bav.shape[:2] != (b, a) or draft_tokens_ba.shape != (b, a):
+        raise ValueError(
+            f'verify_chain: shapes target {target_probs_bav1.shape}, draft '
+            f'{draft_probs_bav.shape}, tokens {draft_tokens_ba.shape} do not match [B, A+1, V], '
+            '[B, A, V], [B, A]'
+        )
+    if getattr(rule, 'needs_logits', False) and raw is None:
+        raise ValueError(
+            f'verify_chain: rule {rule.name!r} reads the raw logits; pass raw=rules.Raw(...)'
+        )
+    per_row = categorical.is_key_batch(key)
+    if per_row:
+        if key.shape[0] != b:
+            raise ValueError(f'verify_chain: {key.shape[0]} keys for a batch of {b} rows')
+        key_u, key_s = categorical.map_rows(lambda k: tuple(jax.random.split(k)), key)
+    else:
+        key_u, key_s = jax.random.split(key)
+    x = draft_tokens_ba.astype(jnp.int32)
+    if a > 0:
+        if per_row:
+            u = categorical.map_rows(lambda k: uniform_open_closed(k, (a,)), key_u)
+        else:
+            u = uniform_open_closed(key_u, (b, a))
+        block = rule.accept_block(u, target_probs_bav1, draft_probs_bav, x, raw)
+        n, dist, accept_probs = block.num_accepted, block.dist, block.accept_probs
+    else:
+        n = jnp.zeros((b,), jnp.int32)
+        dist = rule.bonus(target_probs_bav1[:, 0])
+        accept_probs = jnp.zeros((b, 0), jnp.float32)
+    final = categorical.sample_rows(key_s, dist) if per_row else categorical.sample(key_s, dist)
+    pos = jnp.arange(a + 1)[None, :]
+    x_pad = jnp.concatenate([x, jnp.full((b, 1), pad_id, jnp.int32)], axis=1)
+    tokens = jnp.where(
+        pos < n[:, None], x_pad, jnp.where(pos == n[:, None], final[:, None], pad_id)
+    )
+    kept = jnp.arange(a)[None, :] < n[:, None]
+    return ChainResult(
+        num_accepted=n,
+        tokens=tokens.astype(jnp.int32),
+        accepted=kept,
+        num_emitted=n + 1,
+        accept_probs=accept_probs.astype(jnp.float32),
+        reached=jnp.arange(a)[None, :] <= n[:, None],
         final_token=final,
     )

@@ -102,11 +102,14 @@ class Metered(NamedTuple):
     js: jax.Array
 
 
-def meter(pi: jax.Array, p: jax.Array, baseline: MatchedBaseline) -> Metered:
+def meter(
+    pi: jax.Array, p: jax.Array, baseline: MatchedBaseline, logits: jax.Array | None = None
+) -> Metered:
     """Metered distortion of the emitted law pi [..., V] given the processed target p [..., V]
-    and the matched baseline whose law p_A = baseline.law(p) is the reference."""
-    law = baseline.law(p)
-    outside = jnp.where(baseline.allowed(p), 0.0, pi).sum(-1)
+    and the matched baseline whose law p_A = baseline.law(p) is the reference (`logits`: the
+    target's raw logits, for the baselines whose set is read from them, docs/laws.md §7)."""
+    law = baseline.law(p, logits)
+    outside = jnp.where(baseline.allowed(p, logits), 0.0, pi).sum(-1)
     # KL >= 0; rounding can take a near-zero one a hair below.
     return Metered(
         tv(pi, law), jnp.maximum(kl(law, pi), 0.0), outside, overshoot_ratio(pi, p), js(pi, law)

@@ -181,8 +181,9 @@ def _mode(rule: base.Rule, sampled: bool, draws: str) -> str:
     return mode
 
 
-def _scan_node(rule, p_bv, sibs_bc, u_bc, q_bv=None, distinct=False):
-    """The sibling scan at one node; returns (choice [B], final_dist [B, V])."""
+def _scan_node(rule, p_bv, sibs_bc, u_bc, q_bv=None, distinct=False, logits_bv=None):
+    """The sibling scan at one node; returns (choice [B], final_dist [B, V]). `logits_bv`
+    [B, V]: the node's raw target logits, for rules that set `needs_logits`."""
     b, num_c = sibs_bc.shape
     sampled = q_bv is not None
     if sampled:
@@ -222,12 +223,16 @@ def _scan_node(rule, p_bv, sibs_bc, u_bc, q_bv=None, distinct=False):
 
     state0 = base.node_state(p_bv)
     pc_all = jnp.take_along_axis(p_bv, c_safe, axis=-1).T  # [C, B]
+    node = None if logits_bv is None else rule.tree_node_raw(logits_bv)
 
     def body(carry, x):
         state, choice, guard = carry
         (_, c, ok, u, j), pc = x
         active = ok & (choice < 0) & ~guard
-        g = rule.tree_gate(pc, c, state)
+        if node is None:
+            g = rule.tree_gate(pc, c, state)
+        else:
+            g = rule.tree_gate_raw(pc, c, state, node)
         acc = active & (u <= g)
         rej = active & ~acc
         state = base.node_reject(state, pc, rej)
@@ -239,7 +244,11 @@ def _scan_node(rule, p_bv, sibs_bc, u_bc, q_bv=None, distinct=False):
     drop = jnp.where(rejected.T, c_safe, p_bv.shape[-1])  # Out of range -> dropped.
     zeroed = p_bv.at[jnp.arange(b)[:, None], drop].set(0.0, mode='drop')
     residual = base.normalize_or(zeroed, p_bv)
-    final = jnp.where(guard[:, None], rule.bonus(p_bv), rule.tree_final(residual))
+    if node is None:
+        final_law = rule.tree_final(residual)
+    else:
+        final_law = rule.tree_final_raw(residual, p_bv, node)
+    final = jnp.where(guard[:, None], rule.bonus(p_bv), final_law)
     return choice, final
 
 
@@ -251,6 +260,7 @@ def verify_node(
     siblings_bc: jax.Array,
     draft_probs_bv: jax.Array | None = None,
     draws: str = 'iid',
+    target_logits_bv: jax.Array | None = None,
 ) -> NodeResult:
     """Verifies the ordered siblings of one node.
 
@@ -263,6 +273,8 @@ def verify_node(
         deterministic siblings (EAGLE).
       draws: how sampled siblings were drawn from q: 'iid' (SpecInfer) or 'distinct'
         (without replacement, in draw order).
+      target_logits_bv: [B, V] the node's raw target logits, for rules that set
+        `needs_logits` (MARS).
 
     Returns:
       NodeResult.
@@ -271,9 +283,11 @@ def verify_node(
     key_u, key_s = jax.random.split(key)
     sibs = siblings_bc.astype(jnp.int32)
     u = uniform_open_closed(key_u, sibs.shape)
+    _check_logits(rule, target_logits_bv)
     choice, final = _scan_node(
-        rule, target_probs_bv, sibs, u, draft_probs_bv, distinct=mode == 'distinct'
-    )
+        rule, target_probs_bv, sibs, u, draft_probs_bv, distinct=mode == 'distinct',
+        logits_bv=target_logits_bv,
+    )  # fmt: skip
     picked = jnp.take_along_axis(sibs, jnp.maximum(choice, 0)[:, None], axis=1)[:, 0]
     token = jnp.where(choice >= 0, picked, categorical.sample(key_s, final))
     return NodeResult(choice=choice, final_dist=final, token=token)
@@ -291,6 +305,7 @@ def verify_tree(
     max_depth: int | None = None,
     max_children: int | None = None,
     pad_id: int = 0,
+    target_logits_bmv: jax.Array | None = None,
 ) -> TreeResult:
     """Verifies a whole draft tree and returns the accepted path and the final token.
 
@@ -310,6 +325,8 @@ def verify_tree(
       max_depth: static depth bound for traced parents.
       max_children: static sibling bound for traced parents.
       pad_id: token written after the emitted ones.
+      target_logits_bmv: [B, M, V] the raw target logits at every node, for rules that set
+        `needs_logits` (MARS reads its margin gate from them); None for the others.
 
     Returns:
       TreeResult.
@@ -325,16 +342,29 @@ def verify_tree(
         depth = m - 1 if max_depth is None else int(max_depth)
         width = max(1, m - 1) if max_children is None else int(max_children)
         children = children_from_parents(parents, width)
+    _check_logits(rule, target_logits_bmv)
+    if target_logits_bmv is None:  # The call (and program) of the rules that read no logits.
+        return _verify_tree(
+            rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv, draws, depth,
+            pad_id,
+        )  # fmt: skip
     return _verify_tree(
         rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv, draws, depth,
-        pad_id,
+        pad_id, target_logits_bmv,
     )  # fmt: skip
+
+
+def _check_logits(rule, logits) -> None:
+    if getattr(rule, 'needs_logits', False) and logits is None:
+        raise ValueError(
+            f'rule {rule.name!r} reads the raw logits in its tree form; pass the target logits'
+        )
 
 
 @functools.partial(jax.jit, static_argnames=('draws', 'max_depth', 'pad_id'))
 def _verify_tree(
     rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv, draws, max_depth,
-    pad_id,
+    pad_id, target_logits_bmv=None,
 ):  # fmt: skip
     sampled = draft_probs_bmv is not None
     distinct = _mode(rule, sampled, draws) == 'distinct'
@@ -362,7 +392,11 @@ def _verify_tree(
         sibs = jnp.where(exists, jnp.take_along_axis(tokens_bm, kids_safe, axis=1), -1)
         p = target_probs_bmv[rows, cur]  # [B, V]
         q = draft_probs_bmv[rows, cur] if sampled else None
-        choice, node_final = _scan_node(rule, p, sibs, u_dbc[d], q, distinct)
+        if target_logits_bmv is None:
+            choice, node_final = _scan_node(rule, p, sibs, u_dbc[d], q, distinct)
+        else:
+            z = target_logits_bmv[rows, cur]
+            choice, node_final = _scan_node(rule, p, sibs, u_dbc[d], q, distinct, logits_bv=z)
         has_kids = exists.any(-1)
         acc = ~done & (choice >= 0)
         stop = ~done & ~acc

@@ -78,8 +78,8 @@ def test_every_rule_declares_its_static_fields():
         leaves = jax.tree_util.tree_leaves(rule)
         assert len(leaves) == len(_float_params(rule)), name
         assert all(isinstance(v, float) for v in leaves), (name, leaves)
-        for f in rule.static_fields:
-            assert isinstance(getattr(rule, f), str), (name, f)
+        for f in rule.static_fields:  # Modes are strings; a few rules' ints (top_k, window).
+            assert isinstance(getattr(rule, f), (str, int)), (name, f)
 
 
 @pytest.mark.parametrize('spec', PARAM_SPECS)
