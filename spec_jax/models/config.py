@@ -12,6 +12,7 @@ from typing import Any
 
 FAMILIES = ('llama', 'qwen2', 'qwen3')
 ROPE_TYPES = ('default', 'llama3', 'linear')
+WEIGHT_FORMATS = ('float', 'int8')  # ModelConfig.weights (spec_jax.models.quant).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +72,16 @@ class ModelConfig:
       qk_norm: per-head RMSNorm on q and k before RoPE (Qwen3).
       max_position: the longest context the checkpoint supports.
       dtype: compute dtype ('float32' on CPU; 'bfloat16' on TPU/GPU).
-      param_dtype: storage dtype of the parameters.
+      param_dtype: storage dtype of the parameters (with weights='int8': of those left
+        in float, the embedding, norms and biases).
+      weights: 'float' (every parameter in param_dtype) or 'int8': the projections and an
+        untied LM head stored as int8 with float32 per-output-channel scales, dequantized
+        inside each matmul (spec_jax.models.quant; docs/quantization.md).
+      scan_layers: run the layers under one `nn.scan` over parameters stacked on a leading
+        L axis (`params['layers']`, a KV cache of [L, R, S, H] arrays) instead of unrolled
+        `layer_{i}`: compile time independent of L, for TPU and GPU. Off by default and on
+        CPU (the Decoder's docstring says why); checkpoints keep `layer_{i}` on disk
+        (`llama.stack_layers` / `unstack_layers`, `checkpoints.load(scan_layers=True)`).
     """
 
     family: str = 'llama'
@@ -91,12 +101,16 @@ class ModelConfig:
     max_position: int = 8192
     dtype: str = 'float32'
     param_dtype: str = 'float32'
+    weights: str = 'float'
+    scan_layers: bool = False
 
     def __post_init__(self):
         if self.family not in FAMILIES:
             raise ValueError(
                 f'model family {self.family!r} is not supported; valid families: {FAMILIES}'
             )
+        if self.weights not in WEIGHT_FORMATS:
+            raise ValueError(f'weights {self.weights!r} is not supported; valid: {WEIGHT_FORMATS}')
         for name in (
             'vocab_size',
             'width',
