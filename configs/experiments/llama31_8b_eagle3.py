@@ -3,6 +3,18 @@ public EAGLE-3 head, the paper's tree (total_token 60, depth 5, top_k 10: "block
 T 0.7, max_new_tokens 2048, one run; MATH, MBPP+, INCLUDE and BFCL parallel_multiple.
 
     python launch/evaluate.py --config configs/experiments/llama31_8b_eagle3.py --dry_run
+    python launch/aot.py --config configs/experiments/llama31_8b_eagle3.py:v5e8 --topology v5e:2x4
+
+The argument picks the hardware (batch 8, prompts and outputs up to 2048 tokens: 4,156
+cache slots a row; per-chip memory from `launch/aot.py --dry_run`, spec_jax/jobs/memory.py,
+and docs/performance.md "Compiled for TPU"), bf16 throughout:
+
+  ''     one device, as the paper's single GPU (the same as h100)
+  v5e8   a v5e-8 slice (8 chips, one host), mesh 1 x 8: ~9 GiB of 16 a chip (a v5e-4,
+         mesh 1 x 4, needs ~14 GiB: it fits with little room: `:v5e4`)
+  v5e4   a v5e-4 slice, mesh 1 x 4
+  h100   one H100 80 GB: ~49 GiB (the prefill's attention scores of 8 rows x 2048 tokens
+         over 4,156 slots in fp32 are half of it)
 
 Matched baselines follow the tree convention (the target truncated, the deterministic
 draft tree not). EAGLE's depth 5 counts expansions after the first level: the tree here is
@@ -12,14 +24,17 @@ none here (docs/engine.md, "Tree rounds"), so it is not in this grid.
 
 import ml_collections
 
-from spec_jax import decoding
+from spec_jax import decoding, sharding
 from spec_jax.eval import paper
 from spec_jax.jobs import evaluate
 
+HARDWARE = {'': (1, 1), 'v5e8': (1, 8), 'v5e4': (1, 4), 'h100': (1, 1)}  # (data, model)
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    if arg not in (None, ''):
-        raise ValueError(f"unknown config arg {arg!r}; valid: ''")
+    arg = arg or ''
+    if arg not in HARDWARE:
+        raise ValueError(f'unknown config arg {arg!r}; valid: {tuple(HARDWARE)}')
     c = evaluate.default_config()
     c.name = 'llama31_8b_eagle3'
     c.model = 'meta-llama/Llama-3.1-8B-Instruct'
@@ -30,4 +45,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.tree = decoding.tree_config(nodes=60, depth=6, branch=10)  # Root + 6: "block size 7".
     c.grid = paper.grid(('lenience', 'minp_verify', 'eta_verify'))
     c.seeds = (0,)
-    return evaluate.paper_setup(c)
+    c = evaluate.paper_setup(c)
+    c.mesh = sharding.mesh_config(*HARDWARE[arg])
+    return c

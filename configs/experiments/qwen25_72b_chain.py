@@ -2,29 +2,55 @@
 Qwen2.5-0.5B-Instruct draft, gamma 10, T 0.7, max_new_tokens 2048, three seeds; MATH,
 MBPP+, INCLUDE and BFCL parallel_multiple with the paper's grids.
 
-    python launch/evaluate.py --config configs/experiments/qwen25_72b_chain.py --dry_run
-    python launch/evaluate.py --config configs/experiments/qwen25_72b_chain.py \
+    python launch/evaluate.py --config configs/experiments/qwen25_72b_chain.py:v5p --dry_run
+    python launch/evaluate.py --config configs/experiments/qwen25_72b_chain.py:h100x8 \
         --config.model=/models/Qwen2.5-72B-Instruct --config.draft=/models/Qwen2.5-0.5B-Instruct
+    python launch/aot.py --config configs/experiments/qwen25_72b_chain.py:v5p --topology v5p:2x2x1
+    python launch/aot.py --config configs/experiments/qwen25_72b_chain.py:v5e32_int8 \
+        --topology v5e:4x8 --dry_run
 
-Needs the weights (hub ids below, or local HF directories) and accelerators that hold a 72B
-model in bf16 (about 145 GB); runs on this repository's meshes once the mesh issue lands.
-The paper ran GPTQ-Int8 checkpoints, which spec_jax does not read: the bf16 weights of the
-same models are used. The tasks read the paper's own items (`paper.TASK_SOURCES`: source
-'fast_hsd' for MATH, the first 500 *train* rows of competition_math, 240 bundled and the rest
-from the hub; INCLUDE's exact 220; BFCL's 200; MBPP+ v0.2.0 from the hub).
+The argument picks the hardware (batch 8, prompts and outputs up to 2048 tokens: 4,107
+cache slots a row; per-chip memory from `launch/aot.py --dry_run`, spec_jax/jobs/memory.py,
+and docs/performance.md "Compiled for TPU"):
+
+  ''          one device (the weights alone are 145 GB in bf16: no single chip holds them)
+  v5p         a v5p-8 slice (4 chips, one host), bf16, mesh 1 x 4: ~54 GiB of 95 a chip
+  v5e32_int8  a v5e-32 slice (8 hosts x 4 chips), int8 weights, one mesh over the hosts,
+              data 2 x model 16: ~13 GiB of 16 a chip. A v5e-16 (model 16, data 1) does
+              not fit: its 8 KV heads do not split over 16 chips, so each chip holds every
+              head of all 8 rows (10.8 GiB of cache) beside 4.7 GiB of int8 weights
+  h100x8      one node of 8 H100 80 GB, bf16, mesh 1 x 8: ~27 GiB of 80 a GPU
+
+int8 (`c.quant`) is weight-only, per output channel (issue 31 item 3): until the model stack
+reads `quant` the v5e variant is an estimate, and a run loads bf16 weights (which do not
+fit a v5e-32). The paper ran GPTQ-Int8 checkpoints, which spec_jax does not read: the bf16
+weights of the same models are used. The tasks read the paper's own items
+(`paper.TASK_SOURCES`: source 'fast_hsd' for MATH, the first 500 *train* rows of
+competition_math, 240 bundled and the rest from the hub; INCLUDE's exact 220; BFCL's 200;
+MBPP+ v0.2.0 from the hub).
 The two embedding tables differ in size (152,064 and 151,936 rows; the paper clamps both to
 the smaller): spec_jax fits the draft's to the target's (drafters.fit_vocab).
 """
 
 import ml_collections
 
+from spec_jax import sharding
 from spec_jax.eval import paper
 from spec_jax.jobs import evaluate
 
+# arg -> (mesh data, model, hosts, quant).
+HARDWARE = {
+    '': (1, 1, 'local', ''),
+    'v5p': (1, 4, 'local', ''),
+    'v5e32_int8': (2, 16, 'all', 'int8'),
+    'h100x8': (1, 8, 'local', ''),
+}
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    if arg not in (None, ''):
-        raise ValueError(f"unknown config arg {arg!r}; valid: ''")
+    arg = arg or ''
+    if arg not in HARDWARE:
+        raise ValueError(f'unknown config arg {arg!r}; valid: {tuple(HARDWARE)}')
     c = evaluate.default_config()
     c.name = 'qwen25_72b_chain'
     c.model = 'Qwen/Qwen2.5-72B-Instruct'
@@ -34,4 +60,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.num_draft = 10
     c.grid = paper.grid(paper.GRIDS)  # Every rule at every value.
     c.seeds = (0, 1, 2)
-    return evaluate.paper_setup(c)
+    c = evaluate.paper_setup(c)
+    data, model, hosts, quant = HARDWARE[arg]
+    c.mesh = sharding.mesh_config(data, model, hosts)
+    if quant:
+        c.quant = quant  # Weight-only int8 (spec_jax/jobs/memory.py QUANTS).
+    return c

@@ -1,0 +1,330 @@
+"""The AOT job: a config's decode loops compiled for a named TPU topology on this (CPU)
+machine, from abstract weights, and what the compiled programs say (launch/aot.py).
+
+    python launch/aot.py --config configs/smollm2_135m_chain.py:tiny --topology v5e:2x2
+    python launch/aot.py --config configs/experiments/qwen25_72b_chain.py:v5p \
+        --topology v5p:2x2x2 --block_efficiency 3.5
+    python launch/aot.py --config configs/experiments/llama31_8b_eagle3.py:h100 \
+        --device h100 --dry_run      # the memory estimate only, for any chip
+
+Per mode (AR and the config's chain or tree mode), on the config's mesh (`c.mesh`, -1
+filled from the topology's chips):
+
+1. the dry run (spec_jax/jobs/memory.py): weights, KV cache and activations per chip;
+   a plan over the chip's HBM is refused here, before anything compiles (`force` skips it);
+2. `engine.decode_loop` lowered and compiled for the topology's devices, the weights
+   `jax.ShapeDtypeStruct`s with the rules' NamedShardings (no checkpoint read): the
+   compile time, every field of `memory_analysis()` per chip against the chip's HBM
+   (refused when over it, with the numbers), and the collectives of the loop body in the
+   optimized HLO (spec_jax/jobs/hlo.py: kind, count, bytes per round);
+3. one round compiled on its own (`chain_round` / `tree_round` on the state the compiled
+   `init_state` hands the loop, with its shardings): `cost_analysis()`'s flops and bytes
+   accessed give the round's roofline on the chip (spec_jax/jobs/chips.py): predicted AR
+   tokens/s per chip, and the chain or tree speedup at `block_efficiency` tokens a round
+   (speedup = block efficiency x AR round time / SD round time).
+
+The roofline's assumptions: the round reaches the chip's peak bf16 flops or HBM bandwidth
+(the slower bounds it), overlaps them perfectly, and its collectives, launches and host
+work cost nothing; every row is live (no finished rows); XLA's cost analysis counts each
+fusion's operands and results once. It is an upper bound on speed, not a measurement.
+
+Compiling for a TPU needs libtpu (`pip install 'jax[tpu]==<jax version>'`, Linux x86-64):
+without it the job says what to install (`LibtpuMissing`); the dry run needs nothing.
+Results also go to `<workdir>/aot.json`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+from functools import partial
+
+import jax
+import ml_collections
+import numpy as np
+from jax.experimental import topologies
+from jax.sharding import Mesh
+
+from spec_jax import sharding
+from spec_jax.decoding import engine as eng
+from spec_jax.jobs import aot_train, chips, hlo, memory, runtime
+from spec_jax.jobs.abstract import Abstract, build_abstract, decode_block, plan_of
+
+MEMORY_FIELDS = (
+    'argument_size_in_bytes', 'output_size_in_bytes', 'temp_size_in_bytes',
+    'generated_code_size_in_bytes', 'alias_size_in_bytes',
+)  # fmt: skip
+MIB = 1 << 20
+
+
+class LibtpuMissing(RuntimeError):
+    """Compiling for a TPU topology needs libtpu, which is not installed."""
+
+
+def install_hint() -> str:
+    return (
+        f"pip install 'jax[tpu]=={jax.__version__}'  (libtpu, Linux x86-64 only; or "
+        "pip install -e '.[tpu]')"
+    )
+
+
+def tpu_devices(topology: str) -> list:
+    """The devices of TPU topology `topology` ('v5e:2x2'), compiled for without a TPU."""
+    chips.topology_chips(topology)  # A ValueError for a malformed name first.
+    if importlib.util.find_spec('libtpu') is None:
+        raise LibtpuMissing(
+            f'compiling for TPU topology {topology!r} needs libtpu, which is not installed: '
+            + install_hint()
+        )
+    # libtpu takes a lock file per host for its one process on the chips; compiling needs no
+    # chip, so several compiling processes (tests, jobs) may load it side by side.
+    os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
+    return list(topologies.get_topology_desc(platform='tpu', topology_name=topology).devices)
+
+
+def topology_mesh(c_mesh, devices) -> Mesh:
+    """A ('data', 'model') mesh of the mesh block over the first of `devices` (also 1 x 1:
+    the compile still targets one chip of the topology)."""
+    data, model = sharding.mesh_shape(c_mesh, len(devices))
+    grid = np.array(devices[: data * model], dtype=object).reshape(data, model)
+    auto = (jax.sharding.AxisType.Auto,) * 2
+    return Mesh(grid, sharding.MESH_AXES, axis_types=auto)
+
+
+def run(
+    c: ml_collections.ConfigDict,
+    workdir: str | None = None,
+    *,
+    topology: str = 'v5e:2x2',
+    device: str = '',
+    modes: tuple[str, ...] = (),
+    block_efficiency: float = 3.0,
+    dry_run: bool = False,
+    force: bool = False,
+    prompt_len: int = 0,
+    keep_compiled: bool = False,
+    rounds: bool = True,
+) -> dict:
+    """Compiles (or, with `dry_run` or a GPU `device`, only estimates) config `c`'s decode
+    loops for `topology` (module docstring).
+
+    Args:
+      c: a generate or experiment config (a `c.quant` string, if present, sizes int8
+        weights in the estimate: memory.QUANTS).
+      workdir: where aot.json goes (optional).
+      topology: a TPU topology name ('v5e:2x2', 'v5p:2x2x1', 'v6e:2x2', 'v4:2x2x1').
+      device: a chip of `chips.CHIPS` for the estimate ('h100'; default the topology's).
+        A GPU is estimated only (its compiler needs the GPU).
+      modes: 'ar' and/or the config's own mode (default both).
+      block_efficiency: tokens a chain or tree round commits, for the predicted speedup.
+      dry_run: the estimate only (no libtpu, nothing compiled).
+      force: compile a plan the estimate puts over the chip's HBM (the compiled numbers
+        still decide).
+      prompt_len: the prompt bucket to compile (default the longest, `c.max_prompt_len`
+        rounded up to `c.prompt_bucket`).
+      keep_compiled: also return the compiled loops (`report['compiled'][mode]`).
+      rounds: also compile one round per mode for the roofline (a second and third
+        compile: `init_state` and the round).
+
+    Returns:
+      {'config', 'topology', 'chip', 'mesh', 'modes': {mode: numbers}, 'speedup'}.
+
+    Raises:
+      ValueError: a plan over the chip's HBM (estimated, or compiled), a bad mode, mesh or
+        topology, a mesh that does not divide a sharded parameter.
+      LibtpuMissing: compiling without libtpu.
+    """
+    if aot_train.is_train_config(c):
+        return run_train(c, workdir, topology=topology, keep_compiled=keep_compiled)
+    block = decode_block(c)
+    chip = chips.chip(device or topology)
+    modes = tuple(modes) or tuple(dict.fromkeys(('ar', block.spec.mode)))
+    quant = c.get('quant', '') or ''
+    compile_it = not dry_run and chip.platform == 'tpu'
+    if compile_it and device and chips.chip(topology) is not chip:
+        raise ValueError(f'device {device!r} is not the chip of topology {topology!r}')
+    if device and not compile_it:  # The estimate alone: the mesh block's own sizes.
+        if -1 in (c.mesh.data, c.mesh.model):
+            raise ValueError(
+                f'device {device!r}: give the mesh sizes (--config.mesh.data, '
+                f'--config.mesh.model; {c.mesh.to_dict()} has a -1 and no topology to fill it)'
+            )
+        count = int(c.mesh.data) * int(c.mesh.model)
+    else:
+        count = chips.topology_chips(topology)
+    mesh_shape = sharding.mesh_shape(c.mesh, count)
+    mesh = topology_mesh(c.mesh, tpu_devices(topology)) if compile_it else None
+    where = (f'{topology if compile_it else chip.name} (mesh data {mesh_shape[0]} x model '
+             f'{mesh_shape[1]})')  # fmt: skip
+    report = dict(config=c.get('name', ''), topology=topology if compile_it else '',
+                  chip=chip.name, mesh=dict(zip(sharding.MESH_AXES, mesh_shape)), quant=quant,
+                  modes={}, block_efficiency=block_efficiency)  # fmt: skip
+    programs = {}
+    for mode in modes:
+        _, plan, _ = plan_of(block, mode, mesh_shape, quant, prompt_len)
+        est = memory.estimate(plan)
+        numbers = dict(estimate=est.as_dict())
+        print(f'{mode}: batch {plan.batch}, prompt bucket {plan.prompt_len}, {plan.slots} '
+              f'slots, {where}; estimate per chip:\n{est.table(chip)}')  # fmt: skip
+        if not force:
+            memory.check_fits(est.total, chip, f'{mode} on {where} (estimate)', est.table(chip))
+        if compile_it:
+            if quant:
+                raise ValueError(
+                    f'quant={quant!r}: the model stack has no int8 weights to compile yet; '
+                    'run the estimate (dry_run) for this plan'
+                )
+            ab = build_abstract(block, mode, mesh, quant, prompt_len)
+            compiled, more = compile_mode(ab, chip, where, mode, rounds)
+            numbers.update(more)
+            programs[mode] = compiled
+        report['modes'][mode] = numbers
+    report['speedup'] = _speedups(report, block_efficiency)
+    for mode, speedup in report['speedup'].items():
+        print(f'{mode} vs AR at block efficiency {block_efficiency}: predicted speedup '
+              f'{speedup:.2f}x (roofline)')  # fmt: skip
+    if workdir:
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, 'aot.json'), 'w') as f:
+            json.dump(report, f, indent=2)
+    if keep_compiled:
+        report['compiled'] = programs
+    return report
+
+
+def compile_mode(ab: Abstract, chip: chips.Chip, where: str, mode: str, rounds: bool = True):
+    """Compiles the decode loop and one round of `ab`; prints their numbers and returns
+    (the compiled loop, the numbers); ValueError when the loop's memory is over the chip's
+    HBM."""
+    loop, seconds = compile_loop(ab)
+    stats = memory_fields(loop)
+    total = used_bytes(stats)
+    lines = [f'  {k[: -len("_in_bytes")]:22s} {v / chips.GIB:9.3f} GiB ({v} B)'
+             for k, v in stats.items()]  # fmt: skip
+    lines.append(f'  {"total":22s} {total / chips.GIB:9.3f} GiB of {chip.hbm_bytes / chips.GIB:.0f}'
+                 f' GiB HBM ({total / chip.hbm_bytes:.1%})')  # fmt: skip
+    print(f'{mode}: decode loop compiled in {seconds:.1f} s for {where}; memory_analysis per '
+          'chip:\n' + '\n'.join(lines))  # fmt: skip
+    memory.check_fits(total, chip, f'{mode} decode loop on {where} (compiled)', '\n'.join(lines))
+    coll = hlo.loop_collectives(loop.as_text())
+    parts = ', '.join(f'{k} x{v["count"]} ({v["bytes"] / MIB:.2f} MiB)' for k, v in coll.items())
+    print(f'  loop body collectives per round, per chip: {parts or "none"}')
+    numbers = dict(compile_s=seconds, memory=stats, memory_total=total, hbm=chip.hbm_bytes,
+                   collectives=coll)  # fmt: skip
+    if not rounds:
+        return loop, numbers
+    cost = round_cost(ab)
+    t = chip.seconds(cost['flops'], cost['bytes_accessed'])
+    chips_in_mesh = ab.mesh.size
+    tokens = ab.plan.batch / t / chips_in_mesh if mode == 'ar' else None
+    roofline = dict(cost, seconds=t, bound=chip.bound(cost['flops'], cost['bytes_accessed']),
+                    ar_tokens_per_s_per_chip=tokens)  # fmt: skip
+    print(f'  one round: {cost["flops"] / 1e9:.3f} GFLOP, {cost["bytes_accessed"] / 1e9:.3f} GB '
+          f'accessed per chip -> {t * 1e3:.3f} ms on {chip.name} ({roofline["bound"]} bound)'
+          + (f'; predicted AR {tokens:,.0f} tokens/s per chip' if tokens else ''))  # fmt: skip
+    return loop, dict(numbers, round=roofline)
+
+
+def compile_loop(ab: Abstract):
+    """(the compiled decode loop of `ab`, seconds to lower and compile it)."""
+    start = time.perf_counter()  # Timed: no persistent cache read or written.
+    with runtime.compilation_cache_off(), jax.set_mesh(ab.mesh):
+        compiled = eng.decode_loop.lower(ab.engine, *ab.args).compile()
+    return compiled, time.perf_counter() - start
+
+
+def memory_fields(compiled) -> dict[str, int]:
+    """`MEMORY_FIELDS` of `compiled.memory_analysis()` (bytes per device)."""
+    stats = compiled.memory_analysis()
+    return {k: int(getattr(stats, k)) for k in MEMORY_FIELDS}
+
+
+def used_bytes(stats: dict[str, int]) -> int:
+    """What a program holds at once on a device: arguments, outputs (less those aliasing an
+    argument), temporaries and its code."""
+    return (stats['argument_size_in_bytes'] + stats['output_size_in_bytes']
+            - stats['alias_size_in_bytes'] + stats['temp_size_in_bytes']
+            + stats['generated_code_size_in_bytes'])  # fmt: skip
+
+
+def round_cost(ab: Abstract) -> dict:
+    """flops and bytes accessed per device of one round, compiled on the loop's state as
+    `init_state` shards it."""
+    engine, args = ab.engine, ab.args
+    with runtime.compilation_cache_off(), jax.set_mesh(ab.mesh):
+        init = jax.jit(eng.init_state).lower(engine, *args).compile()
+        shapes = jax.eval_shape(eng.init_state, engine, *args)
+        state = jax.tree.map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+            shapes, init.output_shardings,
+        )  # fmt: skip
+        if engine.tree is not None:
+            body = eng.tree_round
+        else:
+            body = partial(eng.chain_round, a_round=engine.num_draft)
+        compiled = jax.jit(body).lower(engine, args[0], args[1], state).compile()
+    return _cost(compiled)
+
+
+def _speedups(report: dict, block_efficiency: float) -> dict:
+    modes = report['modes']
+    ar = modes.get('ar', {}).get('round')
+    if not ar:
+        return {}
+    return {m: block_efficiency * ar['seconds'] / v['round']['seconds']
+            for m, v in modes.items() if m != 'ar' and 'round' in v}  # fmt: skip
+
+
+def run_train(
+    c: ml_collections.ConfigDict, workdir: str | None = None, *, topology: str = 'v5e:2x2',
+    keep_compiled: bool = False,
+) -> dict:  # fmt: skip
+    """A train_draft config's training steps (spec_jax/jobs/aot_train.py) compiled for
+    `topology` on the config's mesh (`c.mesh`, default one chip): compile time,
+    memory_analysis per chip against the HBM (refused when over), the step's collectives
+    (the whole program: a step has no loop) and its roofline (predicted step seconds and
+    training tokens/s per chip). No dry-run estimate for training."""
+    chip = chips.chip(topology)
+    mesh = topology_mesh(c.get('mesh') or sharding.mesh_config(), tpu_devices(topology))
+    where = f'{topology} (mesh data {mesh.shape["data"]} x model {mesh.shape["model"]})'
+    report = dict(config=c.get('name', c.kind), topology=topology, chip=chip.name,
+                  mesh=dict(mesh.shape), modes={})  # fmt: skip
+    programs = {}
+    for ts in aot_train.steps_of(c, mesh):
+        start = time.perf_counter()
+        with runtime.compilation_cache_off(), jax.set_mesh(mesh):
+            compiled = ts.step.lower(*ts.args).compile()
+        seconds = time.perf_counter() - start
+        stats = memory_fields(compiled)
+        total = used_bytes(stats)
+        text = compiled.as_text()
+        coll = hlo.collectives(text, hlo.computations(text)[1])
+        cost = _cost(compiled)
+        t = chip.seconds(cost['flops'], cost['bytes_accessed'])
+        print(f'{ts.name}: compiled in {seconds:.1f} s for {where}; per chip ' + ', '.join(
+            f'{k[: -len("_in_bytes")]} {v / chips.GIB:.3f} GiB ({v} B)' for k, v in stats.items()
+        ) + f'; total {total / chips.GIB:.3f} of {chip.hbm_bytes / chips.GIB:.0f} GiB; '
+              f'collectives {coll or "none"}; roofline {t * 1e3:.2f} ms a step, '
+              f'{ts.tokens / t / mesh.size:,.0f} tokens/s per chip')  # fmt: skip
+        memory.check_fits(total, chip, f'{ts.name} on {where} (compiled)')
+        report['modes'][ts.name] = dict(compile_s=seconds, memory=stats, memory_total=total,
+                                        hbm=chip.hbm_bytes, collectives=coll,
+                                        step=dict(cost, seconds=t))  # fmt: skip
+        programs[ts.name] = compiled
+    if workdir:
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, 'aot.json'), 'w') as f:
+            json.dump(report, f, indent=2)
+    if keep_compiled:
+        report['compiled'] = programs
+    return report
+
+
+def _cost(compiled) -> dict:
+    """flops and bytes accessed per device of a compiled program (`cost_analysis()`)."""
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return dict(flops=float(cost.get('flops', 0.0)),
+                bytes_accessed=float(cost.get('bytes accessed', 0.0)))  # fmt: skip

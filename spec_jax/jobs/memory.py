@@ -1,0 +1,214 @@
+"""A dry run of memory: what one device holds for a decoding plan, before anything loads or
+compiles (launch/aot.py --dry_run; checked against XLA's own numbers in tests/jobs).
+
+Per device under a (data, model) mesh, by the sharding rules (spec_jax/sharding.py):
+
+- weights: every parameter of `checkpoints.param_shapes`, split over the mesh axis of its
+  letters (N, K, F, V over 'model'); a letter the axis does not divide is held whole (the
+  KV heads of Qwen2.5-72B or Llama-3.1-8B at model 16: 8 heads, replicated). `quant`
+  'int8' stores the layers' matmul weights (q, k, v, o, gate, up, down) in one byte a
+  parameter plus one bf16 scale per output channel ('int8:fp32': fp32 scales); embeddings,
+  LM head, norms and biases stay in the compute dtype (GPTQ-Int8's split).
+- KV cache: keys and values of every layer, [rows, heads, slots, head dim], rows = the
+  batch over 'data', heads over 'model' where it divides K (else all K).
+- drafts (a draft LM, an EAGLE-3 head with its copy of the target's embedding) and their
+  caches, replicated over 'model' (the engine places drafts with
+  `ShardingRules.replicated()`), their rows over 'data'.
+- activations: the largest call's transients, one layer at a time (XLA reuses a layer's
+  buffers in the next): prefill of the longest prompt bucket or a round's verification,
+  whichever is larger: the residual stream and norms (4 x [rows, T, D]), q/k/v, attention
+  scores and probabilities in fp32 (3 x [rows, N, T, S]: scores, their concatenation with
+  the diagonal block, the softmax), the MLP (3 x [rows, T, F]), the mask [rows, T, S], and
+  the processed laws of a round (4 x [rows, T, V] fp32: logits, p, its transform, q);
+  EAGLE-3 adds the taps of the prefill ([rows, P, 3, D]).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import numpy as np
+
+from spec_jax import sharding
+from spec_jax.checkpoints.convert import param_shapes
+from spec_jax.jobs.chips import GIB, Chip
+from spec_jax.models import eagle3 as e3
+from spec_jax.models.config import ModelConfig
+
+QUANTS = ('', 'int8', 'int8:fp32')
+# Parameter shapes of a config, once (an 80-layer init traced abstractly takes seconds).
+_shapes = functools.lru_cache(maxsize=16)(param_shapes)
+# Matmul weights int8 quantizes, and the letters of their output channels (one scale each).
+QUANTIZED = {
+    'q_dnh': 'nh', 'k_dkh': 'kh', 'v_dkh': 'kh', 'o_nhd': 'd',
+    'gate_df': 'f', 'up_df': 'f', 'down_fd': 'd',
+}  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What a decoding run holds, in shapes.
+
+    Attributes:
+      target: the target's ModelConfig (its param_dtype: the stored weights' dtype).
+      batch: rows per batch (padded to a multiple of the data axis by `estimate`).
+      prompt_len: P, the longest prompt bucket.
+      slots: S, cache slots per row (`Engine.slots`).
+      width: T of a round's verification: 1 (AR), A + 1 (chain), M (tree nodes).
+      mesh: (data, model) sizes.
+      quant: '' (weights in param_dtype), 'int8' or 'int8:fp32' (see the module).
+      draft: a draft LM's ModelConfig, or None.
+      head: an EAGLE-3 head's Eagle3Config, or None.
+    """
+
+    target: ModelConfig
+    batch: int
+    prompt_len: int
+    slots: int
+    width: int = 1
+    mesh: tuple[int, int] = (1, 1)
+    quant: str = ''
+    draft: ModelConfig | None = None
+    head: e3.Eagle3Config | None = None
+
+    def __post_init__(self):
+        if self.quant not in QUANTS:
+            raise ValueError(f'quant={self.quant!r} is not one of {QUANTS}')
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """Bytes one device holds (see the module for what each part counts)."""
+
+    plan: Plan
+    weights: int
+    draft_weights: int
+    kv_cache: int
+    draft_cache: int
+    activations: int
+    notes: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return (
+            self.weights + self.draft_weights + self.kv_cache + self.draft_cache + self.activations
+        )
+
+    def as_dict(self) -> dict:
+        parts = ('weights', 'draft_weights', 'kv_cache', 'draft_cache', 'activations', 'total')
+        return dict({k: int(getattr(self, k)) for k in parts}, notes=list(self.notes))
+
+    def table(self, chip: Chip | None = None) -> str:
+        parts = ('weights', 'draft_weights', 'kv_cache', 'draft_cache', 'activations', 'total')
+        rows = [(k.replace('_', ' '), getattr(self, k)) for k in parts]
+        lines = [f'  {name:14s} {n / GIB:8.2f} GiB' for name, n in rows]
+        if chip is not None:
+            lines.append(f'  {"HBM " + chip.name:14s} {chip.hbm_bytes / GIB:8.2f} GiB '
+                         f'({self.total / chip.hbm_bytes:.0%} used)')  # fmt: skip
+        return '\n'.join(lines + [f'  note: {n}' for n in self.notes])
+
+
+def estimate(plan: Plan) -> Estimate:
+    """Per-device bytes of `plan` (module docstring)."""
+    data, model = plan.mesh
+    t = plan.target
+    notes = []
+    rows = -(-plan.batch // data)  # The batch is padded to a multiple of the data axis.
+    item = np.dtype(jax.numpy.dtype(t.dtype)).itemsize
+    weights = _weights(t, model, plan.quant, notes)
+    heads = t.num_kv_heads // model if t.num_kv_heads % model == 0 else t.num_kv_heads
+    if t.num_kv_heads % model:
+        notes.append(f'{t.num_kv_heads} KV heads do not split over model {model}: the cache '
+                     'holds every head on each device (replicated KV heads)')  # fmt: skip
+    kv = 2 * t.num_layers * rows * heads * plan.slots * t.head_dim * item
+    draft_weights = draft_cache = 0
+    if plan.draft is not None:
+        d = plan.draft
+        draft_weights = _bytes(_shapes(d)) * item // _itemsize(d.param_dtype)
+        draft_cache = 2 * d.num_layers * rows * d.num_kv_heads * plan.slots * d.head_dim * item
+    if plan.head is not None:
+        h = plan.head
+        shapes = jax.eval_shape(lambda: e3.init_params(h, jax.random.PRNGKey(0)))
+        # Head weights in the compute dtype, its copy of the target's embedding (replicated
+        # beside the target's own split one), the draft-id map.
+        draft_weights = _elements(shapes) * item + t.vocab_size * t.width * item
+        draft_weights += 4 * (h.draft_vocab_size + h.vocab_size)
+        draft_cache = 2 * rows * h.num_kv_heads * plan.slots * h.head_dim * item
+    activations = max(
+        _call(plan, rows, heads, plan.prompt_len, prefill=True),
+        _call(plan, rows, heads, plan.width, prefill=False),
+    )
+    return Estimate(plan, weights, draft_weights, kv, draft_cache, activations, tuple(notes))
+
+
+def check_fits(total: int, chip: Chip, what: str, parts: str = '') -> None:
+    """ValueError when `total` bytes per device exceed the chip's HBM, with the numbers."""
+    if total > chip.hbm_bytes:
+        raise ValueError(
+            f'{what} needs {total / GIB:.2f} GiB per {chip.name} chip, over its '
+            f'{chip.hbm_bytes / GIB:.2f} GiB HBM' + (f':\n{parts}' if parts else '') +
+            '\nuse a larger model axis (weights and KV heads split further), more data '
+            'shards for the batch, int8 weights, a smaller batch or fewer cache slots'
+        )  # fmt: skip
+
+
+def _weights(cfg: ModelConfig, model: int, quant: str, notes: list) -> int:
+    """Per-device bytes of the target's parameters split over a model axis of `model`."""
+    item = _itemsize(cfg.dtype)
+    scale = 4 if quant == 'int8:fp32' else 2
+    total = 0
+    flat = jax.tree_util.tree_flatten_with_path(_shapes(cfg))[0]
+    split_notes = set()
+    for path, x in flat:
+        name = sharding._key(path[-1])
+        letters = sharding.letters_of(name, len(x.shape))
+        ways_of = []
+        for letter, size in zip(letters or '.' * len(x.shape), x.shape):
+            ways = model if sharding.RULES.axis(letter) == 'model' else 1
+            if size % ways:
+                split_notes.add(f'{letter.upper()} {size} held whole (model {model})')
+                ways = 1
+            ways_of.append(ways)
+        local = math.prod(s // w for s, w in zip(x.shape, ways_of))
+        if quant and name in QUANTIZED:
+            out = QUANTIZED[name]
+            channels = math.prod(s // w for s, w, le in zip(x.shape, ways_of, letters) if le in out)
+            total += local + channels * scale
+        else:
+            total += local * item
+    notes.extend(sorted(split_notes))
+    return total
+
+
+def _call(plan: Plan, rows: int, kv_heads: int, width: int, prefill: bool) -> int:
+    """Transient bytes of one layer of a call of `width` tokens (module docstring)."""
+    t, (_, model) = plan.target, plan.mesh
+    item = _itemsize(t.dtype)
+
+    def split(n):
+        return n // model if n % model == 0 else n
+
+    heads = split(t.num_heads)
+    qkv = rows * width * (heads + 2 * kv_heads) * t.head_dim * item
+    scores = 3 * rows * heads * width * plan.slots * 4
+    mlp = 3 * rows * width * split(t.mlp_width) * item
+    stream = 4 * rows * width * t.width * item
+    mask = rows * width * plan.slots
+    laws = (1 if prefill else 4) * rows * (1 if prefill else width) * t.vocab_size * 4
+    taps = 3 * rows * plan.prompt_len * t.width * item if (plan.head and prefill) else 0
+    return qkv + scores + mlp + stream + mask + laws + taps
+
+
+def _elements(tree) -> int:
+    return sum(math.prod(x.shape) for x in jax.tree.leaves(tree))
+
+
+def _bytes(tree) -> int:
+    return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
+
+
+def _itemsize(dtype: str) -> int:
+    return np.dtype(jax.numpy.dtype(dtype)).itemsize
