@@ -258,7 +258,7 @@ def _step_memory(cfg, params, step_fn=forward):
 # temp for the 16.3 MB of fp32 weights below, in-matmul or not). On TPU and GPU the convert
 # is fused into the dot. Printed: the temp bytes of the int8 loop and of the same loop with
 # the weights dequantized outside the matmuls (`dequantize_params` at the top of the step).
-_LOOP_MEMORY = r'''
+_LOOP_MEMORY = r"""
 import json, sys
 import jax, jax.numpy as jnp
 from spec_jax.models import quant
@@ -295,7 +295,7 @@ print(json.dumps(dict(
     int8_loop=temp(loop(int8, False), q),
     dequantized_outside=temp(loop(cfg, True), q),
 )))
-'''
+"""
 
 
 def test_decode_loop_holds_no_dequantized_weights():
@@ -336,24 +336,55 @@ PROMPTS = [
     'List three prime numbers larger than 100 and explain why they are prime.',
     'Translate to French: the cat sleeps on the warm windowsill.',
 ]
+RAW = [  # Plain text, no chat template: longer runs of ordinary prose and code.
+    'Once upon a time, in a small village by the sea, there lived an old fisherman who '
+    'every morning rowed out beyond the rocks, and every evening came home with a story.',
+    "The mitochondrion is the organelle in which most of the cell's energy is produced: "
+    'glucose is broken down and its energy stored as ATP.',
+    'def binary_search(items, target):\n    lo, hi = 0, len(items) - 1\n    while lo <= hi:\n'
+    '        mid = (lo + hi) // 2\n',
+    'In 1969 the Apollo 11 mission landed the first humans on the Moon. Neil Armstrong and '
+    'Buzz Aldrin spent about two hours outside the lunar module.',
+]
 
 
 @pytest.mark.slow
 def test_int8_next_tokens_agree_with_fp32_on_the_embedded_default(embedded, record_property):
     tok = embedded.tokenizer
     rows = [tok.encode_chat([{'role': 'user', 'content': p}]) for p in PROMPTS]
+    rows += [tok.encode(p) for p in RAW]
     length = max(map(len, rows))
     ids = np.zeros((len(rows), length), np.int32)  # Right-padded: causal, so harmless.
     for i, r in enumerate(rows):
         ids[i, : len(r)] = r
-    valid = np.arange(length)[None, :] < np.array([len(r) for r in rows])[:, None]
+    # Chat rows count after the template's shared prefix (the same text in every one).
+    chats = rows[: len(PROMPTS)]
+    shared = next(i for i in range(length) if len({tuple(r[: i + 1]) for r in chats}) > 1)
+    positions = np.arange(length)[None, :]
+    starts = np.array([shared] * len(chats) + [0] * len(RAW))[:, None]
+    valid = (positions >= starts) & (positions < np.array([len(r) for r in rows])[:, None])
     want, _ = causal_forward(embedded.cfg, embedded.params, jnp.asarray(ids))
     q = quant.quantize_params(embedded.params)
     got, _ = causal_forward(embedded.cfg.replace(weights='int8'), q, jnp.asarray(ids))
-    agree = float((np.asarray(got).argmax(-1) == np.asarray(want).argmax(-1))[valid].mean())
+    want, got = np.asarray(want)[valid], np.asarray(got)[valid]
+    same = got.argmax(-1) == want.argmax(-1)
+    agree = float(same.mean())
+    top2 = np.sort(want, axis=-1)[:, -2:]
+    margins = (top2[:, 1] - top2[:, 0])[~same]  # fp32's top-1 lead where int8 differs.
     record_property('int8_top1_agreement', agree)
-    print(f'\nint8 vs fp32 next-token agreement: {agree:.4f} over {valid.sum()} positions')
+    print(
+        f'\nint8 vs fp32 next-token agreement: {agree:.4f} over {len(same)} positions; '
+        f'fp32 margins where they differ: {np.round(np.sort(margins), 2).tolist()}; max '
+        f'|logit diff| {np.abs(got - want).max():.3f}'
+    )
     assert agree >= AGREEMENT_FLOOR
+    assert np.all(margins < MARGIN_CEILING)  # Only near ties flip.
 
 
-AGREEMENT_FLOOR = 0.9
+# Measured (2026-12-02): 0.964 over 277 positions (10 differ, each where fp32's top two
+# logits are within 0.21 of each other; the largest logit change is 1.7). The floor sits
+# four binomial standard deviations (1.1 % at n = 277) below, so a real loss of accuracy
+# fails and run-to-run noise of reduction order does not; only near ties may flip: a flip
+# where fp32 leads by a whole logit (5x the largest flipped lead seen) is a quantization bug.
+AGREEMENT_FLOOR = 0.92
+MARGIN_CEILING = 1.0
