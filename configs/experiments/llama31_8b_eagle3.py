@@ -10,10 +10,9 @@ cache slots a row; per-chip memory from `launch/aot.py --dry_run`, spec_jax/jobs
 and docs/performance.md "Compiled for TPU"), bf16 throughout:
 
   ''     one device, as the paper's single GPU (the same as h100)
-  v5e8   a v5e-8 slice (8 chips, one host), mesh 1 x 8: ~9 GiB of 16 a chip (a v5e-4,
-         mesh 1 x 4, needs ~14 GiB: it fits with little room: `:v5e4`)
-  v5e4   a v5e-4 slice, mesh 1 x 4
-  h100   one H100 80 GB: ~49 GiB (the prefill's attention scores of 8 rows x 2048 tokens
+  v5e8   a v5e-8 slice (8 chips, one host), mesh 1 x 8: ~8.5 GiB of 16 a chip
+  v5e4   a v5e-4 slice, mesh 1 x 4: ~14 GiB (it fits, with little room)
+  h100   one H100 80 GB: ~48 GiB (the prefill's attention scores of 8 rows x 2048 tokens
          over 4,156 slots in fp32 are half of it)
 
 Matched baselines follow the tree convention (the target truncated, the deterministic

@@ -6,25 +6,29 @@ MBPP+, INCLUDE and BFCL parallel_multiple with the paper's grids.
     python launch/evaluate.py --config configs/experiments/qwen25_72b_chain.py:h100x8 \
         --config.model=/models/Qwen2.5-72B-Instruct --config.draft=/models/Qwen2.5-0.5B-Instruct
     python launch/aot.py --config configs/experiments/qwen25_72b_chain.py:v5p --topology v5p:2x2x1
-    python launch/aot.py --config configs/experiments/qwen25_72b_chain.py:v5e32_int8 \
-        --topology v5e:4x8 --dry_run
+    python launch/aot.py --config configs/experiments/qwen25_72b_chain.py:v5e16_int8 \
+        --topology v5e:4x4
 
 The argument picks the hardware (batch 8, prompts and outputs up to 2048 tokens: 4,107
 cache slots a row; per-chip memory from `launch/aot.py --dry_run`, spec_jax/jobs/memory.py,
 and docs/performance.md "Compiled for TPU"):
 
   ''          one device (the weights alone are 145 GB in bf16: no single chip holds them)
-  v5p         a v5p-8 slice (4 chips, one host), bf16, mesh 1 x 4: ~54 GiB of 95 a chip
-  v5e32_int8  a v5e-32 slice (8 hosts x 4 chips), int8 weights, one mesh over the hosts,
-              data 2 x model 16: ~13 GiB of 16 a chip. A v5e-16 (model 16, data 1) does
-              not fit: its 8 KV heads do not split over 16 chips, so each chip holds every
-              head of all 8 rows (10.8 GiB of cache) beside 4.7 GiB of int8 weights
+  v5p         a v5p-8 slice (4 chips, one host), bf16, mesh 1 x 4: ~52 GiB of 95 a chip
+  v5e16_int8  a v5e-16 slice (4 hosts x 4 chips), int8 weights, one mesh over the hosts,
+              model 16: ~12 GiB of 16 a chip (each of the 8 KV heads held twice:
+              sharding.kv_repeat; the K projections whole on every chip)
+  v5e32_int8  a v5e-32 slice (8 hosts x 4 chips), int8, data 2 x model 16: ~9 GiB
   h100x8      one node of 8 H100 80 GB, bf16, mesh 1 x 8: ~27 GiB of 80 a GPU
+  (A v5e-8 does not hold it even in int8: ~20 GiB a chip at model 8.)
 
-int8 (`c.quant`) is weight-only, per output channel (issue 31 item 3): until the model stack
-reads `quant` the v5e variant is an estimate, and a run loads bf16 weights (which do not
-fit a v5e-32). The paper ran GPTQ-Int8 checkpoints, which spec_jax does not read: the bf16
-weights of the same models are used. The tasks read the paper's own items
+int8 (`c.quant`) is the model stack's weight-only int8 (`ModelConfig.weights`,
+spec_jax/models/quant.py; per-output-channel float32 scales): the AOT job and the
+estimate size and compile it; the evaluation job does not read `quant` yet, so a run of
+the int8 variants loads bf16 weights (which do not fit those slices): quantize at load
+(`checkpoints.load(spec, quantize='int8')`) in the build step first. The paper ran
+GPTQ-Int8 checkpoints; the bf16 weights of the same models are used here.
+The tasks read the paper's own items
 (`paper.TASK_SOURCES`: source 'fast_hsd' for MATH, the first 500 *train* rows of
 competition_math, 240 bundled and the rest from the hub; INCLUDE's exact 220; BFCL's 200;
 MBPP+ v0.2.0 from the hub).
@@ -42,6 +46,7 @@ from spec_jax.jobs import evaluate
 HARDWARE = {
     '': (1, 1, 'local', ''),
     'v5p': (1, 4, 'local', ''),
+    'v5e16_int8': (1, 16, 'all', 'int8'),
     'v5e32_int8': (2, 16, 'all', 'int8'),
     'h100x8': (1, 8, 'local', ''),
 }
@@ -64,5 +69,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     data, model, hosts, quant = HARDWARE[arg]
     c.mesh = sharding.mesh_config(data, model, hosts)
     if quant:
-        c.quant = quant  # Weight-only int8 (spec_jax/jobs/memory.py QUANTS).
+        c.quant = quant  # Weight-only int8 (ModelConfig.weights; spec_jax/jobs/memory.py).
     return c

@@ -7,8 +7,8 @@ experiment config (`runner.decoding_block`), with the weights replaced by
 `checkpoints.param_shapes` of the model's config: read from a local HF or orbax directory's
 config file, a preset ('embedded', 'random:<preset>'), or `KNOWN_MODELS` for the hub ids of
 the paper's setups (their config.json, so a plan needs no download). Drafts are placed as
-the engine places them (`ShardingRules.replicated()`: an EAGLE-3 head with its own copy of
-the target's embedding), the rows over 'data'.
+the engine places them (`drafter.rules`, by default `sharding.DRAFT_RULES`: weights on every
+device, an EAGLE-3 head with its own copy of the target's embedding), the rows over 'data'.
 """
 
 from __future__ import annotations
@@ -156,6 +156,8 @@ def plan_of(
     if mode != 'ar' and mode != s.mode:
         raise ValueError(f"mode {mode!r}: the config decodes in {s.mode!r} (and 'ar')")
     target = model_config(c.model, c.dtype)
+    if quant:  # The model stack's int8 weights (ModelConfig.weights, models/quant.py).
+        target = target.replace(weights=quant)
     decode = DecodeSettings(
         max_new_tokens=c.max_new_tokens, stop_tokens=(STOP_ID,),
         max_prompt_len=c.max_prompt_len, prompt_bucket=c.prompt_bucket,
@@ -194,7 +196,7 @@ def build_abstract(
     shape = (int(mesh.shape['data']), int(mesh.shape['model']))
     engine, plan, draft_shapes = plan_of(c, mode, shape, quant, prompt_len)
     target_params = place(param_shapes(plan.target), mesh)
-    draft_params = place(draft_shapes, mesh, sharding.ShardingRules.replicated())
+    draft_params = place(draft_shapes, mesh, getattr(engine.drafter, 'rules', sharding.DRAFT_RULES))
     b, bp = (NamedSharding(mesh, sharding.RULES.spec(x, mesh)) for x in ('b', 'b.'))
     rows = (
         jax.ShapeDtypeStruct((plan.batch, plan.prompt_len), jnp.int32, sharding=bp),

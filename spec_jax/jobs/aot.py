@@ -171,11 +171,6 @@ def run(
         if not force:
             memory.check_fits(est.total, chip, f'{mode} on {where} (estimate)', est.table(chip))
         if compile_it:
-            if quant:
-                raise ValueError(
-                    f'quant={quant!r}: the model stack has no int8 weights to compile yet; '
-                    'run the estimate (dry_run) for this plan'
-                )
             ab = build_abstract(block, mode, mesh, quant, prompt_len)
             compiled, more = compile_mode(ab, chip, where, mode, rounds)
             numbers.update(more)

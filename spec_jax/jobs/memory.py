@@ -3,14 +3,16 @@ compiles (launch/aot.py --dry_run; checked against XLA's own numbers in tests/jo
 
 Per device under a (data, model) mesh, by the sharding rules (spec_jax/sharding.py):
 
-- weights: every parameter of `checkpoints.param_shapes`, split over the mesh axis of its
-  letters (N, K, F, V over 'model'); a letter the axis does not divide is held whole (the
-  KV heads of Qwen2.5-72B or Llama-3.1-8B at model 16: 8 heads, replicated). `quant`
-  'int8' stores the layers' matmul weights (q, k, v, o, gate, up, down) in one byte a
-  parameter plus one bf16 scale per output channel ('int8:fp32': fp32 scales); embeddings,
-  LM head, norms and biases stay in the compute dtype (GPTQ-Int8's split).
+- weights: every parameter of `checkpoints.param_shapes` in its own dtype, split over the
+  mesh axis of its letters (N, K, F, V over 'model'); a letter the axis does not divide is
+  held whole, as are the K axes of a model axis larger than K (`sharding.param_specs`:
+  Qwen2.5-72B's 8 KV heads at model 16). `quant` 'int8' sizes the model stack's int8
+  weights (`ModelConfig.weights`, spec_jax/models/quant.py: projections and an untied LM
+  head in one byte a parameter plus a float32 scale per output channel; the embedding,
+  norms and biases in the compute dtype).
 - KV cache: keys and values of every layer, [rows, heads, slots, head dim], rows = the
-  batch over 'data', heads over 'model' where it divides K (else all K).
+  batch over 'data', heads K / model per device, or one where the model axis is a multiple
+  of K larger than it (each head held model / K times: `sharding.kv_repeat`).
 - drafts (a draft LM, an EAGLE-3 head with its copy of the target's embedding) and their
   caches, replicated over 'model' (the engine places drafts with
   `ShardingRules.replicated()`), their rows over 'data'.
@@ -38,14 +40,9 @@ from spec_jax.jobs.chips import GIB, Chip
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.config import ModelConfig
 
-QUANTS = ('', 'int8', 'int8:fp32')
+QUANTS = ('', 'int8')
 # Parameter shapes of a config, once (an 80-layer init traced abstractly takes seconds).
 _shapes = functools.lru_cache(maxsize=16)(param_shapes)
-# Matmul weights int8 quantizes, and the letters of their output channels (one scale each).
-QUANTIZED = {
-    'q_dnh': 'nh', 'k_dkh': 'kh', 'v_dkh': 'kh', 'o_nhd': 'd',
-    'gate_df': 'f', 'up_df': 'f', 'down_fd': 'd',
-}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +56,7 @@ class Plan:
       slots: S, cache slots per row (`Engine.slots`).
       width: T of a round's verification: 1 (AR), A + 1 (chain), M (tree nodes).
       mesh: (data, model) sizes.
-      quant: '' (weights in param_dtype), 'int8' or 'int8:fp32' (see the module).
+      quant: '' (the target's own `weights`) or 'int8' (see the module).
       draft: a draft LM's ModelConfig, or None.
       head: an EAGLE-3 head's Eagle3Config, or None.
     """
@@ -77,6 +74,8 @@ class Plan:
     def __post_init__(self):
         if self.quant not in QUANTS:
             raise ValueError(f'quant={self.quant!r} is not one of {QUANTS}')
+        if self.quant:
+            object.__setattr__(self, 'target', self.target.replace(weights=self.quant))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,11 +117,18 @@ def estimate(plan: Plan) -> Estimate:
     notes = []
     rows = -(-plan.batch // data)  # The batch is padded to a multiple of the data axis.
     item = np.dtype(jax.numpy.dtype(t.dtype)).itemsize
-    weights = _weights(t, model, plan.quant, notes)
-    heads = t.num_kv_heads // model if t.num_kv_heads % model == 0 else t.num_kv_heads
-    if t.num_kv_heads % model:
-        notes.append(f'{t.num_kv_heads} KV heads do not split over model {model}: the cache '
-                     'holds every head on each device (replicated KV heads)')  # fmt: skip
+    weights = _weights(t, model, notes)
+    k = t.num_kv_heads
+    if k % model == 0:
+        heads = k // model
+    elif model % k == 0:
+        heads = 1
+        notes.append(f'{k} KV heads over model {model}: each held {model // k} times, one '
+                     'a device (sharding.kv_repeat)')  # fmt: skip
+    else:
+        heads = k
+        notes.append(f'{k} KV heads do not split over model {model}: every head on each '
+                     'device')  # fmt: skip
     kv = 2 * t.num_layers * rows * heads * plan.slots * t.head_dim * item
     draft_weights = draft_cache = 0
     if plan.draft is not None:
@@ -155,10 +161,8 @@ def check_fits(total: int, chip: Chip, what: str, parts: str = '') -> None:
         )  # fmt: skip
 
 
-def _weights(cfg: ModelConfig, model: int, quant: str, notes: list) -> int:
+def _weights(cfg: ModelConfig, model: int, notes: list) -> int:
     """Per-device bytes of the target's parameters split over a model axis of `model`."""
-    item = _itemsize(cfg.dtype)
-    scale = 4 if quant == 'int8:fp32' else 2
     total = 0
     flat = jax.tree_util.tree_flatten_with_path(_shapes(cfg))[0]
     split_notes = set()
@@ -168,17 +172,11 @@ def _weights(cfg: ModelConfig, model: int, quant: str, notes: list) -> int:
         ways_of = []
         for letter, size in zip(letters or '.' * len(x.shape), x.shape):
             ways = model if sharding.RULES.axis(letter) == 'model' else 1
-            if size % ways:
+            if size % ways or (letter == 'k' and ways > size):
                 split_notes.add(f'{letter.upper()} {size} held whole (model {model})')
                 ways = 1
             ways_of.append(ways)
-        local = math.prod(s // w for s, w in zip(x.shape, ways_of))
-        if quant and name in QUANTIZED:
-            out = QUANTIZED[name]
-            channels = math.prod(s // w for s, w, le in zip(x.shape, ways_of, letters) if le in out)
-            total += local + channels * scale
-        else:
-            total += local * item
+        total += math.prod(s // w for s, w in zip(x.shape, ways_of)) * np.dtype(x.dtype).itemsize
     notes.extend(sorted(split_notes))
     return total
 
