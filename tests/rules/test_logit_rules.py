@@ -29,8 +29,9 @@ import pytest
 
 import spec_jax.rules as rules
 from spec_jax import decoding
+from spec_jax.decoding import trees
 from spec_jax.decoding import verification as verification_lib
-from spec_jax.decoding.drafters import LMDrafter
+from spec_jax.decoding.drafters import Eagle3Drafter, LMDrafter
 from spec_jax.sampling import Sampler
 from spec_jax.testing import tiny
 
@@ -194,7 +195,7 @@ def test_lossless_settings_are_exact():
         rule = rules.make(spec)
         assert rule.lossless
         np.testing.assert_allclose(np.asarray(round_law(rule, pb, qb, x, raw))[0], p, atol=1e-7)
-    n = 2_003
+    n = 513
     key = _cases.key(1)
     pn, qn = jnp.broadcast_to(pb, (n,) + p.shape), jnp.broadcast_to(qb, (n,) + q.shape)
     xn = jax.random.categorical(jax.random.PRNGKey(2), jnp.log(qn), axis=-1)
@@ -368,18 +369,31 @@ def models():
     return tiny.target_params(), tiny.draft_params()
 
 
-@pytest.mark.parametrize('spec', ('relaxed:top_k=1,delta=0.0', 'mars:theta=inf',
-                                  'fuzzy:threshold=0'))  # fmt: skip
-def test_greedy_settings_equal_greedy_ar_through_the_engine(models, spec):
+@pytest.fixture(scope='module')
+def greedy_ar(models):
+    engine = decoding.Engine(tiny.TARGET, tiny.DECODE)
+    return decoding.generate(engine, decoding.Params(models[0]), tiny.PROMPTS).tokens
+
+
+@pytest.mark.parametrize('spec,mode', [('relaxed:top_k=1,delta=0.0', 'chain'),
+                                       ('fuzzy:threshold=0', 'chain'),
+                                       ('mars:theta=inf', 'tree')])  # fmt: skip
+def test_greedy_settings_equal_greedy_ar_through_the_engine(models, greedy_ar, spec, mode):
+    """relaxed at top_k 1 (any delta), fuzzy at threshold 0 and MARS without its relaxation
+    (EAGLE-3 tree rounds: the tree walk's logits path) at T 0 equal greedy AR."""
     target, draft = models
     dec = tiny.DECODE
-    greedy = decoding.generate(decoding.Engine(tiny.TARGET, dec), decoding.Params(target),
-                               tiny.PROMPTS)  # fmt: skip
     metered = spec.startswith('relaxed')  # The meter's logits path, once.
-    engine = decoding.Engine(tiny.TARGET, dec, LMDrafter(tiny.DRAFT), 2, rule=rules.make(spec),
-                             sampler=Sampler(0.0), meter_distortion=metered)  # fmt: skip
-    result = decoding.generate(engine, decoding.Params(target, draft), tiny.PROMPTS)
-    assert result.tokens == greedy.tokens, spec
+    fields = dict(rule=rules.make(spec), sampler=Sampler(0.0), meter_distortion=metered)
+    if mode == 'tree':
+        engine = decoding.Engine(tiny.TARGET, dec, Eagle3Drafter(tiny.HEAD),
+                                 tree=trees.TreeShape(6, 3, 2), **fields)  # fmt: skip
+        params = decoding.Params(target, tiny.head(target))
+    else:
+        engine = decoding.Engine(tiny.TARGET, dec, LMDrafter(tiny.DRAFT), 2, **fields)
+        params = decoding.Params(target, draft)
+    result = decoding.generate(engine, params, tiny.PROMPTS)
+    assert result.tokens == greedy_ar, spec
     if metered:
         assert 0 < result.stats['acceptance_rate'] < 1
         assert result.stats['mean_tv'] == pytest.approx(0.0, abs=1e-6)  # Law = p_A = argmax.
