@@ -146,14 +146,16 @@ class Decoder(nn.Module):
     arrays are read in place. That is why CPU keeps them unrolled. The price is compile
     time that grows with L.
 
-    `cfg.scan_layers` (for TPU and GPU, where a dot reads its slice of the stacked weights
-    in place) runs one `nn.scan` over the layers instead: the parameters live under
-    `layers` with a leading L axis (`stack_layers` / `unstack_layers` convert; checkpoints
-    keep `layer_{i}` on disk) and the KV cache is one [L, R, S, H] array for keys and one
-    for values (`KVCache.init` of the config), carried through the scan and updated at
-    [i] in place, so no layer's cache is stacked or split per call (a tuple of L arrays
-    would be). The compiled program holds one layer, so compile time no longer grows
-    with L (docs/quantization.md, "Scanned layers": MEASURED_DOCSTRING).
+    `cfg.scan_layers` (for TPU and GPU, where a dot is expected to read its slice of the
+    stacked weights in place; not measured here) runs one `nn.scan` over the layers instead:
+    the parameters live under `layers` with a leading L axis (`stack_layers` /
+    `unstack_layers` convert; checkpoints keep `layer_{i}` on disk) and the KV cache is one
+    [L, R, S, H] array for keys and one for values (`KVCache.init` of the config), carried
+    through the scan and updated at [i] in place, so no layer's cache is stacked or split
+    per call (a tuple of L arrays would be). The compiled program holds one layer, so
+    compile time no longer grows with L (measured on CPU, 32 layers of the tiny width: a
+    decode step compiles in 2.5-3.3 s scanned against 8.8-10.6 s unrolled, the AR decode
+    loop in 8-10 s against 37-45 s; docs/quantization.md, "Scanned layers").
     """
 
     cfg: ModelConfig

@@ -6,9 +6,9 @@ head), the norms and the biases stay in `param_dtype`. A projection then runs as
 
     out = einsum(x, w_int8.astype(x.dtype)) * scale     (scale over the output channels)
 
-so the convert is an operand of the dot: XLA fuses it there on TPU and GPU and never keeps
-a dequantized copy of the weights (on CPU each dot's converted operand is a transient the
-size of one weight; tests/models/test_quant.py measures both).
+so the convert is an operand of the dot: a v5e compile (libtpu) reads the int8 weight in
+the convolution itself, the scale in the same fusion; XLA:CPU converts each weight in a
+kernel of its own, one weight-sized buffer per dot (docs/quantization.md, "Measured").
 
 Names keep their axis letters, so sharding follows them (spec_jax.sharding): `q_dnh` (int8
 [D, N, H]) has its scale `q_scale_nh` [N, H] split over the heads like it; `o_nhd`'s scale
