@@ -69,8 +69,9 @@ class Relaxed(base.Rule):
       request's delta when it accepts `<think>` and zeroes it at `</think>`); elsewhere delta
       is 0 (the top-1 and its exact ties). Default -1: no span, relaxed everywhere (the
       embedded default model has no reasoning span).
-    - Presets: 'max' (K 10, delta 0.6, bonus sampled), 'trtllm' (K 10, delta 0.6, bonus
-      top-1); TensorRT-LLM's own defaults (K 1, delta 0) are the greedy setting.
+    - Presets: 'max' (K 10, delta 0.6, bonus sampled: MAX's, as issue 32 states them),
+      'trtllm' (K 10, delta 0.6 with TensorRT-LLM's top-1 bonus); TensorRT-LLM's own config
+      defaults (K 1, delta 0) are the greedy setting.
     """
 
     delta: float = 0.6
