@@ -141,6 +141,19 @@ def test_load_quantize_int8_streams_an_hf_directory(tmp_path, params):
         checkpoints.load(path, quantize='int4')
 
 
+def test_orbax_round_trip_keeps_int8(tmp_path, params):
+    q = quant.quantize_params(params)
+    path = str(tmp_path / 'orbax')
+    checkpoints.save_orbax(path, INT8, q)
+    jax.tree.map(np.testing.assert_array_equal, checkpoints.load(path).params, q)
+    bf16 = checkpoints.load(path, dtype='bfloat16')  # Only the float leaves are cast.
+    attn = bf16.params['layer_0']['attn']
+    assert (attn['q_dnh'].dtype, attn['q_scale_nh'].dtype) == (jnp.int8, jnp.float32)
+    assert bf16.params['embed_vd'].dtype == jnp.bfloat16 and bf16.cfg.weights == 'int8'
+    floats = checkpoints.load(path, quantize='float')
+    assert floats.cfg.weights == 'float' and 'q_scale_nh' not in floats.params['layer_0']['attn']
+
+
 def _gptq_pack(w_oi, bits, group_size, rng, act_order, fmt):
     """One Linear [out, in] packed as AutoGPTQ writes it (symmetric, zero 2^(bits-1)):
     returns (tensors, the float weight the packed values mean, HF layout)."""

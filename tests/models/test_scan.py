@@ -6,15 +6,19 @@ KV cache of [L, R, S, H] arrays; its forward, its greedy AR and chain tokens (th
 in fp32 (tiny configs with prime sizes).
 """
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
+from safetensors.numpy import save_file
 
-from spec_jax import decoding, sharding
-from spec_jax.checkpoints.convert import param_shapes
+from spec_jax import checkpoints, decoding, sharding
+from spec_jax.checkpoints.convert import param_shapes, params_to_state
+from spec_jax.checkpoints.hf import config_to_hf
 from spec_jax.decoding.drafters import LMDrafter
 from spec_jax.models import quant
 from spec_jax.models.cache import KVCache
@@ -131,3 +135,20 @@ def test_greedy_tokens_equal_unrolled():
     chain = run(scan_cfg, stacked, LMDrafter(tiny.DRAFT), draft, 3)
     assert chain == ar
     assert len(set(map(tuple, ar))) > 1  # Rows that differ: the prompts matter.
+
+
+def test_load_stacks_an_unrolled_checkpoint(tmp_path, params):
+    """`checkpoints.load(scan_layers=True)` reads the `layer_{i}` layout and stacks it; the
+    int8 option composes (quantized per tensor, then stacked)."""
+    directory = tmp_path / 'hf'
+    directory.mkdir()
+    save_file(params_to_state(CFG, jax.tree.map(np.asarray, params)),
+              str(directory / 'model.safetensors'))  # fmt: skip
+    (directory / 'config.json').write_text(json.dumps(config_to_hf(CFG)))
+    model = checkpoints.load(str(directory), scan_layers=True)
+    assert model.cfg == SCAN
+    jax.tree.map(np.testing.assert_array_equal, model.params, stack_layers(params, 3))
+    model8 = checkpoints.load(str(directory), scan_layers=True, quantize='int8')
+    assert model8.cfg == SCAN.replace(weights='int8')
+    assert model8.params[LAYERS]['mlp']['down_fd'].dtype == jnp.int8
+    assert model8.params[LAYERS]['mlp']['down_scale_d'].shape == (3, CFG.width)
