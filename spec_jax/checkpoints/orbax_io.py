@@ -161,7 +161,10 @@ def convert_to_orbax(
     # The finalized tree is `<staged>/state`, a StandardCheckpointer tree: moved in place
     # with the checkpoint's metadata file (which StandardCheckpointer keeps beside it).
     tree, meta = staged / 'state', staged / '_CHECKPOINT_METADATA'
-    if not (tree.is_dir() and meta.is_file()):
+    laid_out = tree.is_dir() and meta.is_file()
+    if together:  # Process 0's view, taken by all before it moves anything (a collective).
+        laid_out = distributed.from_main(laid_out)
+    if not laid_out:
         raise CheckpointError(
             f'orbax {ocp.__version__} finalized the partial saves in {staged} with another '
             f'layout than {tree} and {meta} (the orbax-checkpoint range of setup.cfg has it)'
