@@ -182,9 +182,12 @@ def _int8_params(state: SourceState, mesh: Mesh | None, rules: sharding.Sharding
 def _load_orbax(spec: str, dtype: str | None, mesh: Mesh | None, rules) -> LoadedModel:
     """`orbax_io.load_orbax`, keeping an int8 checkpoint's int8 weights and float32 scales
     (orbax casts every leaf to the dtype asked for; only the float ones are cast here)."""
-    with open(os.path.join(spec, sources.ORBAX_CONFIG_FILE)) as f:
-        saved = json.load(f)
-    if saved.get('weights', 'float') != 'int8' or dtype is None:
+    try:
+        with open(os.path.join(spec, sources.ORBAX_CONFIG_FILE)) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):  # Unreadable here: orbax_io reads it and says why.
+        saved = {}
+    if not isinstance(saved, dict) or saved.get('weights', 'float') != 'int8' or dtype is None:
         return orbax_io.load_orbax(spec, dtype, mesh, rules)
     model = orbax_io.load_orbax(spec, None, mesh, rules)
 
