@@ -10,7 +10,9 @@
     model = checkpoints.load('/ckpt/llama', mesh=mesh)  # each device reads its shards
 
 Every format becomes HF-named numpy tensors first (a *state reader*), and
-`convert.state_to_params` builds the parameter tree from those.
+`convert.state_to_params` builds the parameter tree from those. A GPTQ directory (gptq) is
+served dequantized and loads as int8; `load(spec, quantize='int8')` quantizes any source and
+`load(spec, scan_layers=True)` stacks the layers (docs/quantization.md).
 """
 
 import os
