@@ -20,7 +20,7 @@ and docs/performance.md "Compiled for TPU"):
               sharding.kv_repeat; the K projections whole on every chip)
   v5e32_int8  a v5e-32 slice (8 hosts x 4 chips), int8, data 2 x model 16: ~9 GiB
   h100x8      one node of 8 H100 80 GB, bf16, mesh 1 x 8: ~27 GiB of 80 a GPU
-  (A v5e-8 does not hold it even in int8: ~20 GiB a chip at model 8.)
+  (A v5e-8 does not hold it even in int8: ~18.6 GiB a chip at model 8.)
 
 int8 (`c.quant`) is the model stack's weight-only int8 (`ModelConfig.weights`,
 spec_jax/models/quant.py; per-output-channel float32 scales): the AOT job and the

@@ -3,7 +3,8 @@ machine, from abstract weights, and what the compiled programs say (launch/aot.p
 
     python launch/aot.py --config configs/smollm2_135m_chain.py:tiny --topology v5e:2x2
     python launch/aot.py --config configs/experiments/qwen25_72b_chain.py:v5p \
-        --topology v5p:2x2x2 --block_efficiency 3.5
+        --topology v5p:2x2x1 --block_efficiency 7.98
+    python launch/aot.py --config configs/smollm2_135m_draft.py:tiny   # its training steps
     python launch/aot.py --config configs/experiments/llama31_8b_eagle3.py:h100 \
         --device h100 --dry_run      # the memory estimate only, for any chip
 
@@ -27,6 +28,10 @@ The roofline's assumptions: the round reaches the chip's peak bf16 flops or HBM 
 (the slower bounds it), overlaps them perfectly, and its collectives, launches and host
 work cost nothing; every row is live (no finished rows); XLA's cost analysis counts each
 fusion's operands and results once. It is an upper bound on speed, not a measurement.
+
+A train_draft config (configs/smollm2_135m_{draft,eagle3}.py) compiles its training steps
+instead (`run_train`, spec_jax/jobs/aot_train.py). A config's `quant` ('int8') compiles and
+sizes the model stack's int8 weights (`ModelConfig.weights`).
 
 Compiling for a TPU needs libtpu (`pip install 'jax[tpu]==<jax version>'`, Linux x86-64):
 without it the job says what to install (`LibtpuMissing`); the dry run needs nothing.
@@ -111,8 +116,8 @@ def run(
     loops for `topology` (module docstring).
 
     Args:
-      c: a generate or experiment config (a `c.quant` string, if present, sizes int8
-        weights in the estimate: memory.QUANTS).
+      c: a generate or experiment config (a `c.quant` string, if present, compiles and
+        sizes int8 weights: memory.QUANTS), or a train_draft config (`run_train`).
       workdir: where aot.json goes (optional).
       topology: a TPU topology name ('v5e:2x2', 'v5p:2x2x1', 'v6e:2x2', 'v4:2x2x1').
       device: a chip of `chips.CHIPS` for the estimate ('h100'; default the topology's).
