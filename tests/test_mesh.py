@@ -13,7 +13,7 @@ def test_mesh_checks_pass_on_eight_fake_devices():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     run = subprocess.run(
         [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'tests/mesh'],
-        cwd=root, env=env, capture_output=True, text=True, timeout=900,
+        cwd=root, env=env, capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
     assert ' passed' in run.stdout and 'skipped' not in run.stdout, run.stdout[-2000:]
