@@ -276,15 +276,14 @@ def test_fly_emits_its_enumerated_law(theta, window):
 
 
 def test_fly_without_its_window_is_lossless_sd_token_for_token():
-    """theta = inf (or a window that never fits) keeps exactly lossless SD's tokens on the same
-    keys; its plug-in law is then p."""
+    """theta = inf keeps exactly lossless SD's tokens on the same keys; its plug-in law is then
+    p, and with the window on it moves."""
     chain = make_chain(8, 4, 3)
     x, p, q, z = draw_rows(chain, 3_001, seed=2)
     key = _cases.key(5)
     want = run(rules.make('lossless'), key, x, p, q, z)
-    for spec in ('fly:theta=inf', 'fly:theta=0.0,window=3'):
-        got = run(rules.make(spec), key, x, p, q, z)
-        np.testing.assert_array_equal(got[0], want[0], err_msg=spec)
+    got = run(rules.make('fly:theta=inf'), key, x, p, q, z)
+    np.testing.assert_array_equal(got[0], want[0])
     assert rules.make('fly:theta=inf').lossless and not rules.make('fly').lossless
     raw = rules.Raw(jnp.asarray(z), jnp.zeros(q.shape, jnp.float32))
     args = jnp.asarray(p), jnp.asarray(q), jnp.asarray(x), raw

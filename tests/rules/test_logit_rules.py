@@ -177,9 +177,9 @@ def test_verify_chain_emits_the_numpy_law(spec):
 
 
 def test_lossless_settings_are_exact():
-    """relaxed at top_k 1 is greedy verification (law and tokens, any delta); MARS at
-    theta = inf and fuzzy at threshold 0 are lossless SD (law p; MARS's tokens equal
-    lossless SD's on the same keys)."""
+    """relaxed at top_k 1 is greedy verification (its law, any delta; its tokens through the
+    engine below); MARS at theta = inf and fuzzy at threshold 0 are lossless SD (law p;
+    MARS's tokens equal lossless SD's on the same keys)."""
     z, p, zd, q = fixture(3, a=3)
     pb, qb = jnp.asarray(p[None], jnp.float32), jnp.asarray(q[None], jnp.float32)
     raw = raw_of(z[None], zd[None])
@@ -203,9 +203,6 @@ def test_lossless_settings_are_exact():
                      jnp.broadcast_to(raw.draft_logits, (n,) + zd.shape))  # fmt: skip
     want = rules.verify_chain(rules.make('lossless'), key, pn, qn, xn)
     got = rules.verify_chain(rules.make('mars:theta=inf'), key, pn, qn, xn, raw=rawn)
-    np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(want.tokens))
-    want = rules.verify_chain(greedy, key, pn, qn, xn)
-    got = rules.verify_chain(rules.make('relaxed:top_k=1,delta=0.5'), key, pn, qn, xn, raw=rawn)
     np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(want.tokens))
 
 
