@@ -137,7 +137,10 @@ def build(c: ml_collections.ConfigDict) -> Built:
     sampler = sampler_from_config(c.sampling)
     mesh = sharding.make_mesh(c.mesh) if 'mesh' in c else None
     # Heads, MLP and vocabulary over 'model' (an orbax target restored into its shards).
-    target = checkpoints.load(c.model, c.dtype, c.seed, mesh=mesh)
+    target = checkpoints.load(
+        c.model, c.dtype, c.seed, mesh=mesh, quantize=c.get('weights') or None,
+        scan_layers=bool(c.get('scan_layers', False)),
+    )  # fmt: skip
     tok = target.tokenizer
     decode = DecodeSettings(
         max_new_tokens=c.max_new_tokens,

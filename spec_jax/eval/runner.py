@@ -119,6 +119,7 @@ def decoding_block(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """The `decoding.build` block of an experiment config (the lossless engine)."""
     block = ml_collections.ConfigDict()
     block.model, block.dtype, block.seed = c.model, c.dtype, c.seed
+    block.weights, block.scan_layers = c.weights, c.scan_layers
     block.max_new_tokens = c.max_new_tokens
     block.max_prompt_len, block.prompt_bucket = c.max_prompt_len, c.prompt_bucket
     block.sampling = decoding.sampling_config(c.temperature)

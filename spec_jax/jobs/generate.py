@@ -26,6 +26,10 @@ def default_config(tiny: bool = False) -> ml_collections.ConfigDict:
     c.model = 'random:tiny' if tiny else 'embedded'
     c.dtype = 'float32'  # bf16 is 7-10x slower than fp32 under XLA:CPU; use it on TPU/GPU.
     c.seed = 0
+    # '' keeps the checkpoint's weights; 'int8' quantizes the projections per output channel
+    # as they are read, 'float' dequantizes an int8 or GPTQ checkpoint (docs/quantization.md).
+    c.weights = ''
+    c.scan_layers = False  # One scan over stacked layers (TPU/GPU compile time; not on CPU).
     c.prompts = (
         'What is the capital of France?',
         'Write a Python function that checks whether a number is prime.',

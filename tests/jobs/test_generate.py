@@ -10,7 +10,7 @@ import pytest
 from tokenizers import Tokenizer as Backend
 from tokenizers.models import WordLevel
 
-from spec_jax import checkpoints
+from spec_jax import checkpoints, decoding
 from spec_jax.checkpoints import eagle_formats
 from spec_jax.decoding import drafters, engine, host
 from spec_jax.jobs import generate
@@ -76,6 +76,19 @@ def test_generate_speculative_matches_plain_greedy(tiny_config):
     spec = generate.run(c)
     assert [r['text'] for r in spec] == [r['text'] for r in plain]
     assert all(r['blocks'] >= 1 for r in spec)
+
+
+def test_the_config_quantizes_the_target_and_scans_its_layers(tiny_config):
+    """`c.weights = 'int8'` and `c.scan_layers` reach the loaded target: int8 projections
+    with their scales, one stacked layer tree, and the job still decodes every prompt."""
+    c = generate.default_config(tiny=True)
+    c.prompts, c.batch_size = tiny_config.prompts, tiny_config.batch_size
+    c.weights, c.scan_layers = 'int8', True
+    built = decoding.build(c)
+    assert built.engine.cfg.weights == 'int8' and built.engine.cfg.scan_layers
+    layers = built.params.target['layers']
+    assert layers['attn']['q_dnh'].dtype == np.int8 and 'q_scale_nh' in layers['attn']
+    assert len(generate.run(c)) == len(c.prompts)
 
 
 def test_generate_with_an_eagle3_head_matches_plain_greedy(tiny_config, tmp_path):
