@@ -22,8 +22,9 @@ import jax.numpy as jnp
 import ml_dtypes  # noqa: F401  (registers bfloat16 & co with numpy)
 import numpy as np
 
+from spec_jax.models import quant
 from spec_jax.models.config import ModelConfig, RopeScaling
-from spec_jax.models.llama import init_params
+from spec_jax.models.llama import LAYERS, init_params, unstack_layers
 
 StateReader = Callable[[str], np.ndarray]
 
@@ -352,8 +353,14 @@ def state_to_params(
 def params_to_state(cfg: ModelConfig, params: dict) -> dict[str, np.ndarray]:
     """The inverse of `state_to_params`: HF-named numpy tensors in HF layout.
 
-    Useful to export a spec_jax model (e.g. for a transformers parity check).
+    Useful to export a spec_jax model (e.g. for a transformers parity check). Int8 weights
+    are dequantized (HF float tensors; `cfg.param_dtype`) and stacked layers unstacked
+    first, so every saver writes the float, per-layer checkpoint a reader expects.
     """
+    if LAYERS in params:
+        params = unstack_layers(params)
+    if cfg.weights == 'int8':
+        params = quant.dequantize_params(params, cfg.param_dtype)
     d, n, k, h = cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     state = {
         'model.embed_tokens.weight': np.asarray(params['embed_vd']),

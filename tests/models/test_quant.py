@@ -25,7 +25,7 @@ from spec_jax import checkpoints, sharding
 from spec_jax.checkpoints import gptq
 from spec_jax.checkpoints.convert import param_shapes, params_to_state, state_to_params
 from spec_jax.checkpoints.hf import config_to_hf
-from spec_jax.models import quant
+from spec_jax.models import llama, quant
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import causal_forward
 from spec_jax.testing import random_params
@@ -382,3 +382,19 @@ def test_int8_next_tokens_agree_with_fp32_on_the_embedded_default(embedded, reco
 # where fp32 leads by a whole logit (5x the largest flipped lead seen) is a quantization bug.
 AGREEMENT_FLOOR = 0.92
 MARGIN_CEILING = 1.0
+
+
+def test_export_writes_the_float_per_layer_checkpoint(params):
+    """`params_to_state` (every saver's input) of an int8 tree is the state of its float
+    dequantization, and a stacked tree's is the unrolled tree's: no integer written as a
+    float, no `layers` tensor an HF reader cannot name."""
+    q = quant.quantize_params(params)
+    want = params_to_state(CFG, quant.dequantize_params(q))
+    got = params_to_state(INT8, q)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    stacked = llama.stack_layers(params, CFG.num_layers)
+    stacked = params_to_state(CFG.replace(scan_layers=True), stacked)
+    for name, x in params_to_state(CFG, params).items():
+        np.testing.assert_array_equal(stacked[name], x, err_msg=name)
