@@ -10,10 +10,16 @@ cache slots a row; per-chip memory from `launch/aot.py --dry_run`, spec_jax/jobs
 and docs/performance.md "Compiled for TPU"), bf16 throughout:
 
   ''     one device, as the paper's single GPU (the same as h100)
-  v5e8   a v5e-8 slice (8 chips, one host), mesh 1 x 8: ~8.5 GiB of 16 a chip
-  v5e4   a v5e-4 slice, mesh 1 x 4: ~14 GiB (it fits, with little room)
-  h100   one H100 80 GB: ~48 GiB (the prefill's attention scores of 8 rows x 2048 tokens
-         over 4,156 slots in fp32 are half of it)
+  v5e8   a v5e-8 slice (8 chips, one host), mesh 1 x 8: the estimate says ~8.5 GiB of 16
+         a chip and the AR loop compiles to 5.6 GiB, but the TPU compiler refuses the
+         60-node tree loop: 20.8 GB of temporaries against 15.75 GB (the estimate does
+         not model the tree round's transients; docs/performance.md). Untested fixes: a
+         smaller batch or tree
+  v5e4   a v5e-4 slice, mesh 1 x 4: estimated ~14 GiB; its tree loop would hold more a chip
+         than on a v5e-8, so it is not expected to fit at batch 8 (not compiled)
+  h100   one H100 80 GB: estimated ~48 GiB (the prefill's attention scores of 8 rows x 2048
+         tokens over 4,156 slots in fp32 are half of it), plus the tree round's transients
+         the estimate misses (20.8 GB a chip compiled at model 8 on TPU): no GPU compile
 
 Matched baselines follow the tree convention (the target truncated, the deterministic
 draft tree not). EAGLE's depth 5 counts expansions after the first level: the tree here is

@@ -228,10 +228,23 @@ def compile_mode(ab: Abstract, chip: chips.Chip, where: str, mode: str, rounds: 
 
 
 def compile_loop(ab: Abstract):
-    """(the compiled decode loop of `ab`, seconds to lower and compile it)."""
+    """(the compiled decode loop of `ab`, seconds to lower and compile it). ValueError when
+    the TPU compiler itself finds the program over the chip's HBM (its numbers quoted)."""
     start = time.perf_counter()  # Timed: no persistent cache read or written.
     with runtime.compilation_cache_off(), jax.set_mesh(ab.mesh):
-        compiled = eng.decode_loop.lower(ab.engine, *ab.args).compile()
+        lowered = eng.decode_loop.lower(ab.engine, *ab.args)
+        try:
+            compiled = lowered.compile()
+        except jax.errors.JaxRuntimeError as e:
+            if 'RESOURCE_EXHAUSTED' not in str(e):
+                raise
+            p = ab.plan
+            raise ValueError(
+                f'{ab.engine.mode} decode loop (batch {p.batch}, {p.slots} slots, mesh data '
+                f'{p.mesh[0]} x model {p.mesh[1]}) does not fit the chip, the TPU compiler '
+                f'says: {str(e).splitlines()[0]}\nuse a larger model axis, more data shards, a '
+                'smaller batch, fewer cache slots or a smaller tree'
+            ) from None
     return compiled, time.perf_counter() - start
 
 
