@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (HLO instructions are one line each)
 """Reading collectives from optimized HLO text (spec_jax/jobs/hlo.py): only the while
 body's, followed into called computations and both branches, async starts counted once
 with their output's bytes, nested loops by their trip count."""
