@@ -133,11 +133,16 @@ def _random(spec: str, dtype: str | None, seed: int) -> LoadedModel:
 
 def _onto_mesh(state: SourceState, mesh: Mesh, rules: sharding.ShardingRules) -> dict:
     """The parameters placed on `mesh` tensor by tensor (divisibility checked first): each
-    read, placed by its spec (each process its own devices' slices) and dropped, so no host
+    process reads only its devices' regions of each tensor (`sources.placed_tensors`), or,
+    for a source without a region reader, each tensor whole, placed and dropped; no host
     ever holds the whole model."""
     cfg = state.cfg
     specs = sharding.checked_specs(param_shapes(cfg), mesh, rules)
     params: dict = {}
+    if state.slices is not None:
+        for name, x in sources.placed_tensors(state, mesh, specs, cfg.param_dtype):
+            nest(name, x, params)
+        return params
     for name, w in converted_tensors(cfg, state.read, state.names, cfg.param_dtype):
         nest(name, sharding.put(w, NamedSharding(mesh, leaf_at(specs, name))), params)
         del w
