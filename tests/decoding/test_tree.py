@@ -232,7 +232,11 @@ def test_rows_stop_mid_path(models):
     for row, free_row in zip(got.tokens, free.tokens, strict=True):
         assert row == (free_row[: free_row.index(stop) + 1] if stop in free_row else free_row)
     emitted = got.stats['per_row']['emitted']
-    assert sum(e + 1 > len(row) for e, row in zip(emitted, got.tokens)) >= 5
+    # Rows the stop token cut: they end in it, short of the limit, and their last round
+    # emitted more than was kept (limit cuts are not counted).
+    cut = [e + 1 > len(row) and row[-1] == stop and len(row) < dec.max_new_tokens
+           for e, row in zip(emitted, got.tokens)]  # fmt: skip
+    assert sum(cut) >= 5, cut
 
 
 # ---- laws ----------------------------------------------------------------------------------
@@ -460,22 +464,48 @@ def test_tree_matched_baseline_is_the_truncated_target(soft_models, name):
 def test_tree_statistics_and_metering(soft_models):
     """Per-depth acceptance can only fall with depth (a node is reached through its
     parent); every emitted position is metered; lossless and the baseline emit their
-    reference law (TV 0), min-p's tree rule does not."""
-    dec = DecodeSettings(max_new_tokens=12, prompt_bucket=8, new_tokens_bucket=8)
-    shape = trees.TreeShape(8, 4, 2)
+    reference law (TV 0), min-p's tree rule does not. The largest overshoot max pi/p is the
+    one computed here: 1 for lossless (pi = p), max 1/p(A) over the metered positions for
+    the baseline (pi = p_A). Those positions include the tokens a limit cut from the last
+    round: a run with a longer limit (the same loop and noise) holds them."""
+    target, _ = soft_models
+    dec = DecodeSettings(max_new_tokens=20, prompt_bucket=8, new_tokens_bucket=8)
+    shape, prompts, limit = trees.TreeShape(8, 4, 2), PROMPTS * 4, 12
+    overshoot = {}
     for name, baseline in [('lossless', False), ('minp_verify:rho=0.3', True),
                            ('minp_verify:rho=0.3', False)]:  # fmt: skip
-        result = tree_gen(soft_models, shape, PROMPTS * 4, dec, rule=rules.make(name),
-                          baseline=baseline, sampler=SAMPLER, meter_distortion=True)  # fmt: skip
+        run = decoding.Engine(CFG, dec, Eagle3Drafter(HEAD), rule=rules.make(name),
+                              baseline=baseline, sampler=SAMPLER, meter_distortion=True,
+                              tree=shape)  # fmt: skip
+        result = decoding.generate(run, decoding.Params(*soft_models), prompts,
+                                   max_new_tokens=limit)  # fmt: skip
         stats, rows = result.stats, result.stats['per_row']
-        assert sum(rows['metered']) == sum(rows['emitted']) + len(PROMPTS) * 4
+        assert sum(rows['metered']) == sum(rows['emitted']) + len(prompts)
         assert sum(rows['emitted']) == sum(rows['blocks']) + sum(rows['accepted'])
         assert stats['accept_length'] > 0.2
         if name == 'lossless' or baseline:
             assert stats['mean_tv'] < 1e-5, name
         else:
             assert stats['mean_tv'] > 0.02
-        assert stats['max_overshoot'] >= 1.0
+        overshoot[(name, baseline)] = stats['max_overshoot']
+        if not baseline or name == 'lossless':
+            continue
+        longer = decoding.generate(run, decoding.Params(*soft_models), prompts).tokens
+        width = len(prompts[1]) + len(longer[0])
+        seqs, where = np.zeros((len(prompts), width), np.int32), []
+        for r, (prompt, tail, short) in enumerate(zip(prompts, longer, result.tokens)):
+            assert tail[:limit] == short  # The same noise: the longer run extends it.
+            assert rows['metered'][r] <= len(tail)
+            seqs[r, : len(prompt) + len(tail)] = prompt + tail
+            where += [(r, len(prompt) - 1 + k) for k in range(rows['metered'][r])]
+        logits, _ = causal_forward(CFG, target, jnp.asarray(seqs))  # Causal: padding unread.
+        p = np.asarray(SAMPLER.probs(logits), np.float64)[tuple(np.array(where).T)]
+        kept = np.asarray(rules.matched_baseline(rules.make(name)).allowed(jnp.asarray(p)))
+        want = (1.0 / np.where(kept, p, 0.0).sum(-1)).max()
+        assert want > 1.05  # A bound that reads 1 could not tell the baseline from pi = p.
+        assert stats['max_overshoot'] == pytest.approx(want, rel=1e-4)
+    assert overshoot[('lossless', False)] == pytest.approx(1.0, abs=1e-4)
+    assert overshoot[('minp_verify:rho=0.3', False)] > 1.05
 
 
 def _loop_args(prompts, limit, seed=0):
@@ -487,18 +517,23 @@ def _loop_args(prompts, limit, seed=0):
 
 def test_one_compile_for_a_sweep_and_its_baseline(soft_models):
     """Lenience at 5 values of l, then its matched baseline, then new temperatures and
-    prompts: one compiled tree loop."""
+    prompts: one compiled tree loop. The traced flag takes effect: the baseline (lossless
+    verification of the untruncated target) emits exactly what lenience at l = 1 (EAGLE's
+    gate P(c)) does, not what l = 0.5 at the same temperature does."""
     target, head = soft_models
     traced = jax.jit(chex.assert_max_traces(engine.decode_loop.__wrapped__, n=1))
     tree = decoding.Engine(CFG, DEC, Eagle3Drafter(HEAD), tree=trees.TreeShape(8, 4, 2))
-    accepted = {}
-    for value, baseline, temperature in [(0.05, False, 1.0), (0.3, False, 1.0), (0.6, False, 0.7),
+    accepted, tokens = {}, {}
+    for value, baseline, temperature in [(0.05, False, 1.0), (0.5, False, 1.0), (0.6, False, 0.7),
                                          (1.0, False, 1.0), (0.5, True, 1.0), (0.5, False, 0.0)]:
         run = tree.replace(rule=rules.make('lenience', l=value), baseline=baseline,
                            sampler=Sampler(temperature=temperature))  # fmt: skip
-        stats = traced(run, target, head, *_loop_args([[3, 1, 4], [1, 5]], 20, seed=2))[2]
-        accepted[(value, baseline)] = int(stats.accepted.sum())
+        out = traced(run, target, head, *_loop_args([[3, 1, 4], [1, 5]], 20, seed=2))
+        accepted[(value, baseline)] = int(out[2].accepted.sum())
+        tokens[(value, baseline, temperature)] = np.asarray(out[0]).tolist()
     assert accepted[(0.05, False)] > accepted[(1.0, False)] + 5  # The traced l took effect.
+    assert tokens[(0.5, True, 1.0)] == tokens[(1.0, False, 1.0)]
+    assert tokens[(0.5, True, 1.0)] != tokens[(0.5, False, 1.0)]
 
 
 def test_tree_loop_copies_neither_cache_nor_weights(models):
