@@ -16,8 +16,10 @@ and docs/performance.md "Compiled for TPU"):
   ''          one device (the weights alone are 145 GB in bf16: no single chip holds them)
   v5p         a v5p-8 slice (4 chips, one host), bf16, mesh 1 x 4: ~52 GiB of 95 a chip
   v5e16_int8  a v5e-16 slice (4 hosts x 4 chips), int8 weights, one mesh over the hosts,
-              model 16: ~12 GiB of 16 a chip (each of the 8 KV heads held twice:
-              sharding.kv_repeat; the K projections whole on every chip)
+              model 16: estimated ~12 GiB of 16 a chip (each of the 8 KV heads held
+              twice: sharding.kv_repeat; the K projections whole on every chip), but the
+              TPU compiler refuses its chain loop: 54.1 GB of temporaries a chip, a gap
+              the estimate does not explain (docs/performance.md, "Compiled for TPU")
   v5e32_int8  a v5e-32 slice (8 hosts x 4 chips), int8, data 2 x model 16: ~9 GiB
   h100x8      one node of 8 H100 80 GB, bf16, mesh 1 x 8: ~27 GiB of 80 a GPU
   (A v5e-8 does not hold it even in int8: ~18.6 GiB a chip at model 8.)
