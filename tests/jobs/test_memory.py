@@ -69,7 +69,9 @@ def _estimate(name: str, arg: str, device: str, **mesh):
         ('llama31_8b_eagle3.py', 'h100', 'h100'),
     ],
 )
-def test_the_paper_setups_fit_their_hardware(name, arg, device):
+def test_the_paper_setups_fit_their_hardware_by_the_estimate(name, arg, device):
+    # The estimate only: compiled, Llama's 60-node tree loop on v5e-8 and Qwen's int8 chain
+    # loop on v5e-16 need more temporaries than it counts (docs/performance.md).
     report = _estimate(name, arg, device)
     hbm = chips.chip(device).hbm_bytes
     for mode, numbers in report['modes'].items():
