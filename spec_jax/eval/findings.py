@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from spec_jax.eval import metrics, tables, timing
+from spec_jax.eval import engine_rules, metrics, tables, timing
 from spec_jax.eval.plan import Method
 
 # docs/paper.md §5.3: the score gaps the paper reports, in percentage points.
@@ -178,6 +178,7 @@ def findings(rows: Sequence[dict]) -> list[str]:
                                                   if r['task'] == g)):  # fmt: skip
         sel = [r for r in rows if r['task'] == group]
         out += _speed_lines(group, sel)
+        out += engine_rules.finding_lines(group, sel)  # Against lossless SD: the flattery.
         if sel and sel[0].get('scored'):
             out += _score_lines(group, sel)
     return out

@@ -32,6 +32,8 @@ Definitions (docs/eval.md; the paper's, docs/paper.md §3):
   pair_n, d_score, d_be, d_tv, speedup_vs_matched, ...  a lossy row against its matched
                     baseline on their shared (item, seed) keys only, with intervals
                     (`spec_jax.eval.paired.matched_deltas`)
+  sd_d_be, sd_speedup, flattery_be, ...  the same against plain lossless SD, and the
+                    difference (`spec_jax.eval.engine_rules.vs_plain_sd`)
   tv, kl, outside   means over every emitted position (first token, drafts, replacement
                     and bonus tokens) of TV(pi, p_A), KL(p_A || pi) and pi's mass outside
                     the allowed set A, p_A the matched baseline's law; KL over the
@@ -58,7 +60,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from spec_jax import rules
-from spec_jax.eval import outcomes, paired, timing
+from spec_jax.eval import engine_rules, outcomes, paired, timing
 from spec_jax.eval.plan import Method
 
 Z95 = 1.959963984540054
@@ -165,6 +167,8 @@ def _paired_fields(task: str, task_rows: list[dict], methods: Sequence[Method],
             timed = (in_group(r['method']), in_group(matched))
             r.update(paired.matched_deltas(groups[(task, r['method'])],
                                            groups.get((task, matched), []), timed))  # fmt: skip
+        # The same Δs against plain lossless SD, and how much that comparison flatters.
+        r.update(engine_rules.vs_plain_sd(r, lambda m: groups.get((task, m), []), in_group))
 
 
 def _strict_score(group: list[dict]) -> dict:

@@ -22,8 +22,13 @@ import dataclasses
 from collections.abc import Sequence
 
 from spec_jax import rules
+from spec_jax.rules.baselines import LOGIT_TRUNCATIONS
 
 CONVENTIONS = {'chain': 'target and draft truncated', 'tree': 'target truncated'}
+# Static fields of a rule that shape its baseline's set beside the truncation's parameter:
+# relaxed acceptance's set is the top K within delta, so rules with one delta and two Ks
+# need two baselines (its bonus mode and span do not change the set, docs/laws.md §5).
+SET_FIELDS = {'relaxed': ('top_k',)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,24 +94,33 @@ def plan(grid: Sequence[str], mode: str = 'chain') -> list[Method]:
         if name in methods:
             raise ValueError(f'{spec!r} appears twice in the grid')
         matched = rules.matched_baseline(rule)
-        key = (matched.truncation, None if matched.param is None else float(matched.param))
-        if key == ('none', None):
+        shape = tuple((f, getattr(rule, f)) for f in SET_FIELDS.get(matched.truncation, ()))
+        key = (matched.truncation, None if matched.param is None else float(matched.param),
+               shape)  # fmt: skip
+        if key == ('none', None, ()):
             base_name = 'lossless'
         else:
             param = '' if key[1] is None else f'={key[1]:g}'
-            base_name = f'baseline[{key[0]}{param}]'
+            base_name = f'baseline[{key[0]}{param}' + ''.join(f',{f}={v}' for f, v in shape) + ']'
             baselines.setdefault(base_name, (spec, key, []))[2].append(name)
         methods[name] = Method(name, mode, name, pairs=(base_name,))
         lossy.append(name)
     out = list(methods.values())
-    for base_name, (spec, (truncation, param), paired) in baselines.items():
+    for base_name, (spec, (truncation, param, _), paired) in baselines.items():
         out.append(
             Method(base_name, mode, rule_spec(rules.make(spec)), True, truncation, param,
-                   tuple(paired), CONVENTIONS[mode])  # fmt: skip
+                   tuple(paired), convention(truncation, mode))  # fmt: skip
         )
     plain_pairs = tuple(n for n in lossy if methods[n].pairs == ('lossless',))
     out[1] = dataclasses.replace(out[1], pairs=plain_pairs)
     return out
+
+
+def convention(truncation: str, mode: str) -> str:
+    """How a baseline truncates (CONVENTIONS[mode]), except the sets read from the target's
+    raw logits (relaxed acceptance, MARS), which truncate the target only in both modes: the
+    draft has no such logits (docs/laws.md §5)."""
+    return CONVENTIONS['tree'] if truncation in LOGIT_TRUNCATIONS else CONVENTIONS[mode]
 
 
 def describe(methods: Sequence[Method]) -> str:

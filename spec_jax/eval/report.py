@@ -9,8 +9,10 @@ into one directory:
                         beside its matched baseline, docs/laws.md §5: the score difference with
                         both intervals, the block-efficiency difference, TV, KL, the mass
                         outside the allowed set and the overshoot); the paper's gaps beside
-                        ours (`spec_jax.eval.paper`); links to the figures, each with the
-                        series it drew;
+                        ours (`spec_jax.eval.paper`); "Rules the engines ship" when the run
+                        has one (`spec_jax.eval.engine_rules`: each rule against its matched
+                        baseline and against lossless SD); links to the figures, each with
+                        the series it drew;
   metrics.csv           the rows (`metrics_csv.read_metrics_csv` reads them back typed);
   paper_comparison.csv  every row that has a paper counterpart (written only if one does);
   *.png                 pareto_<task>.png per scored task, score_vs_be.png,
@@ -26,7 +28,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from spec_jax.eval import compare, findings, machine, plan, plots, tables
+from spec_jax.eval import compare, engine_rules, findings, machine, plan, plots, tables
 from spec_jax.eval.metrics_csv import PAIR_FIELDS, cell, write_metrics_csv
 
 # --- The terminal table -------------------------------------------------------------------
@@ -355,6 +357,7 @@ def write_report(
     lines += _headline_section(rows, mode)
     lines += _seeds_section(rows) + _failures_section(rows)
     lines += _pairs_section(rows)
+    lines += engine_rules.section(pooled or rows)  # The speed sets pooled, as the trade-off.
     gaps = compare.method_gaps(rows, mode)
     if comparison or gaps:
         lines += compare.paper_section(comparison, mode)
