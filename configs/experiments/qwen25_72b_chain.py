@@ -14,7 +14,8 @@ cache slots a row; per-chip memory from `launch/aot.py --dry_run`, spec_jax/jobs
 and docs/performance.md "Compiled for TPU"):
 
   ''          one device (the weights alone are 145 GB in bf16: no single chip holds them)
-  v5p         a v5p-8 slice (4 chips, one host), bf16, mesh 1 x 4: ~52 GiB of 95 a chip
+  v5p         a v5p-8 slice (4 chips, one host), bf16, mesh 1 x 4: the chain loop compiles
+              (launch/aot.py, v5p:2x2x1) to 48.3 GiB of 95 a chip (estimated 51.5)
   v5e16_int8  a v5e-16 slice (4 hosts x 4 chips), int8 weights, one mesh over the hosts,
               model 16: estimated ~12 GiB of 16 a chip (each of the 8 KV heads held
               twice: sharding.kv_repeat; the K projections whole on every chip), but the
