@@ -342,6 +342,12 @@ def tree_round(engine: Engine, params: dict, draft_params, s: DecodeState) -> De
     )
     raw_bmv, p_bmv = target_probs(engine, verification, logits_bmv)
     extra = {'target_logits_bmv': logits_bmv} if verification.needs_logits else {}
+    if shape.static:  # The children table, built once a round (a static tree's on the host).
+        kids_bmc = jnp.broadcast_to(jnp.asarray(shape.tree.children), (*tokens_bm.shape,
+                                    shape.tree.children.shape[1]))  # fmt: skip
+    else:
+        kids_bmc = rules.children_from_parents(parents_bm, shape.branch)
+        extra['children'] = kids_bmc
     out = rules.verify_tree(
         verification,
         k_verify_b,
@@ -355,7 +361,6 @@ def tree_round(engine: Engine, params: dict, draft_params, s: DecodeState) -> De
         pad_id=engine.decode.pad_id,
         **extra,
     )
-    kids_bmc = rules.children_from_parents(parents_bm, shape.branch)
     metered = None
     if engine.meter_distortion:  # The law each depth of the path emitted, given it was reached.
         kids_btc = jnp.take_along_axis(kids_bmc, out.path[..., None], axis=1)

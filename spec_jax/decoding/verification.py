@@ -130,6 +130,9 @@ class Verification:
     def tree_node_raw(self, logits):
         return self.rule.tree_node_raw(logits)
 
+    def tree_node_stats(self, p):
+        return self.rule.tree_node_stats(p)
+
     def tree_gate_raw(self, pc, c, state, node):
         lossless = _LOSSLESS.tree_gate(pc, c, state)
         return jnp.where(self.baseline, lossless, self.rule.tree_gate_raw(pc, c, state, node))

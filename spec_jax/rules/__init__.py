@@ -11,7 +11,8 @@ Rules (registry names; docs/laws.md sections in each docstring):
   lossless: lossless, greedy
   collaborative: lenience (l), cos (lam), overshoot_only (l), overshoot_tail (l, rho),
     uniform_interp (w)
-  truncation: minp_verify (rho), eta_verify (eta), typical (eps, delta, mode)
+  truncation: minp_verify (rho), eta_verify (eta), typical (eps, delta, mode);
+    minp_verify_chainform, eta_verify_chainform (their chain form in trees)
   cascade: speccascade (deferral in chow/diff/opt/token_v1/token_v2/token_v3, alpha)
   engines: static_ensemble (w), logit_ensemble (w_d), sglang (t_s, t_a), onehot_q
     (presets: 'sglang:preset=default')

@@ -361,6 +361,14 @@ class Rule:
         """Per-node statistics [B, ...] from the node's raw target logits [B, V]."""
         raise ValueError(f'rule {self.name!r} reads no logits in its tree form')
 
+    def tree_node_stats(self, p: Array) -> Any:
+        """Per-node statistics [...] of the node's full processed target p [..., V], for the
+        tree forms whose gate reads the original p, not the residual (the chain forms of the
+        truncation rules, docs/laws.md §3.3): when not None the walk and the node law use
+        the *_raw forms with them as `node`. None (the default): `tree_gate` / `tree_final`."""
+        del p
+        return None
+
     def tree_gate_raw(self, pc: Array, c: Array, state: NodeState, node: Any) -> Array:
         """`tree_gate` with the node's statistics from `tree_node_raw`."""
         del node
@@ -394,6 +402,7 @@ class Rule:
         if 'deterministic' not in self.tree_modes:
             raise ValueError(f'rule {self.name!r} has no deterministic-sibling tree form')
         num_c = siblings.shape[-1]
+        node = self.tree_node_stats(p)
         state = node_state(p)
         reach = jnp.ones(p.shape[:-1], p.dtype)
         law = jnp.zeros_like(p)
@@ -403,7 +412,10 @@ class Rule:
             c = siblings[..., j]
             valid = sibling_valid(siblings, j)
             pc = gather(p, c)
-            g = jnp.where(valid, self.tree_gate(pc, c, state), 0.0)
+            if node is None:
+                g = jnp.where(valid, self.tree_gate(pc, c, state), 0.0)
+            else:
+                g = jnp.where(valid, self.tree_gate_raw(pc, c, state, node), 0.0)
             law = law + (reach * g)[..., None] * (vocab == c[..., None])
             rejected = valid
             state = node_reject(state, pc, rejected)
@@ -413,6 +425,8 @@ class Rule:
             law = law + jnp.where(guard, reach_next, 0.0)[..., None] * self.bonus(p)
             reach = jnp.where(guard, 0.0, reach_next)
         residual = normalize_or(jnp.where(zeroed, 0.0, p), p)
+        if node is not None:
+            return law + reach[..., None] * self.tree_final_raw(residual, p, node)
         return law + reach[..., None] * self.tree_final(residual)
 
     def __repr__(self):

@@ -223,7 +223,9 @@ def _scan_node(rule, p_bv, sibs_bc, u_bc, q_bv=None, distinct=False, logits_bv=N
 
     state0 = base.node_state(p_bv)
     pc_all = jnp.take_along_axis(p_bv, c_safe, axis=-1).T  # [C, B]
-    node = None if logits_bv is None else rule.tree_node_raw(logits_bv)
+    # Per-node statistics: of the raw logits (rules that read them), or of the full p (the
+    # chain forms' gates on the original p); None for the gates on the residual state.
+    node = rule.tree_node_stats(p_bv) if logits_bv is None else rule.tree_node_raw(logits_bv)
 
     def body(carry, x):
         state, choice, guard = carry
@@ -306,6 +308,7 @@ def verify_tree(
     max_children: int | None = None,
     pad_id: int = 0,
     target_logits_bmv: jax.Array | None = None,
+    children: jax.Array | None = None,
 ) -> TreeResult:
     """Verifies a whole draft tree and returns the accepted path and the final token.
 
@@ -327,6 +330,9 @@ def verify_tree(
       pad_id: token written after the emitted ones.
       target_logits_bmv: [B, M, V] the raw target logits at every node, for rules that set
         `needs_logits` (MARS reads its margin gate from them); None for the others.
+      children: traced parents only: their children table [B, M, C] when the caller has
+        built it (`children_from_parents(parents, max_children)`; the tree round reads it
+        too), so it is built once.
 
     Returns:
       TreeResult.
@@ -341,7 +347,12 @@ def verify_tree(
         parents = jnp.asarray(tree, jnp.int32)
         depth = m - 1 if max_depth is None else int(max_depth)
         width = max(1, m - 1) if max_children is None else int(max_children)
-        children = children_from_parents(parents, width)
+        if children is None:
+            children = children_from_parents(parents, width)
+        elif children.shape[-2:] != (m, width):
+            raise ValueError(
+                f'verify_tree: children table of shape {children.shape}, want [..., {m}, {width}]'
+            )
     _check_logits(rule, target_logits_bmv)
     if target_logits_bmv is None:  # The call (and program) of the rules that read no logits.
         return _verify_tree(

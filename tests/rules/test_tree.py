@@ -132,6 +132,18 @@ def test_traced_parents_match_static_tree():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     children = rules.children_from_parents(jnp.asarray(tree.parents), 3)
     np.testing.assert_array_equal(np.asarray(children)[:, :2], tree.children)
+    # The caller's children table (the tree round builds it once) gives the same walk.
+    width = tree.children.shape[1]
+    given = rules.verify_tree(
+        rule, jax.random.PRNGKey(1), parents_bm, tokens, target, max_depth=tree.max_depth,
+        max_children=width, children=rules.children_from_parents(parents_bm, width),
+    )  # fmt: skip
+    for a, b in zip(ref, given, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match='children table of shape'):
+        rules.verify_tree(rule, jax.random.PRNGKey(1), parents_bm, tokens, target,
+                          max_depth=tree.max_depth, max_children=width,
+                          children=children[None])  # fmt: skip
 
 
 def test_greedy_tree_accepts_argmax_path():
