@@ -21,16 +21,16 @@ and docs/performance.md "Compiled for TPU"):
               twice: sharding.kv_repeat; the K projections whole on every chip), but the
               TPU compiler refuses its chain loop: 54.1 GB of temporaries a chip, a gap
               the estimate does not explain (docs/performance.md, "Compiled for TPU")
-  v5e32_int8  a v5e-32 slice (8 hosts x 4 chips), int8, data 2 x model 16: ~9 GiB
+  v5e32_int8  a v5e-32 slice (8 hosts x 4 chips), int8, data 2 x model 16: estimated ~9
+              GiB (not compiled; half the v5e-16 rows a chip, so half its gap if it scales)
   h100x8      one node of 8 H100 80 GB, bf16, mesh 1 x 8: ~27 GiB of 80 a GPU
   (A v5e-8 does not hold it even in int8: ~18.6 GiB a chip at model 8.)
 
-int8 (`c.quant`) is the model stack's weight-only int8 (`ModelConfig.weights`,
-spec_jax/models/quant.py; per-output-channel float32 scales): the AOT job and the
-estimate size and compile it; the evaluation job does not read `quant` yet, so a run of
-the int8 variants loads bf16 weights (which do not fit those slices): quantize at load
-(`checkpoints.load(spec, quantize='int8')`) in the build step first. The paper ran
-GPTQ-Int8 checkpoints; the bf16 weights of the same models are used here.
+int8 (`c.weights = 'int8'`) is the model stack's weight-only int8 (spec_jax/models/quant.py;
+per-output-channel float32 scales), quantized from the bf16 checkpoint as it loads
+(`checkpoints.load(quantize='int8')`); the AOT job and the estimate compile and size the
+same weights. The paper ran GPTQ-Int8 checkpoints; the bf16 weights of the same models
+are used here (quantized at load in the int8 variants).
 The tasks read the paper's own items
 (`paper.TASK_SOURCES`: source 'fast_hsd' for MATH, the first 500 *train* rows of
 competition_math, 240 bundled and the rest from the hub; INCLUDE's exact 220; BFCL's 200;
@@ -45,7 +45,7 @@ from spec_jax import sharding
 from spec_jax.eval import paper
 from spec_jax.jobs import evaluate
 
-# arg -> (mesh data, model, hosts, quant).
+# arg -> (mesh data, model, hosts, weights: '' the checkpoint's bf16, or 'int8').
 HARDWARE = {
     '': (1, 1, 'local', ''),
     'v5p': (1, 4, 'local', ''),
@@ -72,5 +72,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     data, model, hosts, quant = HARDWARE[arg]
     c.mesh = sharding.mesh_config(data, model, hosts)
     if quant:
-        c.quant = quant  # Weight-only int8 (ModelConfig.weights; spec_jax/jobs/memory.py).
+        c.weights = quant  # Weight-only int8, quantized at load (docs/quantization.md).
     return c

@@ -158,6 +158,8 @@ def plan_of(
     target = model_config(c.model, c.dtype)
     if quant:  # The model stack's int8 weights (ModelConfig.weights, models/quant.py).
         target = target.replace(weights=quant)
+    if c.get('scan_layers'):  # Stacked layers under one scan (checkpoints.load(scan_layers=)).
+        target = target.replace(scan_layers=True)
     decode = DecodeSettings(
         max_new_tokens=c.max_new_tokens, stop_tokens=(STOP_ID,),
         max_prompt_len=c.max_prompt_len, prompt_bucket=c.prompt_bucket,

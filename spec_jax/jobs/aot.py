@@ -30,8 +30,8 @@ work cost nothing; every row is live (no finished rows); XLA's cost analysis cou
 fusion's operands and results once. It is an upper bound on speed, not a measurement.
 
 A train_draft config (configs/smollm2_135m_{draft,eagle3}.py) compiles its training steps
-instead (`run_train`, spec_jax/jobs/aot_train.py). A config's `quant` ('int8') compiles and
-sizes the model stack's int8 weights (`ModelConfig.weights`).
+instead (`run_train`, spec_jax/jobs/aot_train.py). A config's `weights` 'int8' compiles and
+sizes the int8 weights it loads (`ModelConfig.weights`), `scan_layers` the scanned layers.
 
 Compiling for a TPU needs libtpu (`pip install 'jax[tpu]==<jax version>'`, Linux x86-64):
 without it the job says what to install (`LibtpuMissing`); the dry run needs nothing.
@@ -116,8 +116,9 @@ def run(
     loops for `topology` (module docstring).
 
     Args:
-      c: a generate or experiment config (a `c.quant` string, if present, compiles and
-        sizes int8 weights: memory.QUANTS), or a train_draft config (`run_train`).
+      c: a generate or experiment config (its `weights` 'int8' compiles and sizes the
+        int8 weights it loads, its `scan_layers` stacked layers), or a train_draft config
+        (`run_train`).
       workdir: where aot.json goes (optional).
       topology: a TPU topology name ('v5e:2x2', 'v5p:2x2x1', 'v6e:2x2', 'v4:2x2x1').
       device: a chip of `chips.CHIPS` for the estimate ('h100'; default the topology's).
@@ -146,7 +147,7 @@ def run(
     block = decode_block(c)
     chip = chips.chip(device or topology)
     modes = tuple(modes) or tuple(dict.fromkeys(('ar', block.spec.mode)))
-    quant = c.get('quant', '') or ''
+    quant = 'int8' if c.get('weights') == 'int8' else ''  # c.weights: checkpoints.load's.
     compile_it = not dry_run and chip.platform == 'tpu'
     if compile_it and device and chips.chip(topology) is not chip:
         raise ValueError(f'device {device!r} is not the chip of topology {topology!r}')
