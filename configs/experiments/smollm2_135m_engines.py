@@ -29,19 +29,21 @@ variant (words joined by ','):
   tiny    random tiny models (and a random head in tree mode), two items of two speed sets,
           two rules of the variant's grid (TINY_GRIDS: one of each pairing)
 
-Speed sets only (8 prompts of each of 5 sets, 24 tokens, batch 8: five batches, so every
-speedup and paired Δ has an interval): this target is near floor on every bundled task
-(the main job's docstring), and the rules' trade-off needs no score. The report's section
-"Rules the engines ship" (spec_jax/eval/engine_rules.py) puts each rule's ΔBE, speedup and
-TV against its matched baseline beside its ΔBE and speedup against plain lossless SD, and
-says by how much the plain-SD comparison flatters it.
+Speed sets only (the 10 bundled prompts of alpaca, qa and mt_bench, 24 tokens, batch 6:
+five batches, so every speedup and paired Δ has an interval): this target is near floor on
+every bundled task (the main job's docstring), and the rules' trade-off needs no score.
+The report's section "Rules the engines ship" (spec_jax/eval/engine_rules.py) puts each
+rule's ΔBE, speedup and TV against its matched baseline beside its ΔBE and speedup against
+plain lossless SD, and says by how much the plain-SD comparison flatters it.
 
-Wall clock on 2 cores, an estimate from the main job's costs (docs/performance.md, "The
-main job" and "The engines' rules"), not timed whole: about 4.3 s per method-batch of 8
-speed prompts and about 4 s per compiled loop (rule kind x prompt bucket, 4 buckets):
-'' 27 methods x 5 batches (~580 s) + 18 rule kinds x 4 buckets (~290 s), ~15 minutes;
-'tree' ~8 minutes (a tree round costs 2-2.6 AR steps; 7 kinds); 'greedy' ~6 minutes
-(5 kinds); ~30 minutes for the three, less with the compilation cache warm.
+Wall clock on 2 cores: an estimate, not timed whole (docs/performance.md, "The engines'
+rules": the first batch of the full run measured at load 4-5, 8 rows, bucket 64: 6-11 s
+a method-batch, 28 s for relaxed acceptance, and 15-39 s a compiled loop). At batch 6 and
+two buckets: '' 27 methods x 5 batches x ~5 s (~11 min; the 11 logit-reading methods
+perhaps twice that: +5 min) and 18 kinds x 2 buckets x ~20 s (~12 min), ~25-30 minutes
+on a machine at load 4, less when quiet or with the compilation cache warm; 'tree' (12
+methods, 7 kinds) and 'greedy' (12 methods, 5 kinds) ~10 minutes each. The three do not
+fit 30 minutes together here: the chain variant alone is the budgeted run.
 """
 
 import ml_collections
@@ -49,8 +51,10 @@ import ml_collections
 from spec_jax import checkpoints, decoding
 from spec_jax.jobs import evaluate
 
-# CNN/DM ('sum') is left out, as in the main job: its articles need a prompt bucket of their own.
-SPEED_SETS = ('mt_bench', 'humaneval', 'gsm8k', 'alpaca', 'qa')
+# The speed sets whose prompts fit 128 tokens (alpaca and qa 37-45, mt_bench 52-126; the
+# embedded chat template's): two prompt buckets, not the main job's four, since every bucket
+# is a compiled loop per rule kind and this grid has 18 kinds (~20 s a loop at load 4 here).
+SPEED_SETS = ('alpaca', 'qa', 'mt_bench')
 PAPER_RULES = ('lenience:l=0.4', 'minp_verify:rho=0.3', 'cos:lam=0.4')  # One value each.
 # Each engine's default preset first, then one more setting (ours where upstream names none).
 CHAIN_GRID = (
@@ -123,10 +127,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.tasks[f'speed_{name}'] = evaluate.task(2, 8)
         c.max_new_tokens = 8
         c.prompt_bucket = c.max_prompt_len = 384
-    else:  # The main job's speed sets, buckets and batch (docs/performance.md).
-        c.batch_size = 8
+    else:  # 30 prompts in five batches of 6: four in bucket 64, one in 128.
+        c.batch_size = 6
         for name in SPEED_SETS:
-            c.tasks[f'speed_{name}'] = evaluate.task(8, 24)
+            c.tasks[f'speed_{name}'] = evaluate.task(10, 24)
         c.max_new_tokens = 24
-        c.prompt_bucket, c.max_prompt_len = 64, 288
+        c.prompt_bucket, c.max_prompt_len = 64, 128
     return c
