@@ -14,7 +14,9 @@ Modules:
   metrics     aggregate(rows, methods): score and interval, block efficiencies, speed, meter;
               paired (per-batch speedups, Δs on shared samples, their intervals); outcomes
               (scoring failures by kind, avg@k / pass@k over seeds)
-  findings    what a run supports, in sentences with numbers, and what it cannot test
+  findings    what a run supports, in sentences with numbers, and what it cannot test;
+              engine_rules (each lossy rule against lossless SD too, the flattery, the
+              report's "Rules the engines ship")
   acceptance  a draft's teacher-forced greedy acceptance on held-out target text
   report      report.md; metrics_csv (the rows as CSV, read back typed); tables (cells,
               row lookups); plots (the PNGs); machine (the report's header: CPU,
