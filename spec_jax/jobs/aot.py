@@ -186,13 +186,7 @@ def run(
     for mode, speedup in report['speedup'].items():
         print(f'{mode} vs AR at block efficiency {block_efficiency}: predicted speedup '
               f'{speedup:.2f}x (roofline)')  # fmt: skip
-    if workdir:
-        os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, 'aot.json'), 'w') as f:
-            json.dump(report, f, indent=2)
-    if keep_compiled:
-        report['compiled'] = programs
-    return report
+    return _finish(report, programs, workdir, keep_compiled)
 
 
 def compile_mode(ab: Abstract, chip: chips.Chip, where: str, mode: str, rounds: bool = True):
@@ -327,13 +321,7 @@ def run_train(
                                         hbm=chip.hbm_bytes, collectives=coll,
                                         step=dict(cost, seconds=t))  # fmt: skip
         programs[ts.name] = compiled
-    if workdir:
-        os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, 'aot.json'), 'w') as f:
-            json.dump(report, f, indent=2)
-    if keep_compiled:
-        report['compiled'] = programs
-    return report
+    return _finish(report, programs, workdir, keep_compiled)
 
 
 def _cost(compiled) -> dict:
@@ -342,3 +330,15 @@ def _cost(compiled) -> dict:
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     return dict(flops=float(cost.get('flops', 0.0)),
                 bytes_accessed=float(cost.get('bytes accessed', 0.0)))  # fmt: skip
+
+
+def _finish(report: dict, programs: dict, workdir: str | None, keep_compiled: bool) -> dict:
+    """Writes `report` to <workdir>/aot.json (when a workdir is given) and returns it, with
+    the compiled programs under 'compiled' when asked (tests read them)."""
+    if workdir:
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, 'aot.json'), 'w') as f:
+            json.dump(report, f, indent=2)
+    if keep_compiled:
+        report['compiled'] = programs
+    return report

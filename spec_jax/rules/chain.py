@@ -92,9 +92,6 @@ def verify_chain(
       ValueError: the shapes do not match, the number of keys is not B, or a rule that needs
         logits is given none.
     """
-    if getattr(rule, 'block_level', False):
-        return _verify_block(rule, key, target_probs_bav1, draft_probs_bav, draft_tokens_ba,
-                             pad_id, raw)  # fmt: skip
     b, a1, _ = target_probs_bav1.shape
     a = a1 - 1
     if draft_probs_bav.shape[:2] != (b, a) or draft_tokens_ba.shape != (b, a):
@@ -103,6 +100,9 @@ def verify_chain(
             f'{draft_probs_bav.shape}, tokens {draft_tokens_ba.shape} do not match [B, A+1, V], '
             '[B, A, V], [B, A]'
         )
+    if getattr(rule, 'block_level', False):
+        return _verify_block(rule, key, target_probs_bav1, draft_probs_bav, draft_tokens_ba,
+                             pad_id, raw)  # fmt: skip
     per_row = categorical.is_key_batch(key)
     if per_row:
         if key.shape[0] != b:
@@ -157,15 +157,9 @@ def verify_chain(
 
 def _verify_block(rule, key, target_probs_bav1, draft_probs_bav, draft_tokens_ba, pad_id, raw):
     """verify_chain for a block-level rule: the same shapes, keys and uniforms as the token-level
-    path; n and the final law come from `rule.accept_block`."""
+    path (shapes checked by the caller); n and the final law come from `rule.accept_block`."""
     b, a1, _ = target_probs_bav1.shape
     a = a1 - 1
-    if draft_probs_bav.shape[:2] != (b, a) or draft_tokens_ba.shape != (b, a):
-        raise ValueError(
-            f'verify_chain: shapes target {target_probs_bav1.shape}, draft '
-            f'{draft_probs_bav.shape}, tokens {draft_tokens_ba.shape} do not match [B, A+1, V], '
-            '[B, A, V], [B, A]'
-        )
     if getattr(rule, 'needs_logits', False) and raw is None:
         raise ValueError(
             f'verify_chain: rule {rule.name!r} reads the raw logits; pass raw=rules.Raw(...)'
