@@ -103,13 +103,7 @@ def verify_chain(
     if getattr(rule, 'block_level', False):
         return _verify_block(rule, key, target_probs_bav1, draft_probs_bav, draft_tokens_ba,
                              pad_id, raw)  # fmt: skip
-    per_row = categorical.is_key_batch(key)
-    if per_row:
-        if key.shape[0] != b:
-            raise ValueError(f'verify_chain: {key.shape[0]} keys for a batch of {b} rows')
-        key_u, key_s = categorical.map_rows(lambda k: tuple(jax.random.split(k)), key)
-    else:
-        key_u, key_s = jax.random.split(key)
+    per_row, key_u, key_s = _split_keys(key, b)
     rows = jnp.arange(b)
     x = draft_tokens_ba.astype(jnp.int32)
     if a > 0:
@@ -164,13 +158,7 @@ def _verify_block(rule, key, target_probs_bav1, draft_probs_bav, draft_tokens_ba
         raise ValueError(
             f'verify_chain: rule {rule.name!r} reads the raw logits; pass raw=rules.Raw(...)'
         )
-    per_row = categorical.is_key_batch(key)
-    if per_row:
-        if key.shape[0] != b:
-            raise ValueError(f'verify_chain: {key.shape[0]} keys for a batch of {b} rows')
-        key_u, key_s = categorical.map_rows(lambda k: tuple(jax.random.split(k)), key)
-    else:
-        key_u, key_s = jax.random.split(key)
+    per_row, key_u, key_s = _split_keys(key, b)
     x = draft_tokens_ba.astype(jnp.int32)
     if a > 0:
         if per_row:
@@ -199,3 +187,13 @@ def _verify_block(rule, key, target_probs_bav1, draft_probs_bav, draft_tokens_ba
         reached=jnp.arange(a)[None, :] <= n[:, None],
         final_token=final,
     )
+
+
+def _split_keys(key: jax.Array, b: int) -> tuple[bool, jax.Array, jax.Array]:
+    """(per_row, key of the uniforms, key of the final draw): one key, or one per row."""
+    per_row = categorical.is_key_batch(key)
+    if not per_row:
+        return per_row, *jax.random.split(key)
+    if key.shape[0] != b:
+        raise ValueError(f'verify_chain: {key.shape[0]} keys for a batch of {b} rows')
+    return per_row, *categorical.map_rows(lambda k: tuple(jax.random.split(k)), key)
