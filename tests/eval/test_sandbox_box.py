@@ -243,6 +243,24 @@ def test_memory_is_one_budget_for_all_processes(run):
     assert run('print(1)').passed
 
 
+def test_a_run_group_cannot_swap():
+    """Swap would stretch the memory budget by the machine's swap (a CI machine's swap let
+    the four 1 GB children above run on): v2 sets memory.swap.max 0; v1 sets swappiness 0,
+    which makes limit reclaim OOM rather than swap (the one guard without memsw accounting),
+    and caps memory plus swap with memsw where the kernel has it."""
+    group = cgroups.Cgroup.create(f'{os.getpid()}_swap', 64 << 20, 4)
+    try:
+        first = group.dirs[0]
+        if group.version == 'v2':
+            assert open(f'{first}/memory.swap.max').read().strip() == '0'
+        else:
+            assert open(f'{first}/memory.swappiness').read().strip() == '0'
+            if os.path.exists(f'{first}/memory.memsw.limit_in_bytes'):
+                assert int(open(f'{first}/memory.memsw.limit_in_bytes').read()) == 64 << 20
+    finally:
+        group.remove()
+
+
 def test_cpu_time_counts_every_process(run):
     """Two forked children burning CPU: the whole sample's CPU time stops it."""
     source = """

@@ -190,10 +190,10 @@ def _watch(proc, group, cpu_s: float, wall_s: float, start: float, cancel) -> st
             interval = min(2 * interval, 0.1)
             if cancel is not None and cancel.is_set():
                 return 'cancelled'
-            if group is not None and group.cpu_ns() > cpu_s * 1e9:
-                return 'cpu_timeout'
             if group is not None and group.oom_killed():  # Over budget: done, not thrashing.
                 return 'memory'
+            if group is not None and group.cpu_ns() > cpu_s * 1e9:
+                return 'cpu_timeout'
             if time.monotonic() - start >= wall_s:
                 delay = group.run_delay_ns() / 1e9 if group is not None else 0.0
                 starved = delay > STARVED_SHARE * (time.monotonic() - start)

@@ -78,6 +78,10 @@ class Cgroup:
                 group.dirs.append(path)
             mem = group.dirs[0]
             _write(f'{mem}/memory.limit_in_bytes', str(memory_bytes))
+            # No swap for the group: swappiness 0 makes its limit reclaim OOM rather than
+            # swap (the only guard where the kernel has no swap accounting, memsw), and
+            # memsw caps memory plus swap where it has.
+            _write(f'{mem}/memory.swappiness', '0')
             if os.path.exists(f'{mem}/memory.memsw.limit_in_bytes'):
                 _write(f'{mem}/memory.memsw.limit_in_bytes', str(memory_bytes))
             _write(f'{group.dirs[1]}/pids.max', str(pids))
