@@ -13,10 +13,11 @@ their order rotating from batch to batch (docs/eval.md).
 
 What the embedded default can show leads: block efficiency and speedup gained against
 distortion paid (TV and the mass outside the allowed set, against the matched baseline),
-from the speed sets (8 prompts of each of 5 sets, 24 tokens each: five batches of 8, so
-every speedup has an interval) and the meter, which need few tokens. Task scores: MBPP (16
-of the 20 bundled test items, 128 tokens: two batches), the one bundled task on which this
-target scores above zero at a limit that fits the budget. Measured with AR at T 0.7
+from the speed sets (the 10 bundled prompts of each of the 3 sets whose prompts fit 128
+tokens, 24 tokens each: five batches of 6, so every speedup has an interval) and the meter,
+which need few tokens. Task scores: MBPP (6 of the 20 bundled test items, 128 tokens: one
+batch), the one bundled task on which this target scores above zero at a limit that fits
+the budget. Measured with AR at T 0.7
 (2026-12-02): MBPP 2/20 at 128 tokens; GSM8K 0/20 at 192, HumanEval 0/20 at 160 and BFCL
 simple 0/30 at 64 (the model answers BFCL with a Python function, not a call). A score
 near floor cannot separate rules whose gaps the paper puts at 1-4 points: the run says so
@@ -28,8 +29,10 @@ import ml_collections
 from spec_jax import checkpoints
 from spec_jax.jobs import evaluate
 
-# CNN/DM ('sum') is left out: its articles need a prompt bucket (and compiles) of their own.
-SPEED_SETS = ('mt_bench', 'humaneval', 'gsm8k', 'alpaca', 'qa')
+# The speed sets whose prompts fit 128 tokens with the embedded chat template (alpaca and qa
+# 37-45, mt_bench 52-126): two prompt buckets. gsm8k (68-145), humaneval (86-207) and CNN/DM
+# need buckets of their own, each a compiled loop per rule kind (docs/performance.md).
+SPEED_SETS = ('alpaca', 'qa', 'mt_bench')
 GRID = (
     'minp_verify:rho=0.1', 'minp_verify:rho=0.3', 'minp_verify:rho=0.5',
     'lenience:l=0.2', 'lenience:l=0.4', 'lenience:l=0.6',
@@ -56,16 +59,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.max_new_tokens = 12
         c.prompt_bucket = c.max_prompt_len = 384
     else:
-        # Batch 8. On this CPU a forward costs about the same per token whether it
+        # Batch 6. On this CPU a forward costs about the same per token whether it
         # prefills or decodes (~230 tokens/s at batch 10), so prompts are padded to
         # buckets of 64 (up to 288, MBPP's longest): a speed prompt of 40 tokens padded to
         # 288 would cost 7 times its prefill. A bucket is a compiled loop per rule kind
-        # (about 4 s each). MBPP's 16 items are two batches; the speed sets' 40 prompts
-        # five, so their speedups have intervals. Timed whole: docs/performance.md.
-        c.batch_size = 8
-        c.tasks.mbpp = evaluate.task(16, 128)
+        # (6 kinds; ~11 s a loop with an empty cache): the speed sets take buckets 64 and
+        # 128, MBPP's 6 items (one batch) 288, so 18 loops. The speed sets' 30 prompts are
+        # five batches, so their speedups have intervals. An MBPP batch costs ~17-23 s a
+        # method against ~4 s for a speed batch: 12 items ran the job 17:37, 6 fit ~15
+        # minutes. Timed whole: docs/performance.md.
+        c.batch_size = 6
+        c.tasks.mbpp = evaluate.task(6, 128)
         for name in SPEED_SETS:
-            c.tasks[f'speed_{name}'] = evaluate.task(8, 24)
+            c.tasks[f'speed_{name}'] = evaluate.task(10, 24)
         c.max_new_tokens = 128
         c.prompt_bucket, c.max_prompt_len = 64, 288
     return c
