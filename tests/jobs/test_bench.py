@@ -29,6 +29,7 @@ def test_chain_bench_reports_speedup_overhead_and_one_compile_sweeps(tmp_path):
     c = load_config(os.path.join(CONFIGS, 'bench_chain.py'), 'tiny')
     c.temperatures = (0.0,)
     c.batches = (2,)
+    c.sweep_values = (0.3, 0.6)  # Two values show one compile; each is a compile per value.
     report = bench.run(c, str(tmp_path))['chain']
     (row,) = report['rows']
     assert row['speedup'] > 0
