@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import signal
 import tempfile
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
@@ -23,6 +24,7 @@ if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
 import pytest  # noqa: E402
 
 from spec_jax.models.config import ModelConfig  # noqa: E402
+from spec_jax.testing import processes  # noqa: E402
 
 
 @pytest.fixture(scope='session')
@@ -77,31 +79,46 @@ def _free_compiled_code():
     jax.clear_caches()
 
 
-# The slowest files (minutes each under two workers: the 8-device subprocess, the two-process
-# evaluation, real-size compiles, the tiny main job), first: pytest-xdist's `loadfile` hands
-# out files in collection order, and collected last (tests/test_mesh.py sorts after every
-# folder) they ran as a tail beside a finished worker: 7 of the suite's 45 minutes here.
-SLOWEST_FIRST = (
-    'tests/test_mesh.py',
-    'tests/eval/test_two_processes.py',
-    'tests/decoding/test_embedded_decoding.py',
-    'tests/eval/test_runner.py',
-    'tests/jobs/test_bench.py',
-    'tests/jobs/test_aot.py',
-    'tests/jobs/test_train_draft.py',
-)
+_MESH_TEST = 'tests/test_mesh.py'
+_MESH_RUN = None  # (Popen, folder) of the 8-device run the session started.
 
 
-def pytest_collection_modifyitems(config, items):
-    """Moves the files of `SLOWEST_FIRST` to the front, in that order; the rest keep theirs."""
-    rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
-    root = str(config.rootpath)
+def _runs_mesh_test(config) -> bool:
+    """Whether this session will run tests/test_mesh.py: its paths include it, and no -k or
+    -m expression (which could deselect it) is given."""
+    if config.option.keyword or config.option.markexpr:
+        return False
+    mesh = os.path.join(str(config.rootpath), _MESH_TEST)
+    paths = [os.path.abspath(str(a).split('::')[0]) for a in config.args]
+    return any(mesh == p or mesh.startswith(p + os.sep) for p in paths)
 
-    def key(item):
-        path = os.path.relpath(str(item.path), root)
-        return rank.get(path, len(rank))
 
-    items.sort(key=key)  # Stable: tests of a file, and the other files, keep their order.
+def pytest_configure(config):
+    """Under pytest-xdist, the controller starts the 8-device checks (tests/test_mesh.py) in a
+    process of their own now, beside the workers, and the test waits for them: xdist's
+    `loadfile` hands out the files with the most tests first, so that one-test file came
+    last and ran 7-9 minutes alone at the end of the suite."""
+    global _MESH_RUN
+    controller = getattr(config.option, 'numprocesses', None) and not hasattr(
+        config, 'workerinput'
+    )
+    if not controller or os.environ.get('SPEC_JAX_MESH_TESTS') or not _runs_mesh_test(config):
+        return
+    folder = tempfile.mkdtemp(prefix='spec_jax_mesh_')
+    env = processes.eight_device_env()
+    proc = processes.start_pytest([processes.MESH_TESTS], env, str(config.rootpath), folder)
+    _MESH_RUN = (proc, folder)
+    os.environ['SPEC_JAX_MESH_RUN'] = folder  # The workers, started after this, inherit it.
+
+
+def pytest_unconfigure(config):
+    """Stops the 8-device run if the session ended before it (an aborted suite)."""
+    if _MESH_RUN is not None:
+        proc, folder = _MESH_RUN
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # The shell and its pytest.
+            proc.wait()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -1,19 +1,31 @@
 """Runs tests/mesh (AR, chain and tree decoding on meshes of 8 fake CPU devices) in one
-subprocess, the only way to give JAX 8 devices beside a suite that started with one."""
+subprocess, the only way to give JAX 8 devices beside a suite that started with one.
+
+Under pytest-xdist the controller starts that subprocess with the session (tests/conftest.py,
+`MESH_RUN`) and this test waits for it: run here, as the suite's last file, it was a tail of
+7-9 minutes beside idle workers. Elsewhere (one process, or a selection) it starts it here."""
 
 import os
-import subprocess
-import sys
+import shutil
+import tempfile
+
+from spec_jax.testing import processes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MESH_RUN = 'SPEC_JAX_MESH_RUN'  # The folder of a run the session started (tests/conftest.py).
 
 
 def test_mesh_checks_pass_on_eight_fake_devices():
-    env = dict(os.environ, SPEC_JAX_MESH_TESTS='1', JAX_PLATFORMS='cpu')
-    flags = env.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8'
-    env['XLA_FLAGS'] = flags.strip()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    run = subprocess.run(
-        [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'tests/mesh'],
-        cwd=root, env=env, capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
-    assert ' passed' in run.stdout and 'skipped' not in run.stdout, run.stdout[-2000:]
+    out_dir = os.environ.get(MESH_RUN)
+    if out_dir:
+        status, output = processes.wait_pytest(out_dir, timeout_s=1800)
+    else:
+        out_dir = tempfile.mkdtemp(prefix='spec_jax_mesh_')
+        env = processes.eight_device_env()
+        processes.start_pytest([processes.MESH_TESTS], env, ROOT, out_dir)
+        try:
+            status, output = processes.wait_pytest(out_dir, timeout_s=1800)
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)
+    assert status == 0, output[-9000:]
+    assert ' passed' in output and 'skipped' not in output, output[-2000:]
