@@ -13,6 +13,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from spec_jax import categorical
 from spec_jax.rules import base, registry
 
 Array = jax.Array
@@ -100,7 +101,7 @@ def topk_entropy(logits: Array, k: int) -> Array:
     """-sum over the k largest T = 1 probabilities of p ln p (not renormalised), [..., V] -> [...]
     (FLy's `calculate_topk_entropy`)."""
     logp = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), axis=-1)
-    top = jax.lax.top_k(logp, min(k, logp.shape[-1]))[0]
+    top = categorical.top_k(logp, min(k, logp.shape[-1]))[0]
     return -jnp.sum(jnp.exp(top) * top, -1)
 
 

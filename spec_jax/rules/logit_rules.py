@@ -15,6 +15,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from spec_jax import categorical
 from spec_jax.rules import base, registry
 
 Array = jax.Array
@@ -134,7 +135,7 @@ class Relaxed(base.Rule):
         delta test; delta broadcasts against the leading axes."""
         pt = _softmax(logits)
         k = min(self.top_k, pt.shape[-1])
-        vals, idx = jax.lax.top_k(pt, k)
+        vals, idx = categorical.top_k(pt, k)
         ok = (jnp.arange(k) == 0) | (vals >= vals[..., :1] - delta[..., None])
         return idx, ok
 
@@ -189,7 +190,7 @@ def mars_gate(logits: Array, theta) -> tuple[Array, Array]:
 
     With z_1 <= 0 the ratio is >= 1 (or undefined at z_1 = 0, taken as +inf) and the gate is
     open for any theta < 1: the upstream ratio's behaviour, kept (docs/laws.md §7.2)."""
-    vals, idx = jax.lax.top_k(jnp.asarray(logits, jnp.float32), 2)
+    vals, idx = categorical.top_k(jnp.asarray(logits, jnp.float32), 2)
     z1, z2 = vals[..., 0], vals[..., 1]
     r = jnp.where(z1 != 0, z2 / jnp.where(z1 != 0, z1, 1.0), jnp.inf)
     return r > theta, idx
