@@ -157,6 +157,9 @@ def top_k(x: Array, k: int) -> tuple[Array, Array]:
     consumer does (a ratio, a compare, a gather), it falls back to a stable sort of the whole
     row: on [6, 3, 49152] logits 247 ms against 1.6 ms with the barrier (a chain round of
     relaxed acceptance or MARS on the embedded default: 2.5-3x lossless SD's decode cost).
-    The values are the same either way; the barrier only stops the fusion.
+    The values are the same either way; the barrier only stops the fusion. Used by the rules
+    that read the target's top tokens (relaxed, MARS, FLy), not on paths that run sharded:
+    with the EAGLE-3 tree drafter's top-k behind the barrier, XLA aborted the process
+    compiling the tree loop on a 1 x 8 mesh of fake CPU devices (tests/mesh).
     """
     return jax.lax.optimization_barrier(jax.lax.top_k(x, k))

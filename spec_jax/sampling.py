@@ -144,7 +144,7 @@ def top_k_mask(probs: Array, k: Any) -> Array:
     if isinstance(k, numbers.Integral):
         if k <= 0 or k >= v:
             return jnp.ones(probs.shape, bool)
-        kth = categorical.top_k(probs, int(k))[0][..., -1:]
+        kth = jax.lax.top_k(probs, int(k))[0][..., -1:]
         return _with_argmax(probs >= kth, probs)
     kk = _leading(k, probs.ndim, jnp.int32)
     desc = -jnp.sort(-probs, axis=-1)

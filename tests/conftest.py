@@ -108,7 +108,7 @@ def pytest_configure(config):
     env = processes.eight_device_env()
     proc = processes.start_pytest([processes.MESH_TESTS], env, str(config.rootpath), folder)
     _MESH_RUN = (proc, folder)
-    os.environ['SPEC_JAX_MESH_RUN'] = folder  # The workers, started after this, inherit it.
+    os.environ[processes.MESH_RUN_ENV] = folder  # The workers, started after this, inherit it.
 
 
 def pytest_unconfigure(config):

@@ -2,8 +2,9 @@
 subprocess, the only way to give JAX 8 devices beside a suite that started with one.
 
 Under pytest-xdist the controller starts that subprocess with the session (tests/conftest.py,
-`MESH_RUN`) and this test waits for it: run here, as the suite's last file, it was a tail of
-7-9 minutes beside idle workers. Elsewhere (one process, or a selection) it starts it here."""
+`processes.MESH_RUN_ENV`) and this test waits for it: run here, as the suite's last file, it
+was a tail of 7-9 minutes beside idle workers. Elsewhere (one process, or a selection) it
+starts it here."""
 
 import os
 import shutil
@@ -12,11 +13,10 @@ import tempfile
 from spec_jax.testing import processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MESH_RUN = 'SPEC_JAX_MESH_RUN'  # The folder of a run the session started (tests/conftest.py).
 
 
 def test_mesh_checks_pass_on_eight_fake_devices():
-    out_dir = os.environ.get(MESH_RUN)
+    out_dir = os.environ.get(processes.MESH_RUN_ENV)
     if out_dir:
         status, output = processes.wait_pytest(out_dir, timeout_s=1800)
     else:

@@ -65,7 +65,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # 288 would cost 7 times its prefill. A bucket is a compiled loop per rule kind
         # (6 kinds; ~11 s a loop with an empty cache): the speed sets take buckets 64 and
         # 128, MBPP's 6 items (one batch) 288, so 18 loops. The speed sets' 30 prompts are
-        # five batches, so their speedups have intervals. An MBPP batch costs ~17-23 s a
+        # five batches, so their speedups have intervals. An MBPP batch costs ~17-25 s a
         # method against ~4 s for a speed batch: 12 items ran the job 17:37, 6 fit ~15
         # minutes. Timed whole: docs/performance.md.
         c.batch_size = 6

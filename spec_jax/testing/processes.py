@@ -49,6 +49,8 @@ def start_processes(argv: list[str], count: int, env: dict | None = None, cwd: s
 # The checks that need 8 devices (tests/mesh): JAX fixes its device count at start-up, so they
 # run in a pytest process of their own (tests/test_mesh.py).
 MESH_TESTS = 'tests/mesh'
+# The folder of a `start_pytest` run of them that the session started (tests/conftest.py).
+MESH_RUN_ENV = 'SPEC_JAX_MESH_RUN'
 
 
 def eight_device_env(env: dict | None = None) -> dict:

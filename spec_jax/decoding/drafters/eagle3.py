@@ -224,7 +224,7 @@ class Eagle3Drafter:
     def _children(self, params, logp_byu, branch):
         """The `branch` best children of each node: (log-probabilities <= 0 [B, Y, C],
         target ids [B, Y, C], C = branch), best first."""
-        logp_byc, ids_byc = categorical.top_k(logp_byu, branch)
+        logp_byc, ids_byc = jax.lax.top_k(logp_byu, branch)
         return jnp.minimum(logp_byc, 0.0), params['draft_ids_u'][ids_byc]
 
     def _dynamic_tree(self, params, state, committed_b, shape):
@@ -301,7 +301,7 @@ class Eagle3Drafter:
                     gumbel_bv = categorical.map_rows(
                         lambda k: jax.random.gumbel(k, (self.vocab_size,)), keys_mb[node]
                     )
-                    _, token_bc = categorical.top_k(jnp.log(q_bv) + gumbel_bv, len(row))
+                    _, token_bc = jax.lax.top_k(jnp.log(q_bv) + gumbel_bv, len(row))
                     tokens_bm = tokens_bm.at[:, row].set(token_bc.astype(jnp.int32))
                 else:
                     tokens_bm = tokens_bm.at[:, row].set(token_byc[:, f, rank_m[row]])
