@@ -123,6 +123,15 @@ class ShardingRules:
         draft or head beside a sharded target (the drafters' default)."""
         return cls(heads=None, kv_heads=None, mlp=None, vocab=None)
 
+    @classmethod
+    def heads_only(cls) -> ShardingRules:
+        """Attention split as the target's (query and KV heads over 'model': the q/k/v/o
+        projections, the cache's rows and the attention scores), the MLP and vocabulary
+        whole: a draft whose attention on every device would not fit (an EAGLE-3 head's
+        prefill scores over a 2,048-token prompt: 16 GiB a chip, docs/performance.md). Its
+        KV heads should divide the model axis: a draft's heads are never held twice."""
+        return cls(mlp=None, vocab=None)
+
     def axis(self, letter: str):
         """The mesh axis (a name, a tuple of names, or None) of one axis letter."""
         letter = letter.upper()
@@ -147,13 +156,30 @@ class ShardingRules:
 
 RULES = ShardingRules()
 DRAFT_RULES = ShardingRules.batch_only()
+# A draft's sharding by its config name (`spec.draft_sharding`): 'batch' the default.
+DRAFT_SHARDINGS = {'batch': DRAFT_RULES, 'heads': ShardingRules.heads_only()}
 
 
-def kv_repeat(num_kv_heads: int, mesh: Mesh | None, rules: ShardingRules = RULES) -> int:
+def draft_rules(name: str) -> ShardingRules:
+    """The rules of a draft sharding named in a config (`DRAFT_SHARDINGS`).
+
+    Raises:
+      ValueError: an unknown name (the valid ones named).
+    """
+    if name not in DRAFT_SHARDINGS:
+        raise ValueError(f'draft sharding {name!r} is not one of {tuple(DRAFT_SHARDINGS)}')
+    return DRAFT_SHARDINGS[name]
+
+
+def kv_repeat(
+    num_kv_heads: int, mesh: Mesh | dict[str, int] | None, rules: ShardingRules = RULES
+) -> int:
     """How many times to hold each of K KV heads so that the model axis splits them: M / K
     when the model axis M exceeds K (a multiple of it), else 1. ValueError when neither
-    divides the other (no even split of the query heads' groups exists)."""
-    ways = 1 if mesh is None or rules.kv_heads is None else int(mesh.shape.get(rules.kv_heads, 1))
+    divides the other (no even split of the query heads' groups exists). `mesh` may be a
+    mesh's axis sizes alone ({'data': d, 'model': m}: a plan in shapes)."""
+    sizes = {} if mesh is None else getattr(mesh, 'shape', mesh)
+    ways = 1 if rules.kv_heads is None else int(sizes.get(rules.kv_heads, 1))
     if ways <= num_kv_heads:
         return 1
     if ways % num_kv_heads:

@@ -10,16 +10,14 @@ cache slots a row; per-chip memory from `launch/aot.py --dry_run`, spec_jax/jobs
 and docs/performance.md "Compiled for TPU"), bf16 throughout:
 
   ''     one device, as the paper's single GPU (the same as h100)
-  v5e8   a v5e-8 slice (8 chips, one host), mesh 1 x 8: the estimate says ~8.5 GiB of 16
-         a chip and the AR loop compiles to 5.6 GiB, but the TPU compiler refuses the
-         60-node tree loop: 20.8 GB of temporaries against 15.75 GB (the estimate does
-         not model the tree round's transients; docs/performance.md). Untested fixes: a
-         smaller batch or tree
-  v5e4   a v5e-4 slice, mesh 1 x 4: estimated ~14 GiB; its tree loop would hold more a chip
-         than on a v5e-8, so it is not expected to fit at batch 8 (not compiled)
+  v5e8   a v5e-8 slice (8 chips, one host), mesh 1 x 8, the head's attention split over
+         'model' as the target's (draft_sharding 'heads'): the 60-node tree loop compiles
+         to 7.5 GiB a chip of 16 (with the head whole on every chip its prefill's attention
+         scores over 2,048 tokens were two 8.1 GiB buffers and the TPU compiler refused
+         the loop: 20.8 GB of temporaries; docs/performance.md)
+  v5e4   a v5e-4 slice, mesh 1 x 4, the head split as on v5e8
   h100   one H100 80 GB: estimated ~48 GiB (the prefill's attention scores of 8 rows x 2048
-         tokens over 4,156 slots in fp32 are half of it), plus the tree round's transients
-         the estimate misses (20.8 GB a chip compiled at model 8 on TPU): no GPU compile
+         tokens over 4,156 slots in fp32 are half of it): no GPU compile
 
 Matched baselines follow the tree convention (the target truncated, the deterministic
 draft tree not). EAGLE's depth 5 counts expansions after the first level: the tree here is
@@ -52,4 +50,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.seeds = (0,)
     c = evaluate.paper_setup(c)
     c.mesh = sharding.mesh_config(*HARDWARE[arg])
+    if HARDWARE[arg][1] > 1:  # The head's 8 KV heads split as the target's (its prefill).
+        c.draft_sharding = 'heads'
     return c

@@ -110,6 +110,11 @@ def spec_config(mode: str = 'ar', draft: str = '') -> ml_collections.ConfigDict:
             baseline=False,  # Run the rule's matched baseline (truncation + lossless) instead.
             meter_distortion=False,  # Per-position TV / overshoot against the matched baseline.
             tree=tree_config(),
+            # How a draft LM's or head's weights and cache split on a mesh
+            # (sharding.DRAFT_SHARDINGS): 'batch' (rows over 'data', weights on every device)
+            # or 'heads' (its attention split over 'model' as the target's, when its
+            # attention on every device would not fit: an EAGLE-3 head's long prefills).
+            draft_sharding='batch',
         )
     )
 
@@ -158,6 +163,7 @@ def build(c: ml_collections.ConfigDict) -> Built:
     draft = drafters.make(
         kind, target, s.draft, ngram=s.ngram, lookup=s.lookup, dtype=c.dtype,
         seed=c.seed if s.draft_seed < 0 else s.draft_seed,
+        rules=sharding.draft_rules(s.get('draft_sharding', 'batch')),
     )  # fmt: skip
     engine = Engine(
         target.cfg,

@@ -124,7 +124,8 @@ def decoding_block(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     block.max_prompt_len, block.prompt_bucket = c.max_prompt_len, c.prompt_bucket
     block.sampling = decoding.sampling_config(c.temperature)
     block.spec = decoding.spec_config(c.mode, c.draft)
-    for field in ('drafter', 'num_draft', 'ngram', 'lookup', 'draft_seed', 'tree'):
+    for field in ('drafter', 'num_draft', 'ngram', 'lookup', 'draft_seed', 'draft_sharding',
+                  'tree'):  # fmt: skip
         block.spec[field] = c[field]
     block.spec.meter_distortion = c.meter_distortion
     block.mesh = c.mesh

@@ -7,8 +7,9 @@ experiment config (`runner.decoding_block`), with the weights replaced by
 `checkpoints.param_shapes` of the model's config: read from a local HF or orbax directory's
 config file, a preset ('embedded', 'random:<preset>'), or `KNOWN_MODELS` for the hub ids of
 the paper's setups (their config.json, so a plan needs no download). Drafts are placed as
-the engine places them (`drafter.rules`, by default `sharding.DRAFT_RULES`: weights on every
-device, an EAGLE-3 head with its own copy of the target's embedding), the rows over 'data'.
+the engine places them (`drafter.rules` from the config's `draft_sharding`: by default
+weights on every device, an EAGLE-3 head with its own copy of the target's embedding, the
+rows over 'data'; 'heads' also splits their attention over 'model').
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from spec_jax.decoding.build import sampler_from_config, tree_shape
 from spec_jax.decoding.engine import MODES, Engine
 from spec_jax.decoding.state import DecodeSettings
 from spec_jax.eval import runner
+from spec_jax.jobs import memory
 from spec_jax.jobs.memory import Plan
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.config import ModelConfig, preset
@@ -155,7 +157,8 @@ def plan_of(
         raise ValueError(f'mode {mode!r} is not one of {MODES}')
     if mode != 'ar' and mode != s.mode:
         raise ValueError(f"mode {mode!r}: the config decodes in {s.mode!r} (and 'ar')")
-    target = model_config(c.model, c.dtype)
+    # Each KV head held model / K times where the model axis exceeds K, as loaded.
+    target = memory.held(model_config(c.model, c.dtype), mesh_shape[1])
     if quant:  # The model stack's int8 weights (ModelConfig.weights, models/quant.py).
         target = target.replace(weights=quant)
     if c.get('scan_layers'):  # Stacked layers under one scan (checkpoints.load(scan_layers=)).
@@ -182,7 +185,7 @@ def plan_of(
     batch = -(-int(c.batch_size) // data) * data  # Padded as `decoding.generate` pads.
     width = {'ar': 1, 'chain': engine.num_draft + 1, 'tree': tree.nodes if tree else 1}[mode]
     plan = Plan(target, batch, bucket, engine.slots(bucket), width, (data, model), quant,
-                draft_cfg, head_cfg)  # fmt: skip
+                draft_cfg, head_cfg, s.get('draft_sharding', 'batch'))  # fmt: skip
     return engine, plan, draft_shapes
 
 
@@ -211,15 +214,16 @@ def build_abstract(
 def _drafter(s, target: ModelConfig):
     """(drafter, its params in shapes, draft LM config or None, head config or None)."""
     v = target.vocab_size
+    split = sharding.draft_rules(s.get('draft_sharding', 'batch'))
     if s.drafter == 'ngram':
         return drafters.NgramDrafter(s.ngram, v), None, None, None
     if s.drafter == 'lm':
         dcfg = model_config(s.draft, target.dtype)
-        base: Any = drafters.LMDrafter(dcfg, v)
+        base: Any = drafters.LMDrafter(dcfg, v, split)
         shapes, head = param_shapes(dcfg), None
     elif s.drafter == 'eagle3':
         head = head_config(s.draft, target)
-        base, dcfg = drafters.Eagle3Drafter(head), None
+        base, dcfg = drafters.Eagle3Drafter(head, split), None
         weights = jax.eval_shape(lambda: e3.init_params(head, jax.random.PRNGKey(0)))
         shapes = dict(  # `Eagle3Drafter.params_for`: the head, the target's embedding, ids.
             head=jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, target.dtype), weights),

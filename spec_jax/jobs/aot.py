@@ -237,10 +237,18 @@ def compile_loop(ab: Abstract):
             raise ValueError(
                 f'{ab.engine.mode} decode loop (batch {p.batch}, {p.slots} slots, mesh data '
                 f'{p.mesh[0]} x model {p.mesh[1]}) does not fit the chip, the TPU compiler '
-                f'says: {str(e).splitlines()[0]}\nuse a larger model axis, more data shards, a '
-                'smaller batch, fewer cache slots or a smaller tree'
+                f'says: {compiler_refusal(str(e))}\nuse a larger model axis, more data shards, '
+                'a smaller batch, fewer cache slots or a smaller tree'
             ) from None
     return compiled, time.perf_counter() - start
+
+
+def compiler_refusal(message: str, lines: int = 40) -> str:
+    """The TPU compiler's out-of-memory message, cut to its first `lines` lines: the verdict
+    and the largest allocations it lists (size, shape, the HLO op that made each), which
+    name what the program holds (docs/performance.md)."""
+    kept = [line.rstrip() for line in message.splitlines() if line.strip()]
+    return '\n'.join(kept[:lines] + (['...'] if len(kept) > lines else []))
 
 
 def memory_fields(compiled) -> dict[str, int]:

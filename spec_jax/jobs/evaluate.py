@@ -44,6 +44,7 @@ def default_config(tiny: bool = False) -> ml_collections.ConfigDict:
     c.num_draft = 1  # gamma: drafted tokens per chain round.
     c.ngram = 3
     c.lookup = 0  # k > 0: prompt lookup (n-grams of k..ngram) before the drafter.
+    c.draft_sharding = 'batch'  # On a mesh: 'batch', or 'heads' (decoding.spec_config).
     # Tree mode's shape (decoding.tree_config; configs/smollm2_135m_tree.py): a CPU default.
     c.tree = decoding.tree_config(nodes=8, depth=4, branch=2)
     c.temperature = 0.7

@@ -14,15 +14,18 @@ Per device under a (data, model) mesh, by the sharding rules (spec_jax/sharding.
   batch over 'data', heads K / model per device, or one where the model axis is a multiple
   of K larger than it (each head held model / K times: `sharding.kv_repeat`).
 - drafts (a draft LM, an EAGLE-3 head with its copy of the target's embedding) and their
-  caches, replicated over 'model' (the engine places drafts with
-  `ShardingRules.replicated()`), their rows over 'data'.
+  caches, their rows over 'data', by the plan's `draft_sharding`
+  (`sharding.DRAFT_SHARDINGS`): 'batch' holds them whole on every device, 'heads' splits
+  their attention (N and K) over 'model' as the target's.
 - activations: the largest call's transients, one layer at a time (XLA reuses a layer's
-  buffers in the next): prefill of the longest prompt bucket or a round's verification,
-  whichever is larger: the residual stream and norms (4 x [rows, T, D]), q/k/v, attention
-  scores and probabilities in fp32 (3 x [rows, N, T, S]: scores, their concatenation with
-  the diagonal block, the softmax), the MLP (3 x [rows, T, F]), the mask [rows, T, S], and
-  the processed laws of a round (4 x [rows, T, V] fp32: logits, p, its transform, q);
-  EAGLE-3 adds the taps of the prefill ([rows, P, 3, D]).
+  buffers in the next): prefill of the longest prompt bucket (the target's, then the
+  draft's over the same prompt), or a round's verification, whichever is largest: the
+  residual stream and norms (4 x [rows, T, D]), q/k/v, attention scores and probabilities
+  in fp32 (3 x [rows, N, T, S]: scores, their concatenation with the diagonal block, the
+  softmax), the MLP (3 x [rows, T, F]), the mask [rows, T, S], and the processed laws of a
+  round (4 x [rows, T, V] fp32: logits, p, its transform, q); EAGLE-3 adds the taps of the
+  prefill ([rows, P, 3, D]). A draft's prefill with its heads whole is what a replicated
+  EAGLE-3 head costs: 24 GiB a chip for Llama-3.1-8B's over 2,048 tokens at batch 8.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class Plan:
       quant: '' (the target's own `weights`) or 'int8' (see the module).
       draft: a draft LM's ModelConfig, or None.
       head: an EAGLE-3 head's Eagle3Config, or None.
+      draft_sharding: how the draft (or head) splits (`sharding.DRAFT_SHARDINGS`).
     """
 
     target: ModelConfig
@@ -70,10 +74,12 @@ class Plan:
     quant: str = ''
     draft: ModelConfig | None = None
     head: e3.Eagle3Config | None = None
+    draft_sharding: str = 'batch'
 
     def __post_init__(self):
         if self.quant not in QUANTS:
             raise ValueError(f'quant={self.quant!r} is not one of {QUANTS}')
+        sharding.draft_rules(self.draft_sharding)  # A ValueError naming the valid ones.
         if self.quant:
             object.__setattr__(self, 'target', self.target.replace(weights=self.quant))
 
@@ -117,37 +123,56 @@ def estimate(plan: Plan) -> Estimate:
     notes = []
     rows = -(-plan.batch // data)  # The batch is padded to a multiple of the data axis.
     item = np.dtype(jax.numpy.dtype(t.dtype)).itemsize
-    weights = _weights(t, model, notes)
-    k = t.num_kv_heads
-    if k % model == 0:
-        heads = k // model
-    elif model % k == 0:
-        heads = 1
-        notes.append(f'{k} KV heads over model {model}: each held {model // k} times, one '
-                     'a device (sharding.kv_repeat)')  # fmt: skip
-    else:
-        heads = k
-        notes.append(f'{k} KV heads do not split over model {model}: every head on each '
-                     'device')  # fmt: skip
+    k, t = t.num_kv_heads, held(t, model)
+    if t.num_kv_heads > k:
+        notes.append(f'{k} KV heads over model {model}: each held {t.num_kv_heads // k} '
+                     'times, one a device (sharding.kv_repeat)')  # fmt: skip
+    weights = _split_bytes(_shapes(t), model, sharding.RULES, notes)
+    heads = _kv_heads(t.num_kv_heads, model, sharding.RULES, notes)
     kv = 2 * t.num_layers * rows * heads * plan.slots * t.head_dim * item
+    calls = [_call(plan, t, rows, heads, plan.prompt_len, prefill=True),
+             _call(plan, t, rows, heads, plan.width, prefill=False)]  # fmt: skip
     draft_weights = draft_cache = 0
+    split = sharding.draft_rules(plan.draft_sharding)
+    draft = plan.draft or plan.head
+    if draft is not None:
+        draft_heads = _kv_heads(draft.num_kv_heads, model, split, notes, 'the draft')
+        # Its prefill over the same prompt (the head reads the target's taps: no laws).
+        calls.append(_call(plan, draft, rows, draft_heads, plan.prompt_len, True, split))
     if plan.draft is not None:
         d = plan.draft
-        draft_weights = _bytes(_shapes(d)) * item // _itemsize(d.param_dtype)
-        draft_cache = 2 * d.num_layers * rows * d.num_kv_heads * plan.slots * d.head_dim * item
+        draft_weights = _split_bytes(_shapes(d), model, split, notes, item)
+        draft_cache = 2 * d.num_layers * rows * draft_heads * plan.slots * d.head_dim * item
     if plan.head is not None:
         h = plan.head
         shapes = jax.eval_shape(lambda: e3.init_params(h, jax.random.PRNGKey(0)))
-        # Head weights in the compute dtype, its copy of the target's embedding (replicated
+        # Head weights in the compute dtype, its copy of the target's embedding (whole
         # beside the target's own split one), the draft-id map.
-        draft_weights = _elements(shapes) * item + t.vocab_size * t.width * item
-        draft_weights += 4 * (h.draft_vocab_size + h.vocab_size)
-        draft_cache = 2 * rows * h.num_kv_heads * plan.slots * h.head_dim * item
-    activations = max(
-        _call(plan, rows, heads, plan.prompt_len, prefill=True),
-        _call(plan, rows, heads, plan.width, prefill=False),
-    )
-    return Estimate(plan, weights, draft_weights, kv, draft_cache, activations, tuple(notes))
+        draft_weights = _split_bytes(shapes, model, split, notes, item)
+        draft_weights += t.vocab_size * t.width * item + 4 * (h.draft_vocab_size + h.vocab_size)
+        draft_cache = 2 * rows * draft_heads * plan.slots * h.head_dim * item
+    return Estimate(plan, weights, draft_weights, kv, draft_cache, max(calls), tuple(notes))
+
+
+def held(cfg: ModelConfig, model: int) -> ModelConfig:
+    """The target as `checkpoints.load` holds it on a model axis of `model`: where the axis
+    is a multiple of K larger than it, each KV head held model / K times (K' = model:
+    `sharding.kv_repeat`, `llama.repeat_kv_heads`), so that attention splits one head a
+    device. ValueError when neither divides the other."""
+    times = sharding.kv_repeat(cfg.num_kv_heads, {'model': model})
+    return cfg if times == 1 else cfg.replace(num_kv_heads=cfg.num_kv_heads * times)
+
+
+def _kv_heads(k: int, model: int, rules: sharding.ShardingRules, notes: list,
+              what: str = 'the target') -> int:  # fmt: skip
+    """KV heads a device holds: K / model where `rules` split K over 'model' and it
+    divides, else K (noted)."""
+    ways = model if rules.axis('k') == 'model' else 1
+    if k % ways == 0:
+        return k // ways
+    notes.append(f'{k} KV heads of {what} do not split over model {model}: every head on '
+                 'each device')  # fmt: skip
+    return k
 
 
 def check_fits(total: int, chip: Chip, what: str, parts: str = '') -> None:
@@ -161,51 +186,53 @@ def check_fits(total: int, chip: Chip, what: str, parts: str = '') -> None:
         )  # fmt: skip
 
 
-def _weights(cfg: ModelConfig, model: int, notes: list) -> int:
-    """Per-device bytes of the target's parameters split over a model axis of `model`."""
+def _split_bytes(shapes, model: int, rules: sharding.ShardingRules, notes: list,
+                 itemsize: int = 0) -> int:  # fmt: skip
+    """Per-device bytes of a parameter tree in shapes split by `rules` over a model axis of
+    `model` (each in its own dtype, or `itemsize` bytes an element)."""
     total = 0
-    flat = jax.tree_util.tree_flatten_with_path(_shapes(cfg))[0]
+    flat = jax.tree_util.tree_flatten_with_path(shapes)[0]
     split_notes = set()
     for path, x in flat:
         name = sharding._key(path[-1])
         letters = sharding.letters_of(name, len(x.shape))
         ways_of = []
         for letter, size in zip(letters or '.' * len(x.shape), x.shape):
-            ways = model if sharding.RULES.axis(letter) == 'model' else 1
+            ways = model if rules.axis(letter) == 'model' else 1
             if size % ways or (letter == 'k' and ways > size):
                 split_notes.add(f'{letter.upper()} {size} held whole (model {model})')
                 ways = 1
             ways_of.append(ways)
-        total += math.prod(s // w for s, w in zip(x.shape, ways_of)) * np.dtype(x.dtype).itemsize
+        item = itemsize or np.dtype(x.dtype).itemsize
+        total += math.prod(s // w for s, w in zip(x.shape, ways_of)) * item
     notes.extend(sorted(split_notes))
     return total
 
 
-def _call(plan: Plan, rows: int, kv_heads: int, width: int, prefill: bool) -> int:
-    """Transient bytes of one layer of a call of `width` tokens (module docstring)."""
+def _call(
+    plan: Plan, cfg, rows: int, kv_heads: int, width: int, prefill: bool,
+    rules: sharding.ShardingRules = sharding.RULES,
+) -> int:  # fmt: skip
+    """Transient bytes of one layer of a call of `width` tokens of the target, or of a
+    draft (`cfg` a ModelConfig or an Eagle3Config, split by `rules`; module docstring)."""
     t, (_, model) = plan.target, plan.mesh
     item = _itemsize(t.dtype)
 
-    def split(n):
-        return n // model if n % model == 0 else n
+    def split(n, letter):
+        ways = model if rules.axis(letter) == 'model' else 1
+        return n // ways if n % ways == 0 else n
 
-    heads = split(t.num_heads)
-    qkv = rows * width * (heads + 2 * kv_heads) * t.head_dim * item
+    heads = split(cfg.num_heads, 'n')
+    qkv = rows * width * (heads + 2 * kv_heads) * cfg.head_dim * item
     scores = 3 * rows * heads * width * plan.slots * 4
-    mlp = 3 * rows * width * split(t.mlp_width) * item
-    stream = 4 * rows * width * t.width * item
+    mlp = 3 * rows * width * split(cfg.mlp_width, 'f') * item
+    stream = 4 * rows * width * cfg.width * item
     mask = rows * width * plan.slots
+    if cfg is not t:  # A draft's prefill: its layer alone (the head's taps are the target's).
+        return qkv + scores + mlp + stream + mask
     laws = (1 if prefill else 4) * rows * (1 if prefill else width) * t.vocab_size * 4
     taps = 3 * rows * plan.prompt_len * t.width * item if (plan.head and prefill) else 0
     return qkv + scores + mlp + stream + mask + laws + taps
-
-
-def _elements(tree) -> int:
-    return sum(math.prod(x.shape) for x in jax.tree.leaves(tree))
-
-
-def _bytes(tree) -> int:
-    return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
 
 
 def _itemsize(dtype: str) -> int:

@@ -59,13 +59,13 @@ def saved(tmp_path_factory):
     }  # fmt: skip
 
 
-def _drafts(cfg, head_cfg, weights, mesh):
+def _drafts(cfg, head_cfg, weights, mesh, rules=sharding.DRAFT_RULES):
     draft = random_params(cfg.replace(num_layers=1), seed=4, std=0.16)
     head = e3.init_params(head_cfg, jax.random.PRNGKey(5))
     head = e3.init_from_target(head_cfg, head, weights, jax.numpy.arange(cfg.vocab_size))
     d2t, t2d = e3.vocab_maps(np.arange(cfg.vocab_size), cfg.vocab_size)
     head = e3.Eagle3Head(head_cfg, head, jax.numpy.asarray(d2t), jax.numpy.asarray(t2d))
-    place = lambda p: sharding.shard(p, mesh, sharding.DRAFT_RULES)  # noqa: E731
+    place = lambda p: sharding.shard(p, mesh, rules)  # noqa: E731
     return {'ar': None, 'chain': place(draft),
             'tree': place(Eagle3Drafter.params_for(head, weights))}  # fmt: skip
 
@@ -122,6 +122,31 @@ def test_kv_heads_held_twice_decode_one_devices_tokens(saved, mode):
         for temperature in (0.0, 1.0):
             engine = engines[mode].replace(sampler=Sampler(temperature=temperature))
             params = decoding.Params(loaded.params, drafts[mode])
+            got[where is None, temperature] = decoding.generate(engine, params, prompts, seed=1)
+    for temperature in (0.0, 1.0):
+        assert got[False, temperature].tokens == got[True, temperature].tokens, temperature
+
+
+def test_a_head_split_over_model_decodes_one_devices_tokens(saved):
+    """An EAGLE-3 head with its attention split as the target's (`draft_sharding` 'heads':
+    its 8 KV heads and 16 query heads one and two a device on 1 x 8; the setting that fits
+    Llama-3.1-8B's tree on a v5e-8, docs/performance.md) holds an eighth of its attention
+    weights a device and decodes one device's greedy and sampled tokens."""
+    name, heads = 'k8', sharding.DRAFT_SHARDINGS['heads']
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [7], [9, 9, 1, 4], [3, 1], [5], [2, 8, 8], [6, 6]]
+    got = {}
+    for where in (None, sharding.make_mesh(sharding.mesh_config(1, 8))):
+        loaded = checkpoints.load(saved[name], mesh=where)
+        head_cfg, _ = _engines(loaded.cfg, TARGETS[name])
+        engine = decoding.Engine(loaded.cfg, DEC, Eagle3Drafter(head_cfg, heads),
+                                 tree=trees.TreeShape(6, 3, 2))  # fmt: skip
+        drafts = _drafts(TARGETS[name], head_cfg, jax.device_get(loaded.params), where, heads)
+        if where is not None:
+            q = drafts['tree']['head']['midlayer']['q_xnh']
+            assert q.addressable_shards[0].data.shape[1] == q.shape[1] // 8
+        for temperature in (0.0, 1.0):
+            params = decoding.Params(loaded.params, drafts['tree'])
+            engine = engine.replace(sampler=Sampler(temperature=temperature))
             got[where is None, temperature] = decoding.generate(engine, params, prompts, seed=1)
     for temperature in (0.0, 1.0):
         assert got[False, temperature].tokens == got[True, temperature].tokens, temperature

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from spec_jax import checkpoints
+from spec_jax import checkpoints, sharding
 from spec_jax.checkpoints import eagle_formats
 from spec_jax.decoding.drafters.base import (
     OUTSIDE_DRAFT_VOCAB,
@@ -71,6 +71,7 @@ def make(
     lookup: int = 0,
     dtype: str = 'float32',
     seed: int = 0,
+    rules: sharding.ShardingRules = sharding.DRAFT_RULES,
 ) -> Built:
     """Builds a drafter for `target` by name, as `rules.make` builds a rule.
 
@@ -86,6 +87,8 @@ def make(
       lookup: > 0 wraps an 'lm' or 'eagle3' drafter in `PromptLookup` with n-grams of
         `ngram` down to `lookup` tokens.
       dtype, seed: for the draft LM's load ('random:' weights use the seed).
+      rules: how a draft LM's or head's weights and cache split on a mesh
+        (`sharding.DRAFT_SHARDINGS`: the batch only by default, or also its heads).
 
     Raises:
       ValueError: an unknown kind, a missing `draft`, a draft LM with another tokenizer, a
@@ -114,12 +117,12 @@ def make(
             head = random_head(target.cfg, seed)
         else:
             head = eagle_formats.load_head(draft, target.cfg, dtype)
-        drafter = Eagle3Drafter(head.cfg)
+        drafter = Eagle3Drafter(head.cfg, rules)
         built = Built(drafter, drafter.params_for(head, target.params))
     else:
         model = checkpoints.load(draft, dtype, seed)
         check_same_tokenizer(target.tokenizer, model.tokenizer)
-        built = Built(LMDrafter(model.cfg, v), model.params, model)
+        built = Built(LMDrafter(model.cfg, v, rules), model.params, model)
     if lookup:
         built = dataclasses.replace(built, drafter=PromptLookup(built.drafter, ngram, lookup))
     built.drafter.check(target.cfg)
