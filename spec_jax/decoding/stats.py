@@ -21,7 +21,7 @@ from flax import struct
 
 from spec_jax import rules
 
-METER_FIELDS = ('tv', 'kl', 'outside', 'overshoot', 'js')
+METER_FIELDS = ('tv', 'kl', 'outside', 'overshoot', 'js', 'tv_plain')
 
 
 @struct.dataclass
@@ -42,9 +42,10 @@ class Stats:
       block_accepted_bo: [B, O] accepted drafts in round o (O = output buffer length, at
         least one token a round; -1 = no such round).
       metered: emitted positions metered (0 unless metering), the first token included.
-      tv, kl, outside, overshoot, js: sums over the metered positions of
+      tv, kl, outside, overshoot, js, tv_plain: sums over the metered positions of
         `rules.Metered`'s fields (TV(pi, p_A), KL(p_A || pi), pi outside A, max pi/p,
-        JS(pi, p_A)); KL and overshoot over the positions where they are finite only.
+        JS(pi, p_A), TV(pi, p)); KL and overshoot over the positions where they are
+        finite only.
       kl_inf, overshoot_inf: positions where KL (pi = 0 where p_A > 0: a deterministic
         draft under lenience or min-p) or the overshoot (p underflows where pi does not)
         is infinite.
@@ -71,6 +72,7 @@ class Stats:
     outside: jax.Array
     overshoot: jax.Array
     js: jax.Array
+    tv_plain: jax.Array
     kl_inf: jax.Array
     overshoot_inf: jax.Array
     overshoot_max: jax.Array
@@ -99,6 +101,7 @@ class Stats:
             outside=f,
             overshoot=f,
             js=f,
+            tv_plain=f,
             kl_inf=z,
             overshoot_inf=z,
             overshoot_max=f,
@@ -195,7 +198,8 @@ def summarize(stats: Stats) -> dict:
     be_full_gamma (the paper's chain BE: mean of accepted + 1 over full-gamma blocks),
     accept_length (the paper's EAGLE BE: accepted drafts per forward), acceptance_rate, and
     when metered the means over metered positions of TV, KL, outside mass, overshoot and JS
-    (mean_js; per row js_sum, as tv_sum) and the largest overshoot (KL and overshoot over
+    (mean_js; per row js_sum, as tv_sum), TV against the processed target itself
+    (mean_tv_plain, tv_plain_sum) and the largest overshoot (KL and overshoot over
     their finite positions, with the fractions that were infinite). `per_row` holds each
     row's raw counters and sums, so rows pool.
     """

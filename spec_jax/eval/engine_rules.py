@@ -15,9 +15,10 @@ baseline's own paired Δ over lossless SD, which equals it on a complete run (th
 and batches on all three). `section` is the report's "Rules the engines ship", present when
 a run holds an engine rule; `finding_lines` are its sentences, which the findings print.
 
-TV against lossless SD is not metered: the engine meters each method against one law, its
-matched baseline's p_A (`rules.meter`), so for a rule matched with a truncated target the
-table says so instead of a number (for the others it is the metered TV).
+TV is metered twice at every emitted position (`rules.meter`): against the matched
+baseline's law p_A (`tv`, 'TV vs matched') and against the processed target p itself
+(`tv_plain`, 'TV vs lossless SD': what plain SD emits). They differ only for a rule matched
+with a truncated target, whose TV vs lossless SD includes the truncation's own.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ PLAIN = 'lossless'  # The plan's plain lossless SD method (`spec_jax.eval.plan`)
 ENGINE_RULES = ('static_ensemble', 'logit_ensemble', 'sglang', 'onehot_q', 'relaxed', 'mars',
                 'fuzzy', 'block_verify', 'fly')  # fmt: skip
 ABLATIONS = ('lenience_flat', 'interp_ceiling')
-_DELTAS = ('pair_n', 'd_score', 'd_score_lo', 'd_score_hi', 'd_be', 'd_be_lo', 'd_be_hi')
+_DELTAS = ('pair_n', 'd_score', 'd_score_lo', 'd_score_hi', 'd_be', 'd_be_lo', 'd_be_hi',
+           'd_tv_plain', 'd_tv_plain_lo', 'd_tv_plain_hi')  # fmt: skip
 _SPEED = ('speedup_vs_matched', 'speedup_vs_matched_lo', 'speedup_vs_matched_hi',
           'speedup_vs_matched_n_batches')  # fmt: skip
 # The fields `vs_plain_sd` gives every row (None where they do not apply).
@@ -119,6 +121,11 @@ def _verdict(row: dict, key: str, ref: float) -> str:
 
 
 def _tv_vs_plain(row: dict) -> str:
+    """TV against plain lossless SD's law (the processed target), with its interval: the
+    rule's metered `tv_plain` paired with lossless SD's (0); 'not metered' on results that
+    predate it."""
+    if tables.num(row.get('sd_d_tv_plain')):
+        return tables.interval(row, 'sd_d_tv_plain', '.4f')
     if tables.matched_name(row) == PLAIN:
         return tables.interval(row, 'd_tv', '.4f')
     return 'not metered'
@@ -170,8 +177,9 @@ def section(rows: Sequence[dict]) -> list[str]:
         "speedups are tokens/s over the reference's per shared batch (geometric mean, "
         't-interval from 5 batches on). Flattery = Δ vs lossless SD minus Δ vs matched (BE), '
         "or their ratio (speed), with the interval of the matched baseline's own Δ over "
-        'lossless SD (the same number on a complete run). TV vs lossless SD is not metered '
-        'where the matched baseline truncates (the engine meters against one law, p_A). '
+        'lossless SD (the same number on a complete run). TV vs matched is against the '
+        "baseline's law p_A, TV vs lossless SD against the processed target p itself (both "
+        'metered at every emitted position). '
         'Lossless: the rule at this setting emits the target law.',
         '',
     ]

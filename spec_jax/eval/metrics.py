@@ -34,6 +34,8 @@ Definitions (docs/eval.md; the paper's, docs/paper.md §3):
                     (`spec_jax.eval.paired.matched_deltas`)
   sd_d_be, sd_speedup, flattery_be, ...  the same against plain lossless SD, and the
                     difference (`spec_jax.eval.engine_rules.vs_plain_sd`)
+  tv_plain          TV(pi, p) against the processed target itself (plain lossless SD's
+                    law) over the same positions: `tv` where the baseline truncates nothing
   tv, kl, outside   means over every emitted position (first token, drafts, replacement
                     and bonus tokens) of TV(pi, p_A), KL(p_A || pi) and pi's mass outside
                     the allowed set A, p_A the matched baseline's law; KL over the
@@ -229,6 +231,10 @@ def _metrics(task: str, method: Method, group: list[dict]) -> dict:
         row[name] = _ratio(total[f'{name}_sum'], metered) if metered else None
     # JS (bounded by ln 2): a number where KL is infinite, as in tree runs.
     row['js'] = _ratio(total['js_sum'], metered) if metered and 'js_sum' in has else None
+    # TV against plain lossless SD's law (the processed target itself): `tv` where the
+    # matched baseline truncates nothing.
+    plain = metered and 'tv_plain_sum' in has
+    row['tv_plain'] = _ratio(total['tv_plain_sum'], metered) if plain else None
     # KL and overshoot: means over the positions where they are finite, and the fraction
     # where they are not (a single infinite position would make a mean meaningless).
     for name, key in (('kl', 'kl'), ('overshoot', 'overshoot_mean')):

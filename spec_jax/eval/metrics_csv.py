@@ -39,6 +39,7 @@ FIELDS = (
     'speedup',
     'ds',
     'tv',
+    'tv_plain',
     'js',
     'kl',
     'kl_inf_fraction',
@@ -56,7 +57,8 @@ FIELDS = (
 )
 # The paired Δs of a lossy row against its matched baseline (`spec_jax.eval.paired`).
 PAIR_FIELDS = ('d_score', 'd_score_lo', 'd_score_hi', 'd_score_p', 'd_be', 'd_be_lo', 'd_be_hi',
-               'd_tv', 'd_tv_lo', 'd_tv_hi', 'speedup_vs_matched', 'speedup_vs_matched_lo',
+               'd_tv', 'd_tv_lo', 'd_tv_hi', 'd_tv_plain', 'd_tv_plain_lo', 'd_tv_plain_hi',
+               'speedup_vs_matched', 'speedup_vs_matched_lo',
                'speedup_vs_matched_hi', 'speedup_vs_matched_n_batches')  # fmt: skip
 _STR_FIELDS = frozenset({'task', 'method', 'kind', 'rule', 'param_name', 'speedup_group',
                          'speedup_basis'})  # fmt: skip

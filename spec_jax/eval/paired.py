@@ -37,7 +37,8 @@ from scipy import stats
 # The fields `matched_deltas` gives a lossy row (None on the other rows).
 MATCHED_FIELDS = ('pair_n', 'pair_n_items', 'd_score', 'd_score_lo', 'd_score_hi', 'd_score_p',
                   'd_score_seed_mean', 'd_score_seed_std', 'd_be', 'd_be_lo', 'd_be_hi', 'd_tv',
-                  'd_tv_lo', 'd_tv_hi', 'speedup_vs_matched', 'speedup_vs_matched_lo',
+                  'd_tv_lo', 'd_tv_hi', 'd_tv_plain', 'd_tv_plain_lo', 'd_tv_plain_hi',
+                  'speedup_vs_matched', 'speedup_vs_matched_lo',
                   'speedup_vs_matched_hi', 'speedup_vs_matched_n_batches')  # fmt: skip
 MIN_BATCHES = 5  # An interval from this many batches on (none below: too few to judge).
 RESAMPLES = 2000
@@ -197,18 +198,20 @@ def matched_deltas(
 ) -> dict:  # fmt: skip
     """A lossy method's paired fields against its matched baseline's rows (one task):
     'pair_n' (shared (item, seed) keys), 'pair_n_items', the score Δ (`score_delta`),
-    'd_be' (block efficiency, emitted over target forwards) and 'd_tv' (metered TV), each
-    with '_lo' / '_hi', and 'speedup_vs_matched' with '_lo', '_hi', '_n_batches' over the
-    batches of `timed` (the method's and the baseline's rows of the task group; default
-    `rows` and `base`)."""
+    'd_be' (block efficiency, emitted over target forwards), 'd_tv' (metered TV against the
+    matched baseline's law) and 'd_tv_plain' (metered TV against the processed target, plain
+    lossless SD's law; None on results that predate it), each with '_lo' / '_hi', and
+    'speedup_vs_matched' with '_lo', '_hi', '_n_batches' over the batches of `timed` (the
+    method's and the baseline's rows of the task group; default `rows` and `base`)."""
     pairs = _shared(rows, base)
     out = dict(pair_n=len(pairs), pair_n_items=len({item for item, _ in pairs}))
     scored = bool(pairs) and all(
         a.get('correct') is not None and b.get('correct') is not None for a, b in pairs.values()
     )
     out.update(score_delta(pairs) if scored else score_delta({}))
-    for name, num, den in (('be', 'emitted', 'blocks'), ('tv', 'tv_sum', 'metered')):
-        has = all(den in r['stats'] for pair in pairs.values() for r in pair)
+    for name, num, den in (('be', 'emitted', 'blocks'), ('tv', 'tv_sum', 'metered'),
+                           ('tv_plain', 'tv_plain_sum', 'metered')):  # fmt: skip
+        has = all(den in r['stats'] and num in r['stats'] for pair in pairs.values() for r in pair)
         d, lo, hi = ratio_delta(pairs, _stat(num), _stat(den)) if has else (None,) * 3
         out.update({f'd_{name}': d, f'd_{name}_lo': lo, f'd_{name}_hi': hi})
     est = ratio_interval(batch_ratios(*(timed or (rows, base))))

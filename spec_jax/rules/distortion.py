@@ -93,6 +93,9 @@ class Metered(NamedTuple):
         rules whose baseline truncates nothing).
       overshoot: max_x pi(x) / p(x) against the processed target p itself.
       js: JS(pi, p_A) in nats (at most ln 2): a bounded divergence, finite where KL is not.
+      tv_plain: TV(pi, p) against the processed target itself, plain lossless SD's law:
+        `tv` where the baseline truncates nothing; for a rule matched with a truncated
+        target, its distortion against what plain SD emits (the truncation's included).
     """
 
     tv: jax.Array
@@ -100,6 +103,7 @@ class Metered(NamedTuple):
     outside: jax.Array
     overshoot: jax.Array
     js: jax.Array
+    tv_plain: jax.Array
 
 
 def meter(
@@ -112,5 +116,6 @@ def meter(
     outside = jnp.where(baseline.allowed(p, logits), 0.0, pi).sum(-1)
     # KL >= 0; rounding can take a near-zero one a hair below.
     return Metered(
-        tv(pi, law), jnp.maximum(kl(law, pi), 0.0), outside, overshoot_ratio(pi, p), js(pi, law)
-    )
+        tv(pi, law), jnp.maximum(kl(law, pi), 0.0), outside, overshoot_ratio(pi, p),
+        js(pi, law), tv(pi, p),
+    )  # fmt: skip

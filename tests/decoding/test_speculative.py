@@ -591,13 +591,14 @@ def test_meter_counts_narrow_rounds_and_infinite_values():
     metered = rules.Metered(
         tv=jnp.array([[0.1, 0.2], [0.3, 0.4]]), kl=jnp.array([[inf, 0.5], [0.2, 9.0]]),
         outside=jnp.zeros((2, 2)), overshoot=jnp.array([[2.0, 3.0], [inf, 9.0]]),
-        js=jnp.array([[0.01, 0.02], [0.03, 0.04]]),
+        js=jnp.array([[0.01, 0.02], [0.03, 0.04]]), tv_plain=jnp.array([[0.2, 0.3], [0.4, 0.5]]),
     )  # fmt: skip
     st = Stats.zeros(2, 3, 8).update(out, jnp.array([True, True]), metered)
     np.testing.assert_array_equal(st.metered_at_bt, [[1, 0, 0, 1], [1, 0, 0, 0]])
     np.testing.assert_allclose(st.tv_at_bt, [[0.1, 0, 0, 0.2], [0.3, 0, 0, 0]], rtol=1e-6)
     np.testing.assert_allclose(st.kl, [0.5, 0.2], rtol=1e-6)  # Offset 1 of row 1: not emitted.
     np.testing.assert_allclose(st.js, [0.03, 0.03], rtol=1e-6)
+    np.testing.assert_allclose(st.tv_plain, [0.5, 0.4], rtol=1e-6)
     np.testing.assert_array_equal(st.kl_inf, [1, 0])
     np.testing.assert_array_equal(st.overshoot_inf, [0, 1])
     np.testing.assert_allclose(st.overshoot_max, [3.0, 0.0])

@@ -87,9 +87,10 @@ def test_relaxed_rules_with_one_delta_and_two_ks_get_two_baselines():
     assert len(baselines['baseline[relaxed=0.6,top_k=10]']) == 2
 
 
-def _rows(methods, be_of, seconds_of, items=10, per_batch=2):
+def _rows(methods, be_of, seconds_of, items=10, per_batch=2, tv_plain_of=None):
     """Per-sample results: item i of batch i // per_batch, BE be_of[method] + a per-item
-    wobble, seconds from seconds_of (a per-batch factor too, as a drifting machine)."""
+    wobble, seconds from seconds_of (a per-batch factor too, as a drifting machine), TV
+    against the plain target tv_plain_of[method] a position (default 0)."""
     out = []
     for m in methods:
         for i in range(items):
@@ -100,7 +101,8 @@ def _rows(methods, be_of, seconds_of, items=10, per_batch=2):
                 batch_id=f'b{i // per_batch}', correct=None,
                 seconds=seconds_of[m.name] * emitted * (1 + 0.1 * (i // per_batch)),
                 stats=dict(emitted=emitted, blocks=blocks, metered=emitted,
-                           tv_sum=0.0 if m.baseline or m.mode == 'ar' else 0.05 * emitted),
+                           tv_sum=0.0 if m.baseline or m.mode == 'ar' else 0.05 * emitted,
+                           tv_plain_sum=(tv_plain_of or {}).get(m.name, 0.0) * emitted),
             ))  # fmt: skip
     return out
 
@@ -114,8 +116,15 @@ def test_the_flattery_is_the_baselines_own_gain_over_lossless_sd():
           'lenience:l=0.5': 1.45}  # fmt: skip
     secs = {'ar': 1.0, 'lossless': 0.8, 'minp_verify:rho=0.3': 0.7, 'baseline[min_p=0.3]': 0.75,
             'lenience:l=0.5': 0.72}  # fmt: skip
-    rows = {r['method']: r for r in metrics.aggregate(_rows(methods, be, secs), methods)}
+    tv_plain = {'minp_verify:rho=0.3': 0.04, 'baseline[min_p=0.3]': 0.03, 'lenience:l=0.5': 0.05}
+    results = _rows(methods, be, secs, tv_plain_of=tv_plain)
+    rows = {r['method']: r for r in metrics.aggregate(results, methods)}
     minp, lenience = rows['minp_verify:rho=0.3'], rows['lenience:l=0.5']
+    # TV against plain SD's law: against the baseline a difference of two truncation
+    # distortions, against lossless SD (whose law is p) the rule's own.
+    assert minp['tv_plain'] == pytest.approx(0.04) and minp['d_tv_plain'] == pytest.approx(0.01)
+    assert minp['sd_d_tv_plain'] == pytest.approx(0.04)
+    assert engine_rules._tv_vs_plain(minp).startswith('0.0400 [')
     assert minp['pairs'] == ['baseline[min_p=0.3]'] and minp['sd_pair_n'] == 10
     assert minp['sd_d_be'] == pytest.approx(minp['flattery_be'] + minp['d_be'])
     assert minp['flattery_be'] > 0.1 and minp['flattery_be_lo'] > 0  # The baseline's gain.
@@ -151,6 +160,7 @@ def test_the_tiny_run_writes_the_section(tmp_path):
         assert f'| speed | `{name}` |' in part, name
     assert '| `mars:theta=0.9` | engine | no | `baseline[mars=0.9]` | 4 |' in part
     assert '| `onehot_q` | engine | yes | `lossless` | 4 |' in part
+    assert 'not metered' not in part  # TV vs lossless SD of the set-matched MARS too.
     assert '- speed: mars:theta=0.9: against lossless SD BE' in part
     assert '- speed: mars:theta=0.9: against lossless SD BE' in out['findings']
     assert 'speed: 1 rules are matched with lossless SD itself' in out['findings']

@@ -67,6 +67,7 @@ def make_rows() -> list[dict]:
                     'speedup': 1.0 if ar else 1.1 + 0.05 * m + 0.01 * t,
                     'ds': None if ar else 300.0 + 5.0 * m,
                     'tv': 0.01 * m + 0.002 * t if lossy else None,
+                    'tv_plain': 0.012 * m + 0.002 * t if lossy else None,
                     'js': 0.004 * m + 0.001 * t if lossy else None,
                     'kl': (math.inf if rule == 'minp_verify' else 0.02 * m) if lossy else None,
                     'kl_inf_fraction': 0.0 if lossy else None,
