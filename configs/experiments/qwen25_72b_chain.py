@@ -6,8 +6,8 @@ MBPP+, INCLUDE and BFCL parallel_multiple with the paper's grids.
     python launch/evaluate.py --config configs/experiments/qwen25_72b_chain.py:h100x8 \
         --config.model=/models/Qwen2.5-72B-Instruct --config.draft=/models/Qwen2.5-0.5B-Instruct
     python launch/aot.py --config configs/experiments/qwen25_72b_chain.py:v5p --topology v5p:2x2x1
-    python launch/aot.py --config configs/experiments/qwen25_72b_chain.py:v5e16_int8 \
-        --topology v5e:4x4
+    python launch/aot.py --config configs/experiments/qwen25_72b_chain.py:v5e32_int8 \
+        --topology v5e:4x8
 
 The argument picks the hardware (batch 8, prompts and outputs up to 2048 tokens: 4,107
 cache slots a row; per-chip memory from `launch/aot.py --dry_run`, spec_jax/jobs/memory.py,
@@ -17,14 +17,15 @@ and docs/performance.md "Compiled for TPU"):
   v5p         a v5p-8 slice (4 chips, one host), bf16, mesh 1 x 4: the chain loop compiles
               (launch/aot.py, v5p:2x2x1) to 48.3 GiB of 95 a chip (estimated 51.5)
   v5e16_int8  a v5e-16 slice (4 hosts x 4 chips), int8 weights, one mesh over the hosts,
-              model 16: estimated ~12 GiB of 16 a chip (each of the 8 KV heads held
-              twice: sharding.kv_repeat; the K projections whole on every chip), but the
-              TPU compiler refuses its chain loop: 54.1 GB of temporaries a chip, a gap
-              the estimate does not explain (docs/performance.md, "Compiled for TPU")
-  v5e32_int8  a v5e-32 slice (8 hosts x 4 chips), int8, data 2 x model 16: estimated ~9
-              GiB (not compiled; half the v5e-16 rows a chip, so half its gap if it scales)
-  h100x8      one node of 8 H100 80 GB, bf16, mesh 1 x 8: ~27 GiB of 80 a GPU
-  (A v5e-8 does not hold it even in int8: ~18.6 GiB a chip at model 8.)
+              model 16 (each of the 8 KV heads held twice: sharding.kv_repeat): does not
+              fit. Estimated 18.1 GiB a chip, compiled (--force) 16.5 GiB of 16: the
+              draft's prefill (Qwen2.5-0.5B's 14 heads, which no model axis of 16 splits,
+              whole on every chip: its fp32 scores over 2,048 tokens and 4,107 slots) is
+              the excess (docs/performance.md, "Compiled for TPU")
+  v5e32_int8  a v5e-32 slice (8 hosts x 4 chips), int8, data 2 x model 16 (4 rows a data
+              shard): compiles to 11.2 GiB of 16 a chip (estimated 11.7): the int8 plan
+  h100x8      one node of 8 H100 80 GB, bf16, mesh 1 x 8: ~31 GiB of 80 a GPU
+  (A v5e-8 does not hold it even in int8: ~22 GiB a chip at model 8.)
 
 int8 (`c.weights = 'int8'`) is the model stack's weight-only int8 (spec_jax/models/quant.py;
 per-output-channel float32 scales), quantized from the bf16 checkpoint as it loads
