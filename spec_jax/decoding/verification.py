@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax import rules
-from spec_jax.rules import base
+from spec_jax.rules import base, contract
 
 _LOSSLESS = rules.Lossless()
 
@@ -63,11 +63,11 @@ class Verification:
         u_i <= min(1, p/q), the residual at n, the bonus p)."""
         a = x.shape[1]
         lossless_a = _LOSSLESS.accept_from(base.gather(p[:, :a], x), base.gather(q, x), x, ())
-        n = base.leading_run(u <= lossless_a)
-        residual = _LOSSLESS.replacement(base.row_at(p, n), base.row_at(q, n))
-        lossless = base.block_from(n, a, residual, p[:, a], lossless_a)
+        n = contract.leading_run(u <= lossless_a)
+        residual = _LOSSLESS.replacement(contract.row_at(p, n), contract.row_at(q, n))
+        lossless = contract.block_from(n, a, residual, p[:, a], lossless_a)
         block = self.rule.accept_block(u, p, q, x, raw)
-        return base.Block(*(jnp.where(self.baseline, w, r) for w, r in zip(lossless, block)))
+        return contract.Block(*(jnp.where(self.baseline, w, r) for w, r in zip(lossless, block)))
 
     def stats(self, p, q):
         return self.rule.stats(p, q)
@@ -84,7 +84,7 @@ class Verification:
         return jnp.where(self.baseline, p, self.rule.bonus(p))
 
     def emitted_law(
-        self, p_btv: jax.Array, q_bav: jax.Array, x_ba=None, raw: base.Raw | None = None
+        self, p_btv: jax.Array, q_bav: jax.Array, x_ba=None, raw: contract.Raw | None = None
     ) -> jax.Array:
         """The law pi [B, T, V] of the token each offset of a round emits, given that it is
         reached: the rule's induced law at the A drafted offsets, its bonus law at the last
@@ -155,7 +155,7 @@ class Verification:
         return jnp.where(self.baseline, law, pi)
 
 
-def raw_inputs(sampler, logits_btv, q_bav, history_bs, context_len_b) -> base.Raw:
+def raw_inputs(sampler, logits_btv, q_bav, history_bs, context_len_b) -> contract.Raw:
     """What a rule that needs logits reads (`rules.Raw`): the target's raw logits, the draft's
     T = 1 log-probabilities recovered from its processed law q as T log q (exact for a
     temperature-only sampler; log q at T = 0, where q is one-hot: the drafters return q
@@ -164,4 +164,4 @@ def raw_inputs(sampler, logits_btv, q_bav, history_bs, context_len_b) -> base.Ra
     t = t.reshape(t.shape + (1,) * (3 - t.ndim))
     log_q = jnp.where(q_bav > 0, jnp.log(jnp.where(q_bav > 0, q_bav, 1.0)), -jnp.inf)
     draft_logits = jnp.where(t > 0, jnp.where(q_bav > 0, t * log_q, -jnp.inf), log_q)
-    return base.Raw(logits_btv.astype(jnp.float32), draft_logits, history_bs, context_len_b)
+    return contract.Raw(logits_btv.astype(jnp.float32), draft_logits, history_bs, context_len_b)

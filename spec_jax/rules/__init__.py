@@ -24,7 +24,8 @@ Rules (registry names; docs/laws.md sections in each docstring):
 Tree verification: `verify_node` (one node's ordered siblings) and `verify_tree` (a whole
 static tree from parent pointers; see `spec_jax.rules.tree`).
 
-Modules: base (the Rule contract, YieldRule, tree-scan helpers), registry (`make`, `names`,
+Modules: base (the Rule contract, YieldRule, tree-scan helpers), contract (what rules that
+read raw logits or decide a whole block meet: Raw, Block and its helpers), registry (`make`, `names`,
 `register`), lossless, collaborative, truncation, cascade, engines, ablations, logit_rules,
 block (the rule families), chain (`verify_chain`), tree, baselines (`matched_baseline`),
 distortion (TV, KL, JS, the meter), theory (closed-form curves and the paper's claims, for
@@ -32,12 +33,13 @@ jobs/diagnose.py). The contract and adding a rule: docs/rules.md; every rule's l
 """
 
 from spec_jax.rules.ablations import InterpCeiling, LenienceFlat
-from spec_jax.rules.base import Block, Raw, Rule, YieldRule
+from spec_jax.rules.base import Rule, YieldRule
 from spec_jax.rules.baselines import MatchedBaseline, matched_baseline
 from spec_jax.rules.block import BlockVerify, FLy
 from spec_jax.rules.cascade import SpecCascade
 from spec_jax.rules.chain import ChainResult, verify_chain
 from spec_jax.rules.collaborative import CoS, Lenience, OvershootOnly, OvershootTail, UniformInterp
+from spec_jax.rules.contract import Block, Raw
 from spec_jax.rules.distortion import (
     Distortion,
     Metered,

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax import categorical
-from spec_jax.rules import base, registry
+from spec_jax.rules import base, contract, registry
 
 Array = jax.Array
 
@@ -79,10 +79,10 @@ class BlockVerify(base.Rule):
         big_p, h = self.thresholds(p, q, x)
         pos = jnp.arange(1, a + 1)[None, :]
         tau = jnp.max(jnp.where(u <= h, pos, 0), axis=1).astype(jnp.int32)
-        p_tau = jnp.where(tau > 0, base.row_at(big_p, tau - 1), 1.0)[:, None]
-        p_next, q_next = base.row_at(p, tau), base.row_at(q, tau)
+        p_tau = jnp.where(tau > 0, contract.row_at(big_p, tau - 1), 1.0)[:, None]
+        p_next, q_next = contract.row_at(p, tau), contract.row_at(q, tau)
         repl = base.normalize_or(jnp.maximum(p_tau * p_next - q_next, 0.0), p_next)
-        return base.block_from(tau, a, repl, p[:, a], h)
+        return contract.block_from(tau, a, repl, p[:, a], h)
 
     def round_law(self, p, q, x, raw):
         return p
@@ -153,7 +153,7 @@ class FLy(base.Rule):
     def lossless(self) -> bool:
         return base.host_equal(self.name, 'lossless', 'theta', self.theta, math.inf)
 
-    def gate(self, raw: base.Raw, a: int) -> Array:
+    def gate(self, raw: contract.Raw, a: int) -> Array:
         """[B, A] bool: entropy at least theta and room for the window (i + W < A)."""
         h = topk_entropy(raw.target_logits[:, :a], self.entropy_k)
         room = (jnp.arange(a) + self.window < a)[None, :]
@@ -175,9 +175,9 @@ class FLy(base.Rule):
         native = u <= native_prob
         follow = self.window_after(native.astype(jnp.float32), jnp.minimum) > 0
         fly = ~native & self.gate(raw, a) & follow & (px > 0) & (qx > 0)
-        n = base.leading_run(native | fly)
-        p_n, q_n = base.row_at(p, n), base.row_at(q, n)
-        return base.block_from(n, a, _residual(p_n, q_n), p[:, a], native_prob)
+        n = contract.leading_run(native | fly)
+        p_n, q_n = contract.row_at(p, n), contract.row_at(q, n)
+        return contract.block_from(n, a, _residual(p_n, q_n), p[:, a], native_prob)
 
     def law_with(self, p: Array, q: Array, f: Array) -> Array:
         """pi [..., V] = min(p, q) + (q - min(p, q)) f 1[p > 0] + the rest on norm((p - q)_+),

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax import categorical
-from spec_jax.rules import base
+from spec_jax.rules import base, contract
 
 
 class ChainResult(NamedTuple):
@@ -49,7 +49,7 @@ def verify_chain(
     draft_probs_bav: jax.Array,
     draft_tokens_ba: jax.Array,
     pad_id: int = 0,
-    raw: base.Raw | None = None,
+    raw: contract.Raw | None = None,
 ) -> ChainResult:
     """Verifies a chain of drafted tokens with `rule` (docs/laws.md §6).
 
@@ -79,7 +79,7 @@ def verify_chain(
       draft_probs_bav: [B, A, V] processed draft probabilities the drafts were sampled from.
       draft_tokens_ba: [B, A] int drafted tokens.
       pad_id: token written after the emitted ones (static).
-      raw: the raw logits (`base.Raw`), required by rules that set `needs_logits`.
+      raw: the raw logits (`contract.Raw`), required by rules that set `needs_logits`.
 
     A rule that sets `block_level` decides the block itself (`rule.accept_block` on the same
     uniforms; docs/rules.md, "Logits and block decisions"); the other rules take the path

@@ -1,6 +1,6 @@
 """Rules that read the raw logits: relaxed acceptance, MARS, fuzzy SD (docs/laws.md §7.1-§7.3).
 
-Each sets `needs_logits` (the verifier passes `base.Raw`: the target's raw logits, the draft's
+Each sets `needs_logits` (the verifier passes `contract.Raw`: the target's raw logits, the draft's
 T = 1 log-probabilities, the token history) and `block_level` (it decides its block in
 `accept_block`; all three keep the leading run of per-position accepts, so their laws are
 per position, in `round_law`). Sources, commits and where upstream and issue 32 differ:
@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax import categorical
-from spec_jax.rules import base, registry
+from spec_jax.rules import base, contract, registry
 
 Array = jax.Array
 
@@ -116,7 +116,7 @@ class Relaxed(base.Rule):
         """Greedy-exact at top_k = 1 with the top-1 bonus."""
         return self.top_k == 1 and self.bonus_mode == 'argmax'
 
-    def row_delta(self, raw: base.Raw | None, b: int) -> Array:
+    def row_delta(self, raw: contract.Raw | None, b: int) -> Array:
         """delta per row [B]: delta where the row is inside the span (everywhere without one),
         0 elsewhere."""
         delta = jnp.broadcast_to(jnp.asarray(self.delta, jnp.float32), (b,))
@@ -152,13 +152,13 @@ class Relaxed(base.Rule):
         z = raw.target_logits
         idx, ok = self.candidates(z[:, :a], jnp.broadcast_to(delta, x.shape))
         acc = jnp.any((idx == x[..., None]) & ok, -1)  # [B, A]
-        n = base.leading_run(acc & (u <= 1.0))
+        n = contract.leading_run(acc & (u <= 1.0))
         top = jnp.argmax(z, -1)  # [B, A+1]
         v = p.shape[-1]
-        repl = jax.nn.one_hot(base.row_at(top, n), v, dtype=p.dtype)
+        repl = jax.nn.one_hot(contract.row_at(top, n), v, dtype=p.dtype)
         bonus = self.bonus(p[:, a]) if self.bonus_mode == 'sample' else jax.nn.one_hot(
             top[:, a], v, dtype=p.dtype)  # fmt: skip
-        return base.block_from(n, a, repl, bonus, acc)
+        return contract.block_from(n, a, repl, bonus, acc)
 
     def round_law(self, p, q, x, raw):
         a = q.shape[1]
@@ -254,11 +254,11 @@ class Mars(base.Rule):
         )
         in_top2 = jnp.any(idx[:, :a] == x[..., None], -1)
         accept = jnp.where(gate[:, :a], in_top2.astype(px.dtype), standard)
-        n = base.leading_run(u <= accept)
-        p_n, q_n = base.row_at(p, n), base.row_at(q, n)
+        n = contract.leading_run(u <= accept)
+        p_n, q_n = contract.row_at(p, n), contract.row_at(q, n)
         residual = base.normalize_or(jnp.maximum(p_n - q_n, 0.0), p_n)
-        repl = jnp.where(base.row_at(gate, n)[:, None], p_n, residual)
-        return base.block_from(n, a, repl, p[:, a], accept)
+        repl = jnp.where(contract.row_at(gate, n)[:, None], p_n, residual)
+        return contract.block_from(n, a, repl, p[:, a], accept)
 
     def round_law(self, p, q, x, raw):
         a = q.shape[1]
@@ -367,7 +367,7 @@ class Fuzzy(base.Rule):
     def lossless(self) -> bool:
         return base.host_equal(self.name, 'lossless', 'threshold', self.threshold, 0.0)
 
-    def accepts(self, raw: base.Raw, a: int) -> Array:
+    def accepts(self, raw: contract.Raw, a: int) -> Array:
         """[B, A] bool: D <= threshold at each drafted position."""
         d = divergence(self.divergence, raw.target_logits[:, :a], raw.draft_logits)
         return d <= self.threshold
@@ -375,8 +375,8 @@ class Fuzzy(base.Rule):
     def accept_block(self, u, p, q, x, raw):
         a = x.shape[1]
         acc = self.accepts(raw, a)
-        n = base.leading_run(acc & (u <= 1.0))
-        return base.block_from(n, a, base.row_at(p, n), p[:, a], acc)
+        n = contract.leading_run(acc & (u <= 1.0))
+        return contract.block_from(n, a, contract.row_at(p, n), p[:, a], acc)
 
     def round_law(self, p, q, x, raw):
         a = q.shape[1]

@@ -25,6 +25,15 @@ RULE_SPECS = (
     'speccascade:deferral=token_v1,alpha=0.3',
     'speccascade:deferral=token_v2,alpha=0.2',
     'speccascade:deferral=token_v3,alpha=0.6',
+    # The serving engines' per-position rules and the overshoot ablations (their upstream
+    # enumerations: tests/rules/test_engine_rules.py); the logit and block rules meet
+    # verify_chain through `raw` / `accept_block` (test_logit_rules, test_block_rules).
+    'static_ensemble:w=0.7',
+    'logit_ensemble:w_d=0.3',
+    'sglang:t_s=0.5,t_a=0.5',
+    'onehot_q',
+    'lenience_flat:l=0.4',
+    'interp_ceiling:w=0.5',
 )
 
 TREE_SPECS = (
