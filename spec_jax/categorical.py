@@ -158,8 +158,29 @@ def top_k(x: Array, k: int) -> tuple[Array, Array]:
     row: on [6, 3, 49152] logits 247 ms against 1.6 ms with the barrier (a chain round of
     relaxed acceptance or MARS on the embedded default: 2.5-3x lossless SD's decode cost).
     The values are the same either way; the barrier only stops the fusion. Used by the rules
-    that read the target's top tokens (relaxed, MARS, FLy), not on paths that run sharded:
+    that read the target's top k tokens (relaxed, FLy; MARS's top 2: `top_two`), not on paths
+    that run sharded:
     with the EAGLE-3 tree drafter's top-k behind the barrier, XLA aborted the process
     compiling the tree loop on a 1 x 8 mesh of fake CPU devices (tests/mesh).
     """
     return jax.lax.optimization_barrier(jax.lax.top_k(x, k))
+
+
+def top_two(x: Array) -> tuple[Array, Array]:
+    """The two largest entries of x [..., V] and their indices, [..., 2] each, ties by lower
+    index: `jax.lax.top_k(x, 2)`'s values, from four max-reductions and no sort (V >= 2).
+
+    XLA:CPU's TopK kernel needs its outputs behind a barrier to avoid a sort (`top_k`);
+    reductions need neither, fuse with their consumers and shard like any reduction. MARS's
+    gate reads the top 2 of every verified row several times a round (its test, its law,
+    its baseline's set, the meter's)."""
+    v = x.shape[-1]
+    iota = jax.lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
+
+    def first_max(y, allowed):  # The first index of the largest y among the allowed.
+        top = jnp.max(jnp.where(allowed, y, -jnp.inf), -1, keepdims=True)
+        return top[..., 0], v - jnp.max(jnp.where(allowed & (y == top), v - iota, 0), -1)
+
+    z1, i1 = first_max(x, True)
+    z2, i2 = first_max(x, iota != i1[..., None])
+    return jnp.stack([z1, z2], -1), jnp.stack([i1, i2], -1)

@@ -50,3 +50,20 @@ def test_sample_blocked_cdf_at_large_vocab():
         np.testing.assert_array_equal(np.asarray(got), [0, 255, 256, 3000])
     with pytest.raises(ValueError, match='method'):
         categorical.sample(jax.random.key(0), onehot, method='nope')
+
+
+def test_top_two_is_lax_top_k_of_two_with_ties_by_lower_index():
+    """Values and ids equal `jax.lax.top_k(x, 2)`'s on random rows, rows with tied maxima
+    (first, last, both), a tie for second place, -inf entries and V = 2."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(5, 3, 97)).astype(np.float32)
+    x[0, 0, [7, 50]] = 9.0  # Two maxima: ids 7, 50.
+    x[0, 1, [0, 96]] = 9.0  # At the ends.
+    x[0, 2, :] = 1.0  # All equal: ids 0, 1.
+    x[1, 0, 3], x[1, 0, [11, 40]] = 9.0, 8.0  # A tie for second: id 11.
+    x[1, 1, :90] = -np.inf  # The top two among the last 7.
+    for rows in (x, x[..., :2]):
+        got_v, got_i = categorical.top_two(jnp.asarray(rows))
+        want_v, want_i = jax.lax.top_k(jnp.asarray(rows), 2)
+        np.testing.assert_array_equal(np.asarray(got_i), np.asarray(want_i))
+        np.testing.assert_array_equal(np.asarray(got_v), np.asarray(want_v))

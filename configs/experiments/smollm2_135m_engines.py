@@ -36,15 +36,10 @@ The report's section "Rules the engines ship" (spec_jax/eval/engine_rules.py) pu
 rule's ΔBE, speedup and TV against its matched baseline beside its ΔBE and speedup against
 plain lossless SD, and says by how much the plain-SD comparison flatters it.
 
-Wall clock on 2 cores: an estimate, not timed whole (docs/performance.md, "The engines'
-rules": first batches of the real run at load 4-5: 5-11 s a method-batch, 18-28 s for
-relaxed acceptance, MARS and their baselines, which take a top-K over the vocabulary, and
-15-39 s a compiled loop). At batch 6 and two buckets: '' 20 methods x 5 batches x ~5 s
-and 7 (relaxed, MARS, their baselines) x 5 x ~13 s (~16 min of decode) and 18 kinds x 2
-buckets x ~22 s (~13 min of compile): ~30 minutes on a machine at load 4, less when quiet
-or with the compilation cache warm; 'tree' (12 methods, 7 kinds) and 'greedy' (12
-methods, 5 kinds) ~10 minutes each. The three do not fit 30 minutes together here: the
-chain variant alone is the budgeted run.
+Wall clock on 2 cores: 23:01 for '' (timed whole, quiet AMD machine, empty compilation
+cache: decode 701 s, compile 621 s for 45 loops; docs/performance.md, "The engines'
+rules", with its results). 'tree' (12 methods, 7 rule kinds) and 'greedy' (12 methods, 5
+kinds) are about 10 minutes each by the same per-loop costs, not timed whole.
 """
 
 import ml_collections

@@ -45,7 +45,7 @@ from spec_jax.decoding.state import (
     uncut_draft,
 )
 from spec_jax.decoding.stats import Stats
-from spec_jax.decoding.verification import Verification, raw_inputs
+from spec_jax.decoding.verification import TargetLaw, Verification, raw_inputs
 from spec_jax.models.cache import KVCache, tree_mask
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
@@ -340,8 +340,9 @@ def tree_round(engine: Engine, params: dict, draft_params, s: DecodeState) -> De
         tree_mask(s.cache.lengths, anc_bmm, s.cache.max_len),
         tap_layers=drafter.tap_layers,
     )
-    raw_bmv, p_bmv = target_probs(engine, verification, logits_bmv)
-    extra = {'target_logits_bmv': logits_bmv} if verification.needs_logits else {}
+    # The processed laws of the rows the walk reads only (verify_tree's target_law).
+    extra = {'target_logits_bmv': logits_bmv,
+             'target_law': TargetLaw(engine.sampler, verification)}  # fmt: skip
     if shape.static:  # The children table, built once a round (a static tree's on the host).
         kids_bmc = jnp.broadcast_to(jnp.asarray(shape.tree.children), (*tokens_bm.shape,
                                     shape.tree.children.shape[1]))  # fmt: skip
@@ -353,7 +354,7 @@ def tree_round(engine: Engine, params: dict, draft_params, s: DecodeState) -> De
         k_verify_b,
         shape.tree if shape.static else parents_bm,
         tokens_bm,
-        p_bmv,
+        None,
         q_bmv,
         draws=shape.sampled or 'iid',  # Read with sampled siblings only.
         max_depth=shape.path_len,
@@ -366,9 +367,9 @@ def tree_round(engine: Engine, params: dict, draft_params, s: DecodeState) -> De
         kids_btc = jnp.take_along_axis(kids_bmc, out.path[..., None], axis=1)
         sibs_btc = jnp.where(kids_btc >= 0, jnp.take_along_axis(
             tokens_bm[:, None], jnp.maximum(kids_btc, 0), axis=-1), -1)  # fmt: skip
-        raw_btv = jnp.take_along_axis(raw_bmv, out.path[..., None], axis=1)
+        logits_btv = jnp.take_along_axis(logits_bmv, out.path[..., None], axis=1)
+        raw_btv = engine.sampler.probs(logits_btv)
         if verification.needs_logits:  # The node laws and baseline sets read the logits.
-            logits_btv = jnp.take_along_axis(logits_bmv, out.path[..., None], axis=1)
             pi = verification.tree_node_law(raw_btv, sibs_btc, logits_btv)
             metered = verification.meter(pi, raw_btv, logits_btv)
         else:

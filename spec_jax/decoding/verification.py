@@ -13,6 +13,29 @@ _LOSSLESS = rules.Lossless()
 
 
 @jax.tree_util.register_pytree_node_class
+class TargetLaw:
+    """Raw target logits [..., V] -> the law a round verifies against: the sampler's
+    processed p, then the matched baseline's truncation under the flag. A tree walk applies
+    it to the rows it reads only (`rules.verify_tree(target_law=)`: max_depth + 1 of the M
+    nodes), not to every node the target scored."""
+
+    def __init__(self, sampler, verification: Verification):
+        self.sampler = sampler
+        self.verification = verification
+
+    def tree_flatten(self):
+        return (self.sampler, self.verification), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        del aux
+        return cls(*children)
+
+    def __call__(self, logits: jax.Array) -> jax.Array:
+        return self.verification.transform_target(self.sampler.probs(logits), logits)
+
+
+@jax.tree_util.register_pytree_node_class
 class Verification:
     """The rule a run verifies with, or its matched baseline, chosen by a traced flag.
 

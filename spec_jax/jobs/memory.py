@@ -5,8 +5,9 @@ Per device under a (data, model) mesh, by the sharding rules (spec_jax/sharding.
 
 - weights: every parameter of `checkpoints.param_shapes` in its own dtype, split over the
   mesh axis of its letters (N, K, F, V over 'model'); a letter the axis does not divide is
-  held whole, as are the K axes of a model axis larger than K (`sharding.param_specs`:
-  Qwen2.5-72B's 8 KV heads at model 16). `quant` 'int8' sizes the model stack's int8
+  held whole. The target is sized as `checkpoints.load` holds it (`held`): a model axis
+  larger than K (a multiple of it) holds each KV head model / K times, split one a device
+  (Qwen2.5-72B's 8 KV heads at model 16: K' = 16). `quant` 'int8' sizes the model stack's int8
   weights (`ModelConfig.weights`, spec_jax/models/quant.py: projections and an untied LM
   head in one byte a parameter plus a float32 scale per output channel; the embedding,
   norms and biases in the compute dtype).

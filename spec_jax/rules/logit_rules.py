@@ -190,7 +190,7 @@ def mars_gate(logits: Array, theta) -> tuple[Array, Array]:
 
     With z_1 <= 0 the ratio is >= 1 (or undefined at z_1 = 0, taken as +inf) and the gate is
     open for any theta < 1: the upstream ratio's behaviour, kept (docs/laws.md §7.2)."""
-    vals, idx = categorical.top_k(jnp.asarray(logits, jnp.float32), 2)
+    vals, idx = categorical.top_two(jnp.asarray(logits, jnp.float32))
     z1, z2 = vals[..., 0], vals[..., 1]
     r = jnp.where(z1 != 0, z2 / jnp.where(z1 != 0, z1, 1.0), jnp.inf)
     return r > theta, idx

@@ -300,7 +300,7 @@ def verify_tree(
     key: jax.Array,
     tree: Tree | jax.Array,
     node_tokens_bm: jax.Array,
-    target_probs_bmv: jax.Array,
+    target_probs_bmv: jax.Array | None,
     draft_probs_bmv: jax.Array | None = None,
     *,
     draws: str = 'iid',
@@ -309,6 +309,7 @@ def verify_tree(
     pad_id: int = 0,
     target_logits_bmv: jax.Array | None = None,
     children: jax.Array | None = None,
+    target_law=None,
 ) -> TreeResult:
     """Verifies a whole draft tree and returns the accepted path and the final token.
 
@@ -320,7 +321,7 @@ def verify_tree(
       tree: a static `Tree`, or traced parent pointers [M] or [B, M] (then give
         `max_depth` and `max_children`, defaults M - 1).
       node_tokens_bm: [B, M] int token of each node (entry 0, the root, is unused).
-      target_probs_bmv: [B, M, V] processed target at every node.
+      target_probs_bmv: [B, M, V] processed target at every node; None with `target_law`.
       draft_probs_bmv: [B, M, V] for sampled siblings: row i is the law the children of
         node i were drawn from; None for deterministic siblings (EAGLE).
       draws: how sampled siblings were drawn from q: 'iid' (SpecInfer) or 'distinct'
@@ -333,6 +334,10 @@ def verify_tree(
       children: traced parents only: their children table [B, M, C] when the caller has
         built it (`children_from_parents(parents, max_children)`; the tree round reads it
         too), so it is built once.
+      target_law: instead of `target_probs_bmv`, a pytree callable from raw logits [B, V]
+        to the processed target law [B, V] (the engine's sampler and baseline truncation),
+        applied to `target_logits_bmv` at the node the walk stands on only: max_depth + 1
+        rows of the M, not all M (a 60-node tree of depth 6: 7 of 60).
 
     Returns:
       TreeResult.
@@ -354,6 +359,15 @@ def verify_tree(
                 f'verify_tree: children table of shape {children.shape}, want [..., {m}, {width}]'
             )
     _check_logits(rule, target_logits_bmv)
+    if (target_law is None) == (target_probs_bmv is None):
+        raise ValueError('verify_tree: pass target_probs_bmv, or target_law and the logits')
+    if target_law is not None:  # The laws of the rows the walk reads, from their logits.
+        if target_logits_bmv is None:
+            raise ValueError('verify_tree: target_law reads target_logits_bmv; pass them')
+        return _verify_tree(
+            rule, key, children, node_tokens_bm, None, draft_probs_bmv, draws, depth, pad_id,
+            target_logits_bmv, target_law,
+        )  # fmt: skip
     if target_logits_bmv is None:  # The call (and program) of the rules that read no logits.
         return _verify_tree(
             rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv, draws, depth,
@@ -375,12 +389,16 @@ def _check_logits(rule, logits) -> None:
 @functools.partial(jax.jit, static_argnames=('draws', 'max_depth', 'pad_id'))
 def _verify_tree(
     rule, key, children, node_tokens_bm, target_probs_bmv, draft_probs_bmv, draws, max_depth,
-    pad_id, target_logits_bmv=None,
+    pad_id, target_logits_bmv=None, target_law=None,
 ):  # fmt: skip
     sampled = draft_probs_bmv is not None
     distinct = _mode(rule, sampled, draws) == 'distinct'
     b, m = node_tokens_bm.shape
-    v = target_probs_bmv.shape[-1]
+    if target_law is None:
+        law_bv = jax.ShapeDtypeStruct((b, target_probs_bmv.shape[-1]), target_probs_bmv.dtype)
+    else:
+        law_bv = jax.eval_shape(target_law, target_logits_bmv[:, 0])
+    v = law_bv.shape[-1]
     rows = jnp.arange(b)
     tokens_bm = node_tokens_bm.astype(jnp.int32)
     num_c = children.shape[-1]
@@ -401,12 +419,12 @@ def _verify_tree(
         exists = kids >= 0
         kids_safe = jnp.clip(kids, 0, m - 1)
         sibs = jnp.where(exists, jnp.take_along_axis(tokens_bm, kids_safe, axis=1), -1)
-        p = target_probs_bmv[rows, cur]  # [B, V]
+        z = None if target_logits_bmv is None else target_logits_bmv[rows, cur]  # [B, V]
+        p = target_probs_bmv[rows, cur] if target_law is None else target_law(z)  # [B, V]
         q = draft_probs_bmv[rows, cur] if sampled else None
-        if target_logits_bmv is None:
+        if not getattr(rule, 'needs_logits', False):
             choice, node_final = _scan_node(rule, p, sibs, u_dbc[d], q, distinct)
         else:
-            z = target_logits_bmv[rows, cur]
             choice, node_final = _scan_node(rule, p, sibs, u_dbc[d], q, distinct, logits_bv=z)
         has_kids = exists.any(-1)
         acc = ~done & (choice >= 0)
@@ -423,7 +441,7 @@ def _verify_tree(
         jnp.zeros((b,), bool),
         jnp.zeros((b,), jnp.int32),
         jnp.zeros((b, max_depth + 1), jnp.int32),
-        jnp.zeros((b, v), target_probs_bmv.dtype),
+        jnp.zeros((b, v), law_bv.dtype),
     )
     cur, _, n_acc, path, final_dist = jax.lax.fori_loop(0, max_depth + 1, body, carry0)
     if categorical.is_key_batch(key):
