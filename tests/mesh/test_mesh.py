@@ -62,6 +62,13 @@ ENGINES = {
     'chain': decoding.Engine(CFG, DEC, LMDrafter(DRAFT), 3, rules.make('lossless')),
     'tree': decoding.Engine(CFG, DEC, Eagle3Drafter(HEAD), tree=trees.TreeShape(6, 3, 2)),
 }
+# The rules that read the raw logits, through their block-level verifier: relaxed
+# acceptance takes its top K behind an optimization barrier (categorical.top_k), MARS its
+# top 2 from reductions (categorical.top_two), in chain and tree rounds.
+LOGIT_ENGINES = {
+    'chain_relaxed': ENGINES['chain'].replace(rule=rules.make('relaxed', top_k=4, delta=0.6)),
+    'tree_mars': ENGINES['tree'].replace(rule=rules.make('mars', theta=0.5)),
+}
 
 
 def params_on(weights, mode, mesh):
@@ -73,8 +80,8 @@ def params_on(weights, mode, mesh):
     )
 
 
-def run(weights, mode, mesh, temperature, prompts=PROMPTS):
-    engine = ENGINES[mode].replace(sampler=Sampler(temperature=temperature))
+def run(weights, mode, mesh, temperature, prompts=PROMPTS, engine=None):
+    engine = (engine or ENGINES[mode]).replace(sampler=Sampler(temperature=temperature))
     return decoding.generate(engine, params_on(weights, mode, mesh), prompts, seed=1)
 
 
@@ -92,6 +99,18 @@ def test_mesh_decoding_equals_one_device(weights, one_device, mode, shape):
         want = one_device[(mode, temperature)]
         assert got.tokens == want.tokens, (mode, shape, temperature)
         assert got.stats['blocks'] == want.stats['blocks']
+
+
+@pytest.mark.parametrize('name', list(LOGIT_ENGINES))
+def test_logit_rules_on_a_mesh_equal_one_device(weights, name):
+    """On 2 x 4 (rows and heads split), greedy and sampled tokens of one device."""
+    mode, engine = name.split('_')[0], LOGIT_ENGINES[name]
+    mesh = sharding.make_mesh(sharding.mesh_config(2, 4))
+    for temperature in (0.0, 1.0):
+        got = run(weights, mode, mesh, temperature, engine=engine)
+        want = run(weights, mode, None, temperature, engine=engine)
+        assert got.tokens == want.tokens, (name, temperature)
+        assert got.stats['per_row']['accepted'] == want.stats['per_row']['accepted']
 
 
 def test_params_and_outputs_carry_the_intended_shardings(weights):
