@@ -38,8 +38,9 @@ plain lossless SD, and says by how much the plain-SD comparison flatters it.
 
 Wall clock on 2 cores: 23:01 for '' (timed whole, quiet AMD machine, empty compilation
 cache: decode 701 s, compile 621 s for 45 loops; docs/performance.md, "The engines'
-rules", with its results). 'tree' (12 methods, 7 rule kinds) and 'greedy' (12 methods, 5
-kinds) are about 10 minutes each by the same per-loop costs, not timed whole.
+rules", with its results). 'greedy' (12 methods, 5 rule kinds) 9:30 and 'tree' (12
+methods, 7 kinds) 13:11, each timed whole after it (a warm cache for a few loops, a TPU
+compile beside them for some minutes).
 """
 
 import ml_collections
