@@ -146,6 +146,32 @@ def test_traced_parents_match_static_tree():
                           children=children[None])  # fmt: skip
 
 
+def test_a_target_law_over_the_walked_rows_is_the_same_walk():
+    """`target_law` (a pytree callable on the logits of the node the walk stands on) gives
+    the walk of the laws precomputed at every node, bit for bit, for a rule that reads no
+    logits and for MARS, which does; and the two ways to pass the target are exclusive."""
+    tree = rules.Tree(parents=(0, 0, 0, 1, 1, 3, 2))
+    n = 256
+    rng = np.random.default_rng(5)
+    logits = jnp.asarray(rng.normal(size=(n, tree.num_nodes, V)) * 2.0, jnp.float32)
+    law = jax.tree_util.Partial(jax.nn.softmax)
+    _, _, _, tokens = _tree_inputs(tree, n, seed=4)
+    key = jax.random.PRNGKey(2)
+    for rule in (rules.make('lenience', l=0.3), rules.make('mars', theta=0.5)):
+        ref = rules.verify_tree(rule, key, tree, tokens, jax.nn.softmax(logits),
+                                target_logits_bmv=logits)  # fmt: skip
+        got = rules.verify_tree(rule, key, tree, tokens, None, target_logits_bmv=logits,
+                                target_law=law)  # fmt: skip
+        for a, b in zip(ref, got, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=rule.name)
+    with pytest.raises(ValueError, match='pass target_probs_bmv, or target_law'):
+        rules.verify_tree(rule, key, tree, tokens, jax.nn.softmax(logits),
+                          target_logits_bmv=logits, target_law=law)  # fmt: skip
+    with pytest.raises(ValueError, match='target_law reads target_logits_bmv'):
+        rules.verify_tree(rules.make('lenience', l=0.3), key, tree, tokens, None,
+                          target_law=law)  # fmt: skip
+
+
 def test_greedy_tree_accepts_argmax_path():
     tree = rules.Tree.full(branching=3, depth=2)
     p_mv, target, _, tokens = _tree_inputs(tree, 8, seed=9)
