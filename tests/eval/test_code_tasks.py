@@ -6,13 +6,16 @@ import dataclasses
 import gzip
 import json
 import os
+import threading
 
 import pytest
 
 from spec_jax import data_files
 from spec_jax.data_files import DataFileError
-from spec_jax.eval.tasks import code
+from spec_jax.eval.tasks import code, pyast
 from spec_jax.eval.tasks.base import Item, Score
+from spec_jax.eval.tasks.bfcl.parse import parse_calls
+from spec_jax.eval.tasks.code.extract import sanitize
 
 WORKERS = 3  # Sandbox runs mostly wait on interpreter start-up: a few at a time.
 
@@ -225,3 +228,23 @@ def test_registry():
     assert set(code.TASKS) == {'humaneval', 'mbpp', 'mbppplus'}
     for name, task in code.TASKS.items():
         assert task.name == name and task().name == name
+
+
+def test_the_scorers_parse_python_one_thread_at_a_time():
+    """BFCL's call parser and code extraction parse through one lock (spec_jax.eval.tasks
+    .pyast: CPython 3.11's AST converter keeps its recursion depth interpreter-wide, and two
+    scoring threads parsing at once raised SystemError in the suite): while the lock is
+    held, a parse on another thread waits; released, it finishes."""
+    for parse in (lambda: parse_calls('[f(a=1)]'), lambda: sanitize('def f():\n    return 1\n')):
+        done = threading.Event()
+
+        def run(parse=parse, done=done):
+            parse()
+            done.set()
+
+        with pyast._LOCK:
+            worker = threading.Thread(target=run)
+            worker.start()
+            assert not done.wait(0.3)
+        assert done.wait(10)
+        worker.join()

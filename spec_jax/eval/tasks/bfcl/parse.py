@@ -27,6 +27,8 @@ import operator
 import re
 from typing import Any
 
+from spec_jax.eval.tasks import pyast
+
 
 class CallParseError(ValueError):
     """A model's text does not decode into function calls."""
@@ -124,7 +126,7 @@ def _py_call(node: ast.Call) -> dict:
 def _parse_python(text: str) -> list[dict]:
     source = _call_text(text).strip().strip("'")
     try:
-        body = ast.parse(source, mode='eval').body
+        body = pyast.parse(source, mode='eval').body
     except (SyntaxError, ValueError, MemoryError, RecursionError) as e:
         return _parse_python_lines(text, e)
     nodes = [body] if isinstance(body, ast.Call) else getattr(body, 'elts', None)
@@ -138,7 +140,7 @@ def _parse_python_lines(text: str, error: Exception) -> list[dict]:
     fence = _FENCE.search(text)
     source = (fence.group(1) if fence else text).strip('`\n ')
     try:
-        tree = ast.parse(source, mode='exec')
+        tree = pyast.parse(source, mode='exec')
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         raise CallParseError(f'not Python calls: {error}') from None
     nodes = [s.value for s in tree.body if isinstance(s, ast.Expr)]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 import re
 
+from spec_jax.eval.tasks import pyast
+
 _FENCE = re.compile(r'^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:^[ \t]*```|\Z)', re.S | re.M)
 _PYTHON_TAGS = ('python', 'py', 'python3', 'py3', '')
 _CODE_LINE = re.compile(r'^(?:def |async def |class |import |from |@)')
@@ -24,7 +26,7 @@ def _defines(code: str, name: str) -> bool:
 
 def _parses(code: str) -> bool:
     try:
-        ast.parse(code)
+        pyast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False
     return True
@@ -79,7 +81,7 @@ def sanitize(code: str) -> str:
     """`code` without top-level expression statements other than docstrings (calls, prints),
     asserts and `if __name__ == '__main__':` blocks; unchanged if it does not parse."""
     try:
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return code
     lines = code.splitlines()

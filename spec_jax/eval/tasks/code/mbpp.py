@@ -17,6 +17,7 @@ import dataclasses
 import re
 from typing import ClassVar
 
+from spec_jax.eval.tasks import pyast
 from spec_jax.eval.tasks.base import Item
 from spec_jax.eval.tasks.code.boxes import fill
 from spec_jax.eval.tasks.code.extract import sanitize
@@ -58,7 +59,7 @@ def _free_names(imports: str, tests: list[str]) -> list[str]:
     """The names the tests read that neither they, the imports nor the builtins bind."""
     bound, read = set(dir(builtins)), []
     for source in [imports, *tests]:
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(pyast.parse(source)):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 bound.update((a.asname or a.name).split('.')[0] for a in node.names)
             elif isinstance(node, ast.Name):
