@@ -3,6 +3,10 @@ traced flag, in chain and tree form (docs/engine.md, "Matched baselines")."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -12,24 +16,17 @@ from spec_jax.rules import base, contract
 _LOSSLESS = rules.Lossless()
 
 
-@jax.tree_util.register_pytree_node_class
+@functools.partial(jax.tree_util.register_dataclass, data_fields=['sampler', 'verification'],
+                   meta_fields=[])  # fmt: skip
+@dataclasses.dataclass(frozen=True)
 class TargetLaw:
     """Raw target logits [..., V] -> the law a round verifies against: the sampler's
     processed p, then the matched baseline's truncation under the flag. A tree walk applies
     it to the rows it reads only (`rules.verify_tree(target_law=)`: max_depth + 1 of the M
     nodes), not to every node the target scored."""
 
-    def __init__(self, sampler, verification: Verification):
-        self.sampler = sampler
-        self.verification = verification
-
-    def tree_flatten(self):
-        return (self.sampler, self.verification), None
-
-    @classmethod
-    def tree_unflatten(cls, aux, children):
-        del aux
-        return cls(*children)
+    sampler: Any
+    verification: Verification
 
     def __call__(self, logits: jax.Array) -> jax.Array:
         return self.verification.transform_target(self.sampler.probs(logits), logits)

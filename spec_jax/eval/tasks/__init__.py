@@ -5,7 +5,8 @@ The registry: `TASKS` merges the families' dicts (every name is unique across th
 `make(name, root)` builds the task of a name with the data root `root`. Both import the
 families on first use, not when the package is imported: `import spec_jax.eval.tasks.math`
 (or the math-verify workers' `spec_jax.eval.tasks.timeouts`) does not load the other
-families or the sandbox.
+families or the sandbox. `pyast.parse` is the scorers' `ast.parse` (one lock: scoring
+runs on several threads).
 """
 
 from __future__ import annotations
