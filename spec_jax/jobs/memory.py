@@ -22,11 +22,13 @@ Per device under a (data, model) mesh, by the sharding rules (spec_jax/sharding.
   buffers in the next): prefill of the longest prompt bucket (the target's, then the
   draft's over the same prompt), or a round's verification, whichever is largest: the
   residual stream and norms (4 x [rows, T, D]), q/k/v, attention scores and probabilities
-  in fp32 (3 x [rows, N, T, S]: scores, their concatenation with the diagonal block, the
-  softmax), the MLP (3 x [rows, T, F]), the mask [rows, T, S], and the processed laws of a
-  round (4 x [rows, T, V] fp32: logits, p, its transform, q); EAGLE-3 adds the taps of the
-  prefill ([rows, P, 3, D]). A draft's prefill with its heads whole is what a replicated
-  EAGLE-3 head costs: 24 GiB a chip for Llama-3.1-8B's over 2,048 tokens at batch 8.
+  in fp32 (3 x [rows, N, T', S]: scores, their concatenation with the diagonal block, the
+  softmax; T' the tokens of one of attention's query blocks, at most
+  `attention.QUERY_BLOCK`), the MLP (3 x [rows, T, F]), the mask [rows, T', S], and the
+  processed laws of a round (4 x [rows, T, V] fp32: logits, p, its transform, q); EAGLE-3
+  adds the taps of the prefill ([rows, P, 3, D]). A draft's prefill with its heads whole
+  is what a replicated EAGLE-3 head costs: 6 GiB a chip for Llama-3.1-8B's over 2,048
+  tokens at batch 8 (24 GiB before attention ran in query blocks).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import numpy as np
 from spec_jax import sharding
 from spec_jax.checkpoints.convert import param_shapes
 from spec_jax.jobs.chips import GIB, Chip
+from spec_jax.models import attention
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.config import ModelConfig
 
@@ -225,10 +228,11 @@ def _call(
 
     heads = split(cfg.num_heads, 'n')
     qkv = rows * width * (heads + 2 * kv_heads) * cfg.head_dim * item
-    scores = 3 * rows * heads * width * plan.slots * 4
+    block = attention.block_tokens(width)  # A long prompt attends in blocks of tokens.
+    scores = 3 * rows * heads * block * plan.slots * 4
     mlp = 3 * rows * width * split(cfg.mlp_width, 'f') * item
     stream = 4 * rows * width * cfg.width * item
-    mask = rows * width * plan.slots
+    mask = rows * block * plan.slots
     if cfg is not t:  # A draft's prefill: its layer alone (the head's taps are the target's).
         return qkv + scores + mlp + stream + mask
     laws = (1 if prefill else 4) * rows * (1 if prefill else width) * t.vocab_size * 4

@@ -143,6 +143,13 @@ class Rows:
         return masked.reshape(self.size, q, s)
 
 
+# A call of more than QUERY_BLOCK new tokens attends in blocks of at most this many, one
+# after another: a prefill's fp32 scores are [R, block * G, S] instead of [R, T * G, S] (the
+# largest transient of a long prompt: 3 GiB a copy for Qwen2.5-0.5B's 14 heads over 2,048
+# tokens at batch 8). Decoding and verification calls (T of a few dozen) are one block.
+QUERY_BLOCK = 512
+
+
 def attend(
     rows: Rows,
     q_rqh: jax.Array,
@@ -150,6 +157,7 @@ def attend(
     values_rsh: jax.Array,
     mask_bts: jax.Array,
     diagonal: Sequence[tuple[jax.Array, jax.Array]] = (),
+    query_block: int = QUERY_BLOCK,
 ) -> jax.Array:
     """Softmax attention of query rows over key rows.
 
@@ -161,10 +169,46 @@ def attend(
       diagonal: extra (keys [R, T, H], values [R, T, H]) blocks; new token t sees only
         entry t of each (the EAGLE-3 training-time test's earlier steps, docs/eagle3.md §5).
         One softmax runs over the S keys and these together.
+      query_block: T above this attends in ceil(T / query_block) equal blocks of new
+        tokens under `lax.map` (the last padded with masked queries); 0: one block. Each
+        query's softmax is its own, so blocks change which queries share a matmul only.
 
     Returns:
       [R, Q, H] in the queries' dtype.
     """
+    t = mask_bts.shape[1]
+    c = block_tokens(t, query_block)
+    if c == t:
+        return _attend(rows, q_rqh, keys_rsh, values_rsh, mask_bts, diagonal)
+    n = -(-t // c)  # n * c - t < n of the tokens are padding.
+    r, q, h = q_rqh.shape
+
+    def blocks(x, axis):  # [..., T, ...] at `axis` -> [n, ..., c, ...], padded.
+        x = jnp.pad(x, [(0, n * c - t if a == axis else 0) for a in range(x.ndim)])
+        x = x.reshape(*x.shape[:axis], n, c, *x.shape[axis + 1:])
+        return jnp.moveaxis(x, axis, 0)
+
+    g = q // t
+    q_blocks = blocks(q_rqh.reshape(r, t, g * h), 1).reshape(n, r, c * g, h)
+    diag = [(blocks(dk, 1), blocks(dv, 1)) for dk, dv in diagonal]
+
+    def one(xs):
+        q_rqh, mask_bts, diag = xs
+        return _attend(rows, rows.constrain(q_rqh), keys_rsh, values_rsh, mask_bts, diag)
+
+    out_blocks = jax.lax.map(one, (q_blocks, blocks(mask_bts, 1), diag))  # [n, R, c * G, H]
+    return jnp.moveaxis(out_blocks, 0, 1).reshape(r, n * c * g, h)[:, :q]
+
+
+def block_tokens(t: int, query_block: int = QUERY_BLOCK) -> int:
+    """New tokens in each of `attend`'s blocks for a call of `t` (t itself: one block)."""
+    if not query_block or t <= query_block:
+        return t
+    return -(-t // -(-t // query_block))
+
+
+def _attend(rows, q_rqh, keys_rsh, values_rsh, mask_bts, diagonal) -> jax.Array:
+    """`attend` in one block."""
     r, q, h = q_rqh.shape
     t = mask_bts.shape[1]
     scale = h**-0.5

@@ -10,6 +10,7 @@ import pytest
 
 from spec_jax.jobs import abstract, aot, chips, memory
 from spec_jax.jobs.runtime import load_config
+from spec_jax.models import attention
 from spec_jax.models.config import ModelConfig
 
 EXPERIMENTS = os.path.join(os.path.dirname(__file__), '..', '..', 'configs', 'experiments')
@@ -55,10 +56,12 @@ def test_a_model_axis_larger_than_k_holds_one_kv_head_a_device():
     assert memory.held(QWEN72, 16).num_kv_heads == 16 and memory.held(QWEN72, 8) == QWEN72
 
 
-def _estimate(name: str, arg: str, device: str, **mesh):
+def _estimate(name: str, arg: str, device: str, weights: str | None = None, **mesh):
     c = load_config(os.path.join(EXPERIMENTS, name), arg)
     for axis, size in mesh.items():
         c.mesh[axis] = size
+    if weights is not None:
+        c.weights = weights
     return aot.run(c, device=device, dry_run=True)
 
 
@@ -66,6 +69,7 @@ def _estimate(name: str, arg: str, device: str, **mesh):
     'name, arg, device',
     [
         ('qwen25_72b_chain.py', 'v5p', 'v5p'),
+        ('qwen25_72b_chain.py', 'v5e16_int8', 'v5e'),
         ('qwen25_72b_chain.py', 'v5e32_int8', 'v5e'),
         ('qwen25_72b_chain.py', 'h100x8', 'h100'),
         ('llama31_8b_eagle3.py', 'v5e8', 'v5e'),
@@ -92,31 +96,35 @@ def test_the_paper_setups_fit_their_hardware_by_the_estimate(name, arg, device):
         ), (data, model)
 
 
-def test_qwen72b_on_a_v5e8_in_int8_is_refused_with_the_numbers():
+def test_qwen72b_in_bf16_on_a_v5e8_is_refused_with_the_numbers():
+    # 16.9 GiB of bf16 weights a chip at model 8.
     with pytest.raises(ValueError, match=r'needs [\d.]+ GiB per v5e chip, over its 16.00 GiB'):
-        _estimate('qwen25_72b_chain.py', 'v5e16_int8', 'v5e', model=8)
+        _estimate('qwen25_72b_chain.py', 'v5e16_int8', 'v5e', weights='', model=8)
 
 
-def test_a_drafts_prefill_counts_with_its_heads_whole_or_split():
-    # Qwen2.5-0.5B's 14 heads whole on every chip: its prefill's scores, 3 x [8 rows, 14,
-    # 2048, 4107] in fp32, are what refuses the int8 plan on a v5e-16 (the TPU compiler
-    # too: docs/performance.md).
-    with pytest.raises(ValueError, match=r'needs 18.\d+ GiB per v5e chip'):
-        _estimate('qwen25_72b_chain.py', 'v5e16_int8', 'v5e')
+def test_a_drafts_prefill_counts_in_query_blocks_with_its_heads_whole_or_split():
+    # Qwen2.5-0.5B's 14 heads whole on every chip: its prefill's scores over the 2,048-token
+    # prompt, 3 x [8 rows, 14, 2048, 4107] in fp32, refused the int8 plan on a v5e-16
+    # (the TPU compiler too: docs/performance.md); attention in query blocks of 512 tokens
+    # holds a quarter of them.
+    block = attention.block_tokens(2048)
+    assert block == attention.QUERY_BLOCK == 512
     draft = abstract.model_config('Qwen/Qwen2.5-0.5B-Instruct', 'bfloat16')
     plan = memory.Plan(QWEN72, batch=8, prompt_len=2048, slots=4107, mesh=(1, 16), draft=draft)
-    assert memory.estimate(plan).activations >= 3 * 8 * 14 * 2048 * 4107 * 4
+    draft_scores = 3 * 8 * 14 * block * 4107 * 4
+    assert draft_scores <= memory.estimate(plan).activations < 2 * draft_scores
     # Llama-3.1-8B's EAGLE-3 head (32 heads, 8 KV heads) at model 8: whole on every chip,
-    # its prefill's scores alone are over a v5e's HBM (the TPU compiler refused that loop);
-    # split as the target's ('heads', the config's), an eighth, and an eighth of its cache.
+    # its prefill's scores alone are 6 GiB a chip (24 over the whole prompt: the TPU
+    # compiler refused that loop); split as the target's ('heads', the config's), an
+    # eighth, and an eighth of its cache.
     c = load_config(os.path.join(EXPERIMENTS, 'llama31_8b_eagle3.py'), 'v5e8')
     plan = abstract.plan_of(abstract.decode_block(c), 'tree', (1, 8))[1]
     assert plan.draft_sharding == 'heads'
     split = memory.estimate(plan)
     whole = memory.estimate(dataclasses.replace(plan, draft_sharding='batch'))
-    scores = 3 * 8 * 32 * 2048 * 4156 * 4
-    assert whole.activations >= scores > chips.chip('v5e').hbm_bytes
-    assert scores / 8 <= split.activations < scores / 4
+    scores = 3 * 8 * 32 * block * 4156 * 4
+    assert whole.activations >= scores > chips.chip('v5e').hbm_bytes / 4
+    assert scores / 8 <= split.activations < whole.activations / 2  # Now the target's prefill.
     assert whole.draft_cache == 8 * split.draft_cache
     assert whole.draft_weights > split.draft_weights
     with pytest.raises(

@@ -33,7 +33,8 @@ ORDERS = [Rows(B, K), Rows(B, K, 'data', 2, 'model', 2), Rows(B, K, 'data', 2),
 
 
 @pytest.mark.parametrize('rows', ORDERS, ids=lambda r: f'{r.data}x{r.model}')
-def test_rows_match_per_head_attention(rows):
+@pytest.mark.parametrize('query_block', [0, 1, 2])  # T 3: one block; 3 of 1; 2 of 2, padded.
+def test_rows_match_per_head_attention(rows, query_block):
     rng = np.random.default_rng(0)
     q, k, v = (
         jnp.asarray(rng.normal(size=s), jnp.float32)
@@ -47,7 +48,7 @@ def test_rows_match_per_head_attention(rows):
     for d in ((), diag):
         out_rqh = attend(
             rows, rows.queries(q), rows.keys(k), rows.keys(v), mask,
-            [tuple(map(rows.keys, x)) for x in d],
+            [tuple(map(rows.keys, x)) for x in d], query_block,
         )  # fmt: skip
         got = rows.outputs(out_rqh, T)
         np.testing.assert_allclose(got, _reference(q, k, v, mask, d), rtol=1e-5, atol=1e-5)

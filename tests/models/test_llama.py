@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from spec_jax.models import attention
 from spec_jax.models import cache as cache_lib
 from spec_jax.models.config import ModelConfig, RopeScaling
 from spec_jax.models.llama import causal_forward, forward, init_params
@@ -63,6 +64,32 @@ def test_prefill_then_steps_equals_full_forward(model, prefix, chunk):
         outs.append(logits)
     got = jnp.concatenate(outs, axis=1)
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
+
+
+def test_a_call_longer_than_a_query_block_equals_short_calls():
+    """A call of 1,031 tokens attends in 3 query blocks of 344 (`attention.QUERY_BLOCK`
+    512; the last block padded with one masked query): its logits and cache equal those
+    of calls of at most 512 tokens, each one block."""
+    cfg = FAMILIES['qwen2']
+    params = init_params(cfg, jax.random.PRNGKey(0))
+    t, s = 1031, 1039
+    assert attention.block_tokens(t) == 344 and attention.block_tokens(500) == 500
+    toks = jax.random.randint(jax.random.PRNGKey(3), (2, t), 0, cfg.vocab_size)
+
+    def run(calls):
+        cache, outs = cache_lib.KVCache.init(cfg, 2, s), []
+        for start, stop in calls:
+            n = stop - start
+            logits, _, cache = forward(
+                cfg, params, toks[:, start:stop], cache.positions(n), cache, cache.causal_mask(n)
+            )
+            cache, _ = cache.advance(n), outs.append(logits)
+        return jnp.concatenate(outs, axis=1), cache
+
+    got, got_cache = run([(0, t)])
+    want, want_cache = run([(0, 500), (500, 1000), (1000, t)])
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
+    np.testing.assert_allclose(got_cache.k[-1], want_cache.k[-1], atol=2e-5, rtol=1e-5)
 
 
 def test_rows_of_different_lengths(model):
