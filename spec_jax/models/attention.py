@@ -185,7 +185,7 @@ def attend(
 
     def blocks(x, axis):  # [..., T, ...] at `axis` -> [n, ..., c, ...], padded.
         x = jnp.pad(x, [(0, n * c - t if a == axis else 0) for a in range(x.ndim)])
-        x = x.reshape(*x.shape[:axis], n, c, *x.shape[axis + 1:])
+        x = x.reshape(*x.shape[:axis], n, c, *x.shape[axis + 1 :])
         return jnp.moveaxis(x, axis, 0)
 
     g = q // t
