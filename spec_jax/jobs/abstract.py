@@ -184,9 +184,24 @@ def plan_of(
     data, model = mesh_shape
     batch = -(-int(c.batch_size) // data) * data  # Padded as `decoding.generate` pads.
     width = {'ar': 1, 'chain': engine.num_draft + 1, 'tree': tree.nodes if tree else 1}[mode]
+    calls = _draft_calls(s.drafter, mode, engine.num_draft, tree) if mode != 'ar' else ()
     plan = Plan(target, batch, bucket, engine.slots(bucket), width, (data, model), quant,
-                draft_cfg, head_cfg, s.get('draft_sharding', 'batch'))  # fmt: skip
+                draft_cfg, head_cfg, s.get('draft_sharding', 'batch'), calls)  # fmt: skip
     return engine, plan, draft_shapes
+
+
+def _draft_calls(drafter: str, mode: str, num_draft: int, tree) -> tuple[int, ...]:
+    """Tokens a row of each call of the draft model in a round (`Plan.draft_calls`): a
+    draft LM's 2-token window and A - 1 steps (drafters/lm.py); an EAGLE-3 head's window
+    over the tokens the target processed (chain) or the accepted path (tree), then A - 1
+    steps (chain) or one call on each drafted level's frontier (drafters/eagle3.py)."""
+    if drafter == 'ngram':
+        return ()
+    if mode == 'chain':
+        return (2 if drafter == 'lm' else num_draft + 1,) + (1,) * (num_draft - 1)
+    levels = ([len(level) for level in tree.levels] if tree.static
+              else [tree.branch] * (tree.levels_drafted - 1))  # fmt: skip
+    return (tree.path_len + 1, *levels)
 
 
 def build_abstract(

@@ -13,6 +13,8 @@ filled from the topology's chips):
 
 1. the dry run (spec_jax/jobs/memory.py): weights, KV cache and activations per chip;
    a plan over the chip's HBM is refused here, before anything compiles (`force` skips it);
+   and the analytic roofline of one round (spec_jax/jobs/roofline.py: the weights and
+   cache it reads, the FLOPs it computes), for any chip, GPUs included;
 2. `engine.decode_loop` lowered and compiled for the topology's devices, the weights
    `jax.ShapeDtypeStruct`s with the rules' NamedShardings (no checkpoint read): the
    compile time, every field of `memory_analysis()` per chip against the chip's HBM
@@ -54,7 +56,7 @@ from jax.sharding import Mesh
 
 from spec_jax import sharding
 from spec_jax.decoding import engine as eng
-from spec_jax.jobs import aot_train, chips, hlo, memory, runtime
+from spec_jax.jobs import aot_train, chips, hlo, memory, roofline, runtime
 from spec_jax.jobs.abstract import Abstract, build_abstract, decode_block, plan_of
 
 MEMORY_FIELDS = (
@@ -171,9 +173,12 @@ def run(
     for mode in modes:
         _, plan, _ = plan_of(block, mode, mesh_shape, quant, prompt_len)
         est = memory.estimate(plan)
-        numbers = dict(estimate=est.as_dict())
+        analytic = roofline.round_cost(plan).on(chip)
+        numbers = dict(estimate=est.as_dict(), analytic=analytic)
+        line = _roofline_line(analytic, chip, plan.batch, mode, mesh_shape)
         print(f'{mode}: batch {plan.batch}, prompt bucket {plan.prompt_len}, {plan.slots} '
-              f'slots, {where}; estimate per chip:\n{est.table(chip)}')  # fmt: skip
+              f'slots, {where}; estimate per chip:\n{est.table(chip)}\n'
+              f'  analytic round: {line}')  # fmt: skip
         if not force:
             memory.check_fits(est.total, chip, f'{mode} on {where} (estimate)', est.table(chip))
         if compile_it:
@@ -182,10 +187,12 @@ def run(
             numbers.update(more)
             programs[mode] = compiled
         report['modes'][mode] = numbers
-    report['speedup'] = _speedups(report, block_efficiency)
-    for mode, speedup in report['speedup'].items():
-        print(f'{mode} vs AR at block efficiency {block_efficiency}: predicted speedup '
-              f'{speedup:.2f}x (roofline)')  # fmt: skip
+    report['speedup'] = _speedups(report, block_efficiency, 'round')
+    report['speedup_analytic'] = _speedups(report, block_efficiency, 'analytic')
+    for key, what in (('speedup_analytic', 'analytic roofline'), ('speedup', 'compiled roofline')):
+        for mode, speedup in report[key].items():
+            print(f'{mode} vs AR at block efficiency {block_efficiency}: predicted speedup '
+                  f'{speedup:.2f}x ({what})')  # fmt: skip
     return _finish(report, programs, workdir, keep_compiled)
 
 
@@ -284,13 +291,25 @@ def round_cost(ab: Abstract) -> dict:
     return _cost(compiled)
 
 
-def _speedups(report: dict, block_efficiency: float) -> dict:
+def _speedups(report: dict, block_efficiency: float, key: str) -> dict:
+    """Block efficiency x the AR round's time / each SD mode's, by the roofline `key`
+    ('round': the compiled program's count; 'analytic': roofline.py's)."""
     modes = report['modes']
-    ar = modes.get('ar', {}).get('round')
+    ar = modes.get('ar', {}).get(key)
     if not ar:
         return {}
-    return {m: block_efficiency * ar['seconds'] / v['round']['seconds']
-            for m, v in modes.items() if m != 'ar' and 'round' in v}  # fmt: skip
+    return {m: block_efficiency * ar['seconds'] / v[key]['seconds']
+            for m, v in modes.items() if m != 'ar' and key in v}  # fmt: skip
+
+
+def _roofline_line(r: dict, chip: chips.Chip, batch: int, mode: str, mesh_shape) -> str:
+    """A roofline's numbers in one line (AR: its tokens/s a chip)."""
+    line = (f'{r["flops"] / 1e9:.3f} GFLOP, {r["bytes_accessed"] / 1e9:.3f} GB per chip -> '
+            f'{r["seconds"] * 1e3:.3f} ms on {chip.name} ({r["bound"]} bound)')  # fmt: skip
+    if mode == 'ar':
+        per_chip = batch / r['seconds'] / (mesh_shape[0] * mesh_shape[1])
+        line += f'; AR {per_chip:,.0f} tokens/s per chip, {batch / r["seconds"]:,.0f} in all'
+    return line
 
 
 def run_train(

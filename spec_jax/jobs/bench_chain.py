@@ -37,9 +37,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     )
     engines = {
         'ar': decoding.Engine(target.cfg, dec),
-        'spec': decoding.Engine(
-            target.cfg, dec, built.drafter, c.num_draft, rules.make(c.rule)
-        ),
+        'spec': decoding.Engine(target.cfg, dec, built.drafter, c.num_draft, rules.make(c.rule)),
     }
     params = decoding.Params(target.params, built.params)
     print(

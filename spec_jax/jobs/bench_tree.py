@@ -127,8 +127,9 @@ def tree_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
     @partial(jax.jit, donate_argnums=2)
     def drafter_only(engine, draft_params, s):
         verification = eng.Verification(engine.rule, engine.baseline)
-        state, tokens, parents, q = d.propose_tree(draft_params, s.draft, s.committed_b, shape,
-                                                   s.key_b, eng.probs_fn(engine, verification))
+        state, tokens, parents, q = d.propose_tree(
+            draft_params, s.draft, s.committed_b, shape, s.key_b, eng.probs_fn(engine, verification)
+        )
         taps = jnp.zeros((len(ids), shape.path_len + 1, len(d.tap_layers), engine.cfg.width))
         state = d.observe(draft_params, state, s.history_bs, s.committed_b, s.committed_b, taps)
         return s.replace(draft=state), (tokens, parents, q)

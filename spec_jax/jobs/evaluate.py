@@ -144,9 +144,7 @@ def theory_curves(rows: list[dict], mode: str = 'chain', num_siblings: int = 1) 
     for (rule, name), measured in params.items():
         span = THEORY_SPANS.get(name, (0.05, 0.95))
         values = sorted(measured | {float(v) for v in np.linspace(*span, 10)})
-        out[rule] = theory.parameter_curve(
-            rule, name, values, mode=mode, num_siblings=num_siblings
-        )
+        out[rule] = theory.parameter_curve(rule, name, values, mode=mode, num_siblings=num_siblings)
     return out
 
 

@@ -49,7 +49,7 @@ from spec_jax.models.config import ModelConfig
 
 QUANTS = ('', 'int8')
 # Parameter shapes of a config, once (an 80-layer init traced abstractly takes seconds).
-_shapes = functools.lru_cache(maxsize=16)(param_shapes)
+shapes = functools.lru_cache(maxsize=16)(param_shapes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +67,8 @@ class Plan:
       draft: a draft LM's ModelConfig, or None.
       head: an EAGLE-3 head's Eagle3Config, or None.
       draft_sharding: how the draft (or head) splits (`sharding.DRAFT_SHARDINGS`).
+      draft_calls: tokens a row of each call of the draft (or head) in a round (the
+        roofline's, spec_jax/jobs/roofline.py; none for n-grams and prompt lookup).
     """
 
     target: ModelConfig
@@ -79,6 +81,7 @@ class Plan:
     draft: ModelConfig | None = None
     head: e3.Eagle3Config | None = None
     draft_sharding: str = 'batch'
+    draft_calls: tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.quant not in QUANTS:
@@ -131,7 +134,7 @@ def estimate(plan: Plan) -> Estimate:
     if t.num_kv_heads > k:
         notes.append(f'{k} KV heads over model {model}: each held {t.num_kv_heads // k} '
                      'times, one a device (sharding.kv_repeat)')  # fmt: skip
-    weights = _split_bytes(_shapes(t), model, sharding.RULES, notes)
+    weights = split_bytes(shapes(t), model, sharding.RULES, notes)
     heads = _kv_heads(t.num_kv_heads, model, sharding.RULES, notes)
     kv = 2 * t.num_layers * rows * heads * plan.slots * t.head_dim * item
     calls = [_call(plan, t, rows, heads, plan.prompt_len, prefill=True),
@@ -145,14 +148,14 @@ def estimate(plan: Plan) -> Estimate:
         calls.append(_call(plan, draft, rows, draft_heads, plan.prompt_len, True, split))
     if plan.draft is not None:
         d = plan.draft
-        draft_weights = _split_bytes(_shapes(d), model, split, notes, item)
+        draft_weights = split_bytes(shapes(d), model, split, notes, item)
         draft_cache = 2 * d.num_layers * rows * draft_heads * plan.slots * d.head_dim * item
     if plan.head is not None:
         h = plan.head
-        shapes = jax.eval_shape(lambda: e3.init_params(h, jax.random.PRNGKey(0)))
+        head_shapes = jax.eval_shape(lambda: e3.init_params(h, jax.random.PRNGKey(0)))
         # Head weights in the compute dtype, its copy of the target's embedding (whole
         # beside the target's own split one), the draft-id map.
-        draft_weights = _split_bytes(shapes, model, split, notes, item)
+        draft_weights = split_bytes(head_shapes, model, split, notes, item)
         draft_weights += t.vocab_size * t.width * item + 4 * (h.draft_vocab_size + h.vocab_size)
         draft_cache = 2 * rows * draft_heads * plan.slots * h.head_dim * item
     return Estimate(plan, weights, draft_weights, kv, draft_cache, max(calls), tuple(notes))
@@ -171,12 +174,18 @@ def _kv_heads(k: int, model: int, rules: sharding.ShardingRules, notes: list,
               what: str = 'the target') -> int:  # fmt: skip
     """KV heads a device holds: K / model where `rules` split K over 'model' and it
     divides, else K (noted)."""
-    ways = model if rules.axis('k') == 'model' else 1
-    if k % ways == 0:
-        return k // ways
-    notes.append(f'{k} KV heads of {what} do not split over model {model}: every head on '
-                 'each device')  # fmt: skip
-    return k
+    kept = per_device(k, model, rules, 'k')
+    if kept == k and model > 1 and rules.axis('k') == 'model':
+        notes.append(f'{k} KV heads of {what} do not split over model {model}: every head '
+                     'on each device')  # fmt: skip
+    return kept
+
+
+def per_device(n: int, model: int, rules: sharding.ShardingRules, letter: str) -> int:
+    """Of an axis of size n and letter `letter` ('n', 'k', 'f', ...), what one device holds:
+    n / model where `rules` split the letter over 'model' and it divides n, else n."""
+    ways = model if rules.axis(letter) == 'model' else 1
+    return n // ways if n % ways == 0 else n
 
 
 def check_fits(total: int, chip: Chip, what: str, parts: str = '') -> None:
@@ -190,7 +199,7 @@ def check_fits(total: int, chip: Chip, what: str, parts: str = '') -> None:
         )  # fmt: skip
 
 
-def _split_bytes(shapes, model: int, rules: sharding.ShardingRules, notes: list,
+def split_bytes(shapes, model: int, rules: sharding.ShardingRules, notes: list,
                  itemsize: int = 0) -> int:  # fmt: skip
     """Per-device bytes of a parameter tree in shapes split by `rules` over a model axis of
     `model` (each in its own dtype, or `itemsize` bytes an element)."""
@@ -220,17 +229,13 @@ def _call(
     """Transient bytes of one layer of a call of `width` tokens of the target, or of a
     draft (`cfg` a ModelConfig or an Eagle3Config, split by `rules`; module docstring)."""
     t, (_, model) = plan.target, plan.mesh
-    item = _itemsize(t.dtype)
+    item = itemsize(t.dtype)
 
-    def split(n, letter):
-        ways = model if rules.axis(letter) == 'model' else 1
-        return n // ways if n % ways == 0 else n
-
-    heads = split(cfg.num_heads, 'n')
+    heads = per_device(cfg.num_heads, model, rules, 'n')
     qkv = rows * width * (heads + 2 * kv_heads) * cfg.head_dim * item
     block = attention.block_tokens(width)  # A long prompt attends in blocks of tokens.
     scores = 3 * rows * heads * block * plan.slots * 4
-    mlp = 3 * rows * width * split(cfg.mlp_width, 'f') * item
+    mlp = 3 * rows * width * per_device(cfg.mlp_width, model, rules, 'f') * item
     stream = 4 * rows * width * cfg.width * item
     mask = rows * block * plan.slots
     if cfg is not t:  # A draft's prefill: its layer alone (the head's taps are the target's).
@@ -240,5 +245,5 @@ def _call(
     return qkv + scores + mlp + stream + mask + laws + taps
 
 
-def _itemsize(dtype: str) -> int:
+def itemsize(dtype: str) -> int:
     return np.dtype(jax.numpy.dtype(dtype)).itemsize

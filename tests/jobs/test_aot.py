@@ -96,6 +96,10 @@ def test_the_roofline_predicts_ar_tokens_per_chip(runs):
     # Batch 8 a round over 4 chips.
     assert r['ar_tokens_per_s_per_chip'] == pytest.approx(8 / r['seconds'] / 4)
     assert f'predicted AR {r["ar_tokens_per_s_per_chip"]:,.0f} tokens/s per chip' in text
+    # Beside it the analytic roofline (tests/jobs/test_roofline.py checks its counts).
+    analytic = report['modes']['ar']['analytic']
+    assert 0 < analytic['bytes_accessed'] <= r['bytes_accessed']
+    assert f'{analytic["flops"] / 1e9:.3f} GFLOP' in text
 
 
 def _own_argument_bytes(c, mode) -> int:

@@ -1,0 +1,103 @@
+"""The analytic roofline of a decoding round, per chip, for any chip of `chips.CHIPS`
+(GPUs included, where nothing compiles here); beside the compiled program's own count
+(`aot.round_cost`, TPU only).
+
+A call of T new tokens a row through a model on one chip:
+
+- reads every weight the chip holds once (an untied input embedding is read by rows
+  only, and an EAGLE-3 head's copy of the target's embedding too: not counted) and every
+  KV-cache slot it holds once (static shapes: attention reads all S slots whatever is
+  filled);
+- computes 2 FLOPs a multiply-add: 2 x rows x T x (matmul parameters on the chip) for
+  the projections, MLP and LM head, and 4 x rows x T x (query heads on the chip) x S x H
+  a layer for attention's scores and weighted sum.
+
+A round (`memory.Plan.width`, `Plan.draft_calls`): AR is the target over one token; a
+chain round the target over A + 1 tokens and the draft's calls (a draft LM: one of 2
+tokens, then A - 1 of one; an EAGLE-3 head: its window, then A - 1 steps; n-grams and
+prompt lookup: none); a tree round the target over the M nodes and the head's window
+over the accepted path and its calls on each drafted level's frontier.
+
+Not counted: activations' traffic (at decode widths small beside the weights), sampling
+and the laws (vocabulary-wide, rows x T x V), collectives, launches and the host; compute
+and memory traffic overlap perfectly at the chip's published peaks (`chips.Chip.seconds`).
+So it is the floor a well-fused program approaches: XLA's `cost_analysis()` of the
+compiled round counts each fusion's operands (a weight read by two fusions twice) and
+sits several times above it (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+from spec_jax import sharding
+from spec_jax.jobs import memory
+from spec_jax.jobs.chips import Chip
+from spec_jax.models import eagle3 as e3
+from spec_jax.models.config import ModelConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Cost:
+    """FLOPs and bytes read on one chip."""
+
+    flops: float = 0.0
+    bytes_accessed: float = 0.0
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.flops + other.flops, self.bytes_accessed + other.bytes_accessed)
+
+    def __mul__(self, times: int) -> Cost:
+        return Cost(self.flops * times, self.bytes_accessed * times)
+
+    def on(self, chip: Chip) -> dict:
+        """The roofline on `chip`: {flops, bytes_accessed, seconds, bound}."""
+        seconds = chip.seconds(self.flops, self.bytes_accessed)
+        return dict(flops=self.flops, bytes_accessed=self.bytes_accessed, seconds=seconds,
+                    bound=chip.bound(self.flops, self.bytes_accessed))  # fmt: skip
+
+
+def round_cost(plan: memory.Plan) -> Cost:
+    """One round of `plan` on one chip (module docstring)."""
+    data, model = plan.mesh
+    rows = -(-plan.batch // data)
+    target = memory.held(plan.target, model)
+    item = memory.itemsize(target.dtype)  # Drafts are held in the compute dtype.
+    run = dict(model=model, rows=rows, slots=plan.slots, item=item)
+    cost = _calls(target, memory.shapes(target), sharding.RULES, (plan.width,),
+                  target.num_layers, weight_item=0, **run)  # fmt: skip
+    split = sharding.draft_rules(plan.draft_sharding)
+    if plan.draft is not None:
+        d = plan.draft
+        cost += _calls(d, memory.shapes(d), split, plan.draft_calls, d.num_layers, item, **run)
+    if plan.head is not None:
+        shapes = jax.eval_shape(lambda: e3.init_params(plan.head, jax.random.PRNGKey(0)))
+        cost += _calls(plan.head, shapes, split, plan.draft_calls, 1, item, **run)
+    return cost
+
+
+def _calls(
+    cfg: ModelConfig | e3.Eagle3Config, shapes, rules: sharding.ShardingRules,
+    calls: tuple[int, ...], layers: int, weight_item: int, *, model: int, rows: int,
+    slots: int, item: int,
+) -> Cost:  # fmt: skip
+    """Calls of `calls[i]` tokens a row through a model of `layers` layers, config `cfg`
+    and parameter `shapes`, split by `rules` over a model axis of `model`; its weights
+    `weight_item` bytes an element (0: their own dtypes), activations and cache `item`."""
+    if not calls:
+        return Cost()
+    if 'lm_head_vd' in shapes:  # Untied: the input embedding is read by rows.
+        shapes = {k: v for k, v in shapes.items() if k != 'embed_vd'}
+    weights = memory.split_bytes(shapes, model, rules, [], weight_item)
+    params = memory.split_bytes(shapes, model, rules, [], 1)
+    heads = memory.per_device(cfg.num_heads, model, rules, 'n')
+    kv_heads = memory.per_device(cfg.num_kv_heads, model, rules, 'k')
+    cache = 2 * layers * rows * kv_heads * slots * cfg.head_dim * item
+    total = Cost()
+    for tokens in calls:
+        flops = 2 * rows * tokens * params
+        flops += 4 * rows * tokens * heads * slots * cfg.head_dim * layers
+        total += Cost(flops, weights + cache)
+    return total
