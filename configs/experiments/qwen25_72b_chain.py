@@ -17,13 +17,13 @@ and docs/performance.md "Compiled for TPU"):
   v5p         a v5p-8 slice (4 chips, one host), bf16, mesh 1 x 4: the chain loop compiles
               (launch/aot.py, v5p:2x2x1) to 48.3 GiB of 95 a chip (estimated 51.5)
   v5e16_int8  a v5e-16 slice (4 hosts x 4 chips), int8 weights, one mesh over the hosts,
-              model 16 (each of the 8 KV heads held twice: sharding.kv_repeat): does not
-              fit. Estimated 18.1 GiB a chip, compiled (--force) 16.5 GiB of 16: the
-              draft's prefill (Qwen2.5-0.5B's 14 heads, which no model axis of 16 splits,
-              whole on every chip: its fp32 scores over 2,048 tokens and 4,107 slots) is
-              the excess (docs/performance.md, "Compiled for TPU")
+              model 16 (each of the 8 KV heads held twice: sharding.kv_repeat): compiles
+              to 10.8 GiB of 16 a chip (estimated 10.2), with attention in query blocks
+              (models/attention.py; 16.5 GiB before: the draft's prefill scores over the
+              whole 2,048-token prompt, its 14 heads whole on every chip)
   v5e32_int8  a v5e-32 slice (8 hosts x 4 chips), int8, data 2 x model 16 (4 rows a data
-              shard): compiles to 11.2 GiB of 16 a chip (estimated 11.7): the int8 plan
+              shard): compiled to 11.2 GiB of 16 a chip before the query blocks
+              (estimated 7.8 with them)
   h100x8      one node of 8 H100 80 GB, bf16, mesh 1 x 8: ~31 GiB of 80 a GPU
   (A v5e-8 does not hold it even in int8: ~22 GiB a chip at model 8.)
 
