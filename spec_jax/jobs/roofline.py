@@ -49,9 +49,6 @@ class Cost:
     def __add__(self, other: Cost) -> Cost:
         return Cost(self.flops + other.flops, self.bytes_accessed + other.bytes_accessed)
 
-    def __mul__(self, times: int) -> Cost:
-        return Cost(self.flops * times, self.bytes_accessed * times)
-
     def on(self, chip: Chip) -> dict:
         """The roofline on `chip`: {flops, bytes_accessed, seconds, bound}."""
         seconds = chip.seconds(self.flops, self.bytes_accessed)
