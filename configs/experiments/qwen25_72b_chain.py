@@ -14,8 +14,13 @@ cache slots a row; per-chip memory from `launch/aot.py --dry_run`, spec_jax/jobs
 and docs/performance.md "Compiled for TPU"):
 
   ''          one device (the weights alone are 145 GB in bf16: no single chip holds them)
-  v5p         a v5p-8 slice (4 chips, one host), bf16, mesh 1 x 4: the chain loop compiles
-              (launch/aot.py, v5p:2x2x1) to 48.3 GiB of 95 a chip (estimated 51.5)
+  v5p         a v5p-8 slice (4 chips, one host), bf16, mesh 1 x 4: the chain loop compiled
+              (launch/aot.py, v5p:2x2x1) to 48.3 GiB of 95 a chip before attention ran in
+              query blocks (estimated 51.5 then, 42.4 now)
+  v5e8_int8   a v5e-8 slice (one host, 8 chips), int8 weights, mesh 1 x 8: the chain
+              loop compiles to 14.5 GiB of 16 a chip (estimated 14.4), attention in query
+              blocks; each chip holds twice v5e-16's share of the target, so the replicated
+              draft costs it relatively less (docs/performance.md: the analytic roofline)
   v5e16_int8  a v5e-16 slice (4 hosts x 4 chips), int8 weights, one mesh over the hosts,
               model 16 (each of the 8 KV heads held twice: sharding.kv_repeat): compiles
               to 10.8 GiB of 16 a chip (estimated 10.2), with attention in query blocks
@@ -24,8 +29,7 @@ and docs/performance.md "Compiled for TPU"):
   v5e32_int8  a v5e-32 slice (8 hosts x 4 chips), int8, data 2 x model 16 (4 rows a data
               shard): compiled to 11.2 GiB of 16 a chip before the query blocks
               (estimated 7.8 with them)
-  h100x8      one node of 8 H100 80 GB, bf16, mesh 1 x 8: ~31 GiB of 80 a GPU
-  (A v5e-8 does not hold it even in int8: ~22 GiB a chip at model 8.)
+  h100x8      one node of 8 H100 80 GB, bf16, mesh 1 x 8: ~23 GiB of 80 a GPU (estimated)
 
 int8 (`c.weights = 'int8'`) is the model stack's weight-only int8 (spec_jax/models/quant.py;
 per-output-channel float32 scales), quantized from the bf16 checkpoint as it loads
@@ -50,6 +54,7 @@ from spec_jax.jobs import evaluate
 HARDWARE = {
     '': (1, 1, 'local', ''),
     'v5p': (1, 4, 'local', ''),
+    'v5e8_int8': (1, 8, 'local', 'int8'),
     'v5e16_int8': (1, 16, 'all', 'int8'),
     'v5e32_int8': (2, 16, 'all', 'int8'),
     'h100x8': (1, 8, 'local', ''),
