@@ -129,7 +129,7 @@ def estimate(plan: Plan) -> Estimate:
     t = plan.target
     notes = []
     rows = -(-plan.batch // data)  # The batch is padded to a multiple of the data axis.
-    item = np.dtype(jax.numpy.dtype(t.dtype)).itemsize
+    item = dtype_bytes(t.dtype)
     k, t = t.num_kv_heads, held(t, model)
     if t.num_kv_heads > k:
         notes.append(f'{k} KV heads over model {model}: each held {t.num_kv_heads // k} '
@@ -200,7 +200,7 @@ def check_fits(total: int, chip: Chip, what: str, parts: str = '') -> None:
 
 
 def split_bytes(shapes, model: int, rules: sharding.ShardingRules, notes: list,
-                 itemsize: int = 0) -> int:  # fmt: skip
+                itemsize: int = 0) -> int:  # fmt: skip
     """Per-device bytes of a parameter tree in shapes split by `rules` over a model axis of
     `model` (each in its own dtype, or `itemsize` bytes an element)."""
     total = 0
@@ -229,7 +229,7 @@ def _call(
     """Transient bytes of one layer of a call of `width` tokens of the target, or of a
     draft (`cfg` a ModelConfig or an Eagle3Config, split by `rules`; module docstring)."""
     t, (_, model) = plan.target, plan.mesh
-    item = itemsize(t.dtype)
+    item = dtype_bytes(t.dtype)
 
     heads = per_device(cfg.num_heads, model, rules, 'n')
     qkv = rows * width * (heads + 2 * kv_heads) * cfg.head_dim * item
@@ -245,5 +245,6 @@ def _call(
     return qkv + scores + mlp + stream + mask + laws + taps
 
 
-def itemsize(dtype: str) -> int:
+def dtype_bytes(dtype: str) -> int:
+    """Bytes an element of `dtype` (a name: 'bfloat16', 'float32')."""
     return np.dtype(jax.numpy.dtype(dtype)).itemsize

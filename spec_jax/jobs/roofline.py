@@ -61,7 +61,7 @@ def round_cost(plan: memory.Plan) -> Cost:
     data, model = plan.mesh
     rows = -(-plan.batch // data)
     target = memory.held(plan.target, model)
-    item = memory.itemsize(target.dtype)  # Drafts are held in the compute dtype.
+    item = memory.dtype_bytes(target.dtype)  # Drafts are held in the compute dtype.
     run = dict(model=model, rows=rows, slots=plan.slots, item=item)
     cost = _calls(target, memory.shapes(target), sharding.RULES, (plan.width,),
                   target.num_layers, weight_item=0, **run)  # fmt: skip
