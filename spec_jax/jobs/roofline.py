@@ -63,19 +63,19 @@ def round_cost(plan: memory.Plan) -> Cost:
     target = memory.held(plan.target, model)
     item = memory.dtype_bytes(target.dtype)  # Drafts are held in the compute dtype.
     run = dict(model=model, rows=rows, slots=plan.slots, item=item)
-    cost = _calls(target, memory.shapes(target), sharding.RULES, (plan.width,),
-                  target.num_layers, weight_item=0, **run)  # fmt: skip
+    cost = calls_cost(target, memory.shapes(target), sharding.RULES, (plan.width,),
+                      target.num_layers, weight_item=0, **run)  # fmt: skip
     split = sharding.draft_rules(plan.draft_sharding)
     if plan.draft is not None:
         d = plan.draft
-        cost += _calls(d, memory.shapes(d), split, plan.draft_calls, d.num_layers, item, **run)
+        cost += calls_cost(d, memory.shapes(d), split, plan.draft_calls, d.num_layers, item, **run)
     if plan.head is not None:
         shapes = jax.eval_shape(lambda: e3.init_params(plan.head, jax.random.PRNGKey(0)))
-        cost += _calls(plan.head, shapes, split, plan.draft_calls, 1, item, **run)
+        cost += calls_cost(plan.head, shapes, split, plan.draft_calls, 1, item, **run)
     return cost
 
 
-def _calls(
+def calls_cost(
     cfg: ModelConfig | e3.Eagle3Config, shapes, rules: sharding.ShardingRules,
     calls: tuple[int, ...], layers: int, weight_item: int, *, model: int, rows: int,
     slots: int, item: int,

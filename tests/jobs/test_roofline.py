@@ -37,8 +37,9 @@ def test_a_calls_flops_are_xlas_and_its_bytes_a_floor_of_xlas(rows, tokens, slot
     tokens_bt = jax.ShapeDtypeStruct((rows, tokens), jnp.int32)
     xla = jax.jit(call).lower(params, tokens_bt, cache).compile().cost_analysis()
     xla = xla[0] if isinstance(xla, list) else xla
-    ours = roofline._calls(CFG, memory.shapes(CFG), sharding.RULES, (tokens,), CFG.num_layers,
-                           0, model=1, rows=rows, slots=slots, item=4)  # fmt: skip
+    ours = roofline.calls_cost(CFG, memory.shapes(CFG), sharding.RULES, (tokens,),
+                               CFG.num_layers, 0, model=1, rows=rows, slots=slots,
+                               item=4)  # fmt: skip
     assert ours.flops == pytest.approx(xla['flops'], rel=0.03)
     assert ours.bytes_accessed <= xla['bytes accessed']
 
