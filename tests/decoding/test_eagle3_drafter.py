@@ -1,6 +1,8 @@
 """The EAGLE-3 chain drafter: its drafts are the training-time test's, and greedy chain
 decoding with it equals greedy AR decoding."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -42,14 +44,19 @@ def models():
 
 def _ttt_law(target, head, tokens_bt, index_b, steps):
     """Softmax over V of TTT step j at index_b[b] (j < steps): [B, steps, V]."""
+    return _ttt_law_jit(target, head.params, head.draft_ids_u, tokens_bt, jnp.asarray(index_b),
+                        steps)  # fmt: skip
+
+
+@functools.partial(jax.jit, static_argnums=5)  # One compile a row length, not one an op.
+def _ttt_law_jit(target, head_params, draft_ids_u, tokens_bt, index_b, steps):
     valid = jnp.ones(tokens_bt.shape, bool)
     _, taps = core.teacher_forward(CFG, target, tokens_bt, valid, taps=True)
-    logits_jbtu = te.ttt_forward(
-        HEAD, head.params, target['embed_vd'], taps, tokens_bt, valid, steps
-    )
-    rows = np.arange(tokens_bt.shape[0])
-    logits_bju = jnp.asarray(logits_jbtu)[:, rows, index_b].transpose(1, 0, 2)
-    full = jnp.full((*logits_bju.shape[:2], V), -jnp.inf).at[..., head.draft_ids_u].set(logits_bju)
+    logits_jbtu = te.ttt_forward(HEAD, head_params, target['embed_vd'], taps, tokens_bt, valid,
+                                 steps)  # fmt: skip
+    rows = jnp.arange(tokens_bt.shape[0])
+    logits_bju = logits_jbtu[:, rows, index_b].transpose(1, 0, 2)
+    full = jnp.full((*logits_bju.shape[:2], V), -jnp.inf).at[..., draft_ids_u].set(logits_bju)
     return jax.nn.softmax(full, -1)
 
 
@@ -58,6 +65,7 @@ def test_drafts_follow_the_training_time_test(models):
     number of tokens: draft j's law (q) is the TTT step j's at the root's index."""
     target, head = models
     drafter = Eagle3Drafter(HEAD)
+    propose = jax.jit(drafter.propose, static_argnums=(5, 6))  # Compiled whole, not op by op.
     params = Eagle3Drafter.params_for(head, target)
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9]]
     bucket, slots = 8, 32
@@ -72,7 +80,7 @@ def test_drafts_follow_the_training_time_test(models):
     history = history.at[jnp.arange(2), lengths].set(first)
     state = drafter.init(params, history, lengths, bucket, taps_bped)
     probs = jax.nn.softmax  # Sampled drafts at temperature 1: q is the head's whole law.
-    state, x_ba, q_bav = drafter.propose(
+    state, x_ba, q_bav = propose(
         params, state, history, lengths, KEYS0, A, probs
     )
     rows = [list(p) + [int(first[b])] + list(map(int, x_ba[b])) for b, p in enumerate(prompts)]
@@ -83,7 +91,7 @@ def test_drafts_follow_the_training_time_test(models):
     # them as from its own drafts.
     use_ba = jnp.array([[True, False, False], [False, True, True]])
     forced = (jnp.full((2, A), 9, jnp.int32), use_ba)
-    _, y_ba, qf_bav = drafter.propose(
+    _, y_ba, qf_bav = propose(
         params, state, history, lengths, KEYS0, A, probs, forced
     )
     np.testing.assert_array_equal(jnp.where(use_ba, y_ba, 9), 9)
@@ -111,7 +119,7 @@ def test_drafts_follow_the_training_time_test(models):
     for b, r in enumerate(new_rows):
         history2 = history2.at[b, : len(r)].set(jnp.array(r, jnp.int32))
     state = drafter.observe(params, state, history2, lengths, committed, taps_bted)
-    _, y_ba, q2_bav = drafter.propose(
+    _, y_ba, q2_bav = propose(
         params, state, history2, committed, KEYS1, A, probs
     )
     for b, r in enumerate(new_rows):
