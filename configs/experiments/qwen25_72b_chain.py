@@ -14,9 +14,8 @@ cache slots a row; per-chip memory from `launch/aot.py --dry_run`, spec_jax/jobs
 and docs/performance.md "Compiled for TPU"):
 
   ''          one device (the weights alone are 145 GB in bf16: no single chip holds them)
-  v5p         a v5p-8 slice (4 chips, one host), bf16, mesh 1 x 4: the chain loop compiled
-              (launch/aot.py, v5p:2x2x1) to 48.3 GiB of 95 a chip before attention ran in
-              query blocks (estimated 51.5 then, 42.4 now)
+  v5p         a v5p-8 slice (4 chips, one host), bf16, mesh 1 x 4: the chain loop compiles
+              (launch/aot.py, v5p:2x2x1) to 41.6 GiB of 95 a chip (estimated 42.4)
   v5e8_int8   a v5e-8 slice (one host, 8 chips), int8 weights, mesh 1 x 8: the chain
               loop compiles to 14.5 GiB of 16 a chip (estimated 14.4), attention in query
               blocks; each chip holds twice v5e-16's share of the target, so the replicated
