@@ -239,7 +239,7 @@ def _drafter(s, target: ModelConfig):
     elif s.drafter == 'eagle3':
         head = head_config(s.draft, target)
         base, dcfg = drafters.Eagle3Drafter(head, split), None
-        weights = jax.eval_shape(lambda: e3.init_params(head, jax.random.PRNGKey(0)))
+        weights = memory.head_shapes(head)
         shapes = dict(  # `Eagle3Drafter.params_for`: the head, the target's embedding, ids.
             head=jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, target.dtype), weights),
             embed_vd=jax.ShapeDtypeStruct((v, target.width), target.dtype),

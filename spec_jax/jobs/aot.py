@@ -218,15 +218,10 @@ def compile_mode(ab: Abstract, chip: chips.Chip, where: str, mode: str, rounds: 
     if not rounds:
         return loop, numbers
     cost = round_cost(ab)
-    t = chip.seconds(cost['flops'], cost['bytes_accessed'])
-    chips_in_mesh = ab.mesh.size
-    tokens = ab.plan.batch / t / chips_in_mesh if mode == 'ar' else None
-    roofline = dict(cost, seconds=t, bound=chip.bound(cost['flops'], cost['bytes_accessed']),
-                    ar_tokens_per_s_per_chip=tokens)  # fmt: skip
-    print(f'  one round: {cost["flops"] / 1e9:.3f} GFLOP, {cost["bytes_accessed"] / 1e9:.3f} GB '
-          f'accessed per chip -> {t * 1e3:.3f} ms on {chip.name} ({roofline["bound"]} bound)'
-          + (f'; predicted AR {tokens:,.0f} tokens/s per chip' if tokens else ''))  # fmt: skip
-    return loop, dict(numbers, round=roofline)
+    r = roofline.Cost(cost['flops'], cost['bytes_accessed']).on(chip)
+    tokens = ab.plan.batch / r['seconds'] / ab.mesh.size if mode == 'ar' else None
+    print(f'  one round, compiled: {_roofline_line(r, chip, ab.plan.batch, mode, ab.plan.mesh)}')
+    return loop, dict(numbers, round=dict(cost, **r, ar_tokens_per_s_per_chip=tokens))
 
 
 def compile_loop(ab: Abstract):
@@ -303,12 +298,14 @@ def _speedups(report: dict, block_efficiency: float, key: str) -> dict:
 
 
 def _roofline_line(r: dict, chip: chips.Chip, batch: int, mode: str, mesh_shape) -> str:
-    """A roofline's numbers in one line (AR: its tokens/s a chip)."""
+    """A roofline's numbers in one line, the compiled's or the analytic's (AR: its tokens/s
+    a chip)."""
     line = (f'{r["flops"] / 1e9:.3f} GFLOP, {r["bytes_accessed"] / 1e9:.3f} GB per chip -> '
             f'{r["seconds"] * 1e3:.3f} ms on {chip.name} ({r["bound"]} bound)')  # fmt: skip
     if mode == 'ar':
         per_chip = batch / r['seconds'] / (mesh_shape[0] * mesh_shape[1])
-        line += f'; AR {per_chip:,.0f} tokens/s per chip, {batch / r["seconds"]:,.0f} in all'
+        line += (f'; predicted AR {per_chip:,.0f} tokens/s per chip, '
+                 f'{batch / r["seconds"]:,.0f} in all')  # fmt: skip
     return line
 
 

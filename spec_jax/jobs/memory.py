@@ -52,6 +52,12 @@ QUANTS = ('', 'int8')
 shapes = functools.lru_cache(maxsize=16)(param_shapes)
 
 
+@functools.lru_cache(maxsize=16)
+def head_shapes(head: e3.Eagle3Config):
+    """An EAGLE-3 head's parameters in shapes (its own dtype), once a config."""
+    return jax.eval_shape(lambda: e3.init_params(head, jax.random.PRNGKey(0)))
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """What a decoding run holds, in shapes.
@@ -152,10 +158,9 @@ def estimate(plan: Plan) -> Estimate:
         draft_cache = 2 * d.num_layers * rows * draft_heads * plan.slots * d.head_dim * item
     if plan.head is not None:
         h = plan.head
-        head_shapes = jax.eval_shape(lambda: e3.init_params(h, jax.random.PRNGKey(0)))
         # Head weights in the compute dtype, its copy of the target's embedding (whole
         # beside the target's own split one), the draft-id map.
-        draft_weights = split_bytes(head_shapes, model, split, notes, item)
+        draft_weights = split_bytes(head_shapes(h), model, split, notes, item)
         draft_weights += t.vocab_size * t.width * item + 4 * (h.draft_vocab_size + h.vocab_size)
         draft_cache = 2 * rows * draft_heads * plan.slots * h.head_dim * item
     return Estimate(plan, weights, draft_weights, kv, draft_cache, max(calls), tuple(notes))

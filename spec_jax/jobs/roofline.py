@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
-
 from spec_jax import sharding
 from spec_jax.jobs import memory
 from spec_jax.jobs.chips import Chip
@@ -70,7 +68,7 @@ def round_cost(plan: memory.Plan) -> Cost:
         d = plan.draft
         cost += calls_cost(d, memory.shapes(d), split, plan.draft_calls, d.num_layers, item, **run)
     if plan.head is not None:
-        shapes = jax.eval_shape(lambda: e3.init_params(plan.head, jax.random.PRNGKey(0)))
+        shapes = memory.head_shapes(plan.head)
         cost += calls_cost(plan.head, shapes, split, plan.draft_calls, 1, item, **run)
     return cost
 
