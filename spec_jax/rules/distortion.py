@@ -5,7 +5,8 @@ the engine records at every emitted position of a run (docs/eval.md, metrics): T
 KL(p_A || pi) (the other direction is infinite for truncation rules, whose pi leaks mass
 outside A where p_A is 0), the mass pi puts outside the allowed set A, the overshoot
 max pi/p against the temperature-processed target p (not p_A), and JS(pi, p_A), bounded
-where KL is infinite.
+where KL is infinite. `frontier` / `frontier_gap`: the distortion frontier every rule lives
+under (docs/laws.md §8): acceptance <= sum(min(p, q)) + TV(pi, p).
 """
 
 from __future__ import annotations
@@ -49,6 +50,37 @@ def overshoot_ratio(pi: jax.Array, p: jax.Array) -> jax.Array:
     """max_x pi(x)/p(x) over tokens with pi(x) > 0, [..., V] -> [...] (inf if p(x) = 0)."""
     ratio = jnp.where(p > 0, pi / jnp.where(p > 0, p, 1.0), jnp.inf)
     return jnp.where(pi > 0, ratio, 0.0).max(-1)
+
+
+def frontier(p: jax.Array, q: jax.Array, pi: jax.Array) -> jax.Array:
+    """The distortion frontier at one position, [..., V] -> [...]: sum(min(p, q)) + TV(pi, p),
+    the most any verification rule whose emitted law is pi can accept when the draft is
+    drawn from q and the target is p (docs/laws.md §8)."""
+    return jnp.minimum(p, q).sum(-1) + tv(pi, p)
+
+
+def frontier_gap(
+    p: jax.Array, q: jax.Array, pi: jax.Array, acceptance: jax.Array | None = None
+) -> jax.Array:
+    """How far below the distortion frontier a rule sits at one position, [..., V] -> [...].
+
+    Args:
+      p: [..., V] processed target.
+      q: [..., V] processed draft (the law the drafted token was drawn from).
+      pi: [..., V] the rule's emitted law at the position (its `induced` or `round_law`).
+      acceptance: [...] the rule's acceptance probability there (`acceptance_rate`); None
+        for the most a rule with law pi can accept, sum(min(pi, q)) (an accepted x is
+        emitted as x, so q(x) a(x) <= min(q(x), pi(x))).
+
+    Returns:
+      frontier(p, q, pi) - acceptance: >= 0 for every rule (up to rounding); 0 for rules on
+      the frontier (lenience, CoS, the static ensemble, tv_budget), > 0 for distortion paid
+      that buys no acceptance (truncation rules). With acceptance None it is the triangle
+      inequality's slack TV(pi, p) + TV(pi, q) - TV(p, q).
+    """
+    if acceptance is None:
+        acceptance = jnp.minimum(pi, q).sum(-1)
+    return frontier(p, q, pi) - acceptance
 
 
 class Distortion(NamedTuple):
