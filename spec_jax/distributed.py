@@ -13,19 +13,24 @@ How the processes find each other (`initialize`), first that applies:
   - $SPEC_JAX_COORDINATOR (host:port, or 'auto'), $SPEC_JAX_NUM_PROCESSES and
     $SPEC_JAX_PROCESS_ID;
   - coordinator 'auto': JAX's own cluster detection (Cloud TPU pods, SLURM, Open MPI, ...);
+    under Slurm with one task on the node (launch/gpu/evaluate.sbatch) the process gets
+    every local GPU (`slurm_params`), not JAX's default of GPU [$SLURM_LOCALID];
   - none of them: one process, nothing initialized.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 from collections.abc import Sequence
 from typing import TypeVar
 
 import jax
 import numpy as np
 from absl import logging
+from jax._src.clusters import ClusterEnv, SlurmCluster
 from jax.experimental import multihost_utils
 
 ENV_COORDINATOR = 'SPEC_JAX_COORDINATOR'
@@ -67,7 +72,7 @@ def initialize(
     # The CPU backend's collectives (the barrier) need gloo; GPU and TPU use their own.
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
     if coordinator == AUTO:
-        jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat_timeout_s)
+        jax.distributed.initialize(*slurm_params(), heartbeat_timeout_seconds=heartbeat_timeout_s)
     else:
         count = num_processes or int(os.environ.get(ENV_NUM_PROCESSES, 0))
         index = process_id if process_id >= 0 else int(os.environ.get(ENV_PROCESS_ID, -1))
@@ -83,6 +88,49 @@ def initialize(
     logging.info('process %d of %d, local devices %s', jax.process_index(),
                  jax.process_count(), jax.local_devices())  # fmt: skip
     return True
+
+
+def slurm_params() -> tuple:
+    """What `jax.distributed.initialize` gets under coordinator 'auto': (coordinator,
+    process count, process id, local device ids), all None (JAX detects them) outside Slurm.
+
+    Under Slurm, JAX's own detection (jax._src.clusters, what `initialize` runs) gives the
+    coordinator, count and id, and local device ids [$SLURM_LOCALID]: right for one task
+    per GPU, but a node running one task (the launchers' `--ntasks-per-node=1`) would then
+    use 1 of its GPUs. With one task on this node the ids are every GPU the process sees
+    (`local_gpu_count`); with several, or where the count is unknown, JAX's default stands.
+    """
+    if not SlurmCluster.is_env_present():
+        return None, None, None, None
+    gpus = local_gpu_count()
+    ids = list(range(gpus)) if gpus and _slurm_tasks_on_node() == 1 else None
+    params = ClusterEnv.auto_detect_unset_distributed_params(None, None, None, ids, 'slurm', None)
+    return tuple(params)
+
+
+def local_gpu_count() -> int | None:
+    """The GPUs this process may use, known without starting a backend: the entries of
+    $CUDA_VISIBLE_DEVICES (Slurm sets it to the job's GPUs), else $SLURM_GPUS_ON_NODE, else
+    the /dev/nvidia<N> device files; None where none of them says (0 is None: no GPU)."""
+    visible = os.environ.get('CUDA_VISIBLE_DEVICES')
+    if visible is not None:
+        entries = [v for v in visible.split(',') if v.strip() and v.strip() != '-1']
+        return len(entries) or None
+    if os.environ.get('SLURM_GPUS_ON_NODE', '').isdigit():
+        return int(os.environ['SLURM_GPUS_ON_NODE']) or None
+    files = [p for p in glob.glob('/dev/nvidia*') if re.fullmatch(r'/dev/nvidia\d+', p)]
+    return len(files) or None
+
+
+def _slurm_tasks_on_node() -> int | None:
+    """Tasks of this step on this node: $SLURM_STEP_TASKS_PER_NODE (else the job's
+    $SLURM_TASKS_PER_NODE), Slurm's compressed list ('2(x3),1') at $SLURM_NODEID."""
+    spec = os.environ.get('SLURM_STEP_TASKS_PER_NODE') or os.environ.get('SLURM_TASKS_PER_NODE')
+    counts = []
+    for count, repeat in re.findall(r'(\d+)(?:\(x(\d+)\))?', spec or ''):
+        counts += [int(count)] * int(repeat or 1)
+    node = int(os.environ.get('SLURM_NODEID', 0))
+    return counts[node] if node < len(counts) else None
 
 
 def share(work: Sequence[T], index: int | None = None, count: int | None = None) -> list[T]:
