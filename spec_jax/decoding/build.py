@@ -154,10 +154,11 @@ def build(c: ml_collections.ConfigDict) -> Built:
         prompt_bucket=c.prompt_bucket,
         pad_id=(tok.pad_id or 0) if tok else 0,
     )
-    if s.mode == 'tree' and (s.drafter != 'eagle3' or s.lookup):
+    if s.mode == 'tree' and (s.drafter not in ('eagle3', 'self') or s.lookup):
         raise ValueError(
-            f'spec.mode=tree drafts with an EAGLE-3 head: set spec.drafter=eagle3 (got '
-            f'{s.drafter!r}) and spec.lookup=0 (got {s.lookup})'
+            f'spec.mode=tree drafts with an EAGLE-3 head or the target itself: set '
+            f"spec.drafter to 'eagle3' or 'self' (got {s.drafter!r}) and spec.lookup=0 (got "
+            f'{s.lookup})'
         )
     kind = 'none' if s.mode == 'ar' else s.drafter
     draft = drafters.make(

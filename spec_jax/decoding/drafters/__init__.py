@@ -4,6 +4,7 @@ base.py     the `Drafter` protocol, shared helpers, `NoDrafter` (AR: nothing dra
 lm.py       `LMDrafter`: a draft LM sharing the target's tokenizer
 eagle3.py   `Eagle3Drafter`: an EAGLE-3 head on the target's feature taps
 lookup.py   `NgramDrafter` (prompt lookup) and `PromptLookup` (lookup, then a model)
+self_draft.py  `SelfDrafter`: the target as its own draft (q = p), chains and top-k trees
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from spec_jax.decoding.drafters.base import (
 from spec_jax.decoding.drafters.eagle3 import Eagle3Drafter, Eagle3State
 from spec_jax.decoding.drafters.lm import LMDrafter
 from spec_jax.decoding.drafters.lookup import NgramDrafter, PromptLookup, lookup
+from spec_jax.decoding.drafters.self_draft import SelfDrafter
 from spec_jax.models import eagle3 as e3
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     'NgramDrafter',
     'NoDrafter',
     'PromptLookup',
+    'SelfDrafter',
     'TreeDrafter',
     'check_same_tokenizer',
     'fit_vocab',
@@ -50,7 +53,7 @@ __all__ = [
 ]
 
 
-KINDS = ('none', 'lm', 'eagle3', 'ngram')
+KINDS = ('none', 'lm', 'eagle3', 'ngram', 'self')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,8 +82,9 @@ def make(
       kind: 'none' (AR), 'lm' (a draft LM checkpoint `draft` sharing the target's
         tokenizer; a checkpoint spec as `checkpoints.load` reads), 'eagle3' (an EAGLE-3 head
         directory `draft`, official or speculators layout; 'random': random weights over
-        the whole vocabulary, for smoke runs) or 'ngram' (prompt lookup of up to `ngram`
-        tokens).
+        the whole vocabulary, for smoke runs), 'ngram' (prompt lookup of up to `ngram`
+        tokens) or 'self' (the target drafts for itself, q = p: `SelfDrafter`, chains and
+        its own top-k trees; no `draft`).
       target: the loaded target.
       draft: the checkpoint spec or directory ('' for 'none' and 'ngram').
       ngram: the longest n-gram prompt lookup matches.
@@ -98,7 +102,7 @@ def make(
     if kind not in KINDS:
         raise ValueError(f'drafter {kind!r} is not one of {KINDS}')
     v = target.cfg.vocab_size
-    if lookup and kind in ('none', 'ngram'):
+    if lookup and kind in ('none', 'ngram', 'self'):
         raise ValueError(
             f'lookup={lookup} puts prompt lookup in front of a model drafter; drafter '
             f"{kind!r} has none: use drafter 'lm' or 'eagle3', or lookup=0"
@@ -107,6 +111,8 @@ def make(
         return Built(NoDrafter(v), None)
     if kind == 'ngram':
         return Built(NgramDrafter(ngram, v), None)
+    if kind == 'self':
+        return Built(SelfDrafter(target.cfg), target.params)
     if not 0 <= lookup <= ngram:
         raise ValueError(f'lookup={lookup} must be in [0, ngram={ngram}] (0 = off)')
     if not draft:
