@@ -165,6 +165,12 @@ def test_evaluate_dry_run(env):
     )
     assert '>> "$HOME"/spec_jax_logs/run1.log 2>&1 < /dev/null &' in remote
     check_remote(remote)
+    # The default run name of `config.py:arg` passes the script's own name check.
+    ((_, remote),) = dry_run(env, 'launch/tpu/evaluate.sh', 'configs/experiments/x.py:v5e/8',
+                             'gs://bkt')  # fmt: skip
+    started = detached_command(remote)
+    assert started[started.index('--workdir') + 1] == '/mnt/spec_jax/runs/x_v5e_8'
+    assert '"$HOME"/spec_jax_logs/x_v5e_8.log' in remote
     bad = subprocess.run(['bash', 'launch/tpu/evaluate.sh', '--dry_run', 'c.py', 'gs://b/p'],
                          cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
     assert bad.returncode == 2 and 'gs://name (no path)' in bad.stderr

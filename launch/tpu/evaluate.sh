@@ -6,6 +6,7 @@
 # off: common.sh, mount_bucket). The script returns once every host has started; the run
 # goes on without the SSH sessions (a dropped connection does not end it).
 #   launch/tpu/evaluate.sh [--dry_run] CONFIG BUCKET [RUN_NAME] [-- extra evaluate.py flags]
+#   (RUN_NAME defaults to the config's name: configs/experiments/x.py:v5e -> x_v5e)
 #   launch/tpu/evaluate.sh configs/experiments/llama31_8b_eagle3.py gs://my-bucket llama8b \
 #       -- --config.dtype=bfloat16 --config.mesh.model=-1
 #   launch/tpu/logs.sh llama8b        # worker 0's log (--follow to keep reading)
@@ -21,7 +22,9 @@ config=${1:?CONFIG (a configs/ file, relative to the repository)}
 bucket=${2:?BUCKET (gs://name)}
 [[ $bucket == gs://* && $bucket != gs://*/* ]] || die "BUCKET $bucket: gs://name (no path)"
 shift 2
-run=$(basename "${config%.py}")
+# The default run name: the config file's name, then its argument ('x.py:a/b' -> x_a_b).
+run=$(basename "${config%%:*}" .py)
+if [[ $config == *:* ]]; then arg=${config#*:}; run+=_${arg//[^A-Za-z0-9._-]/_}; fi
 if (( $# )) && [[ "$1" != "--" ]]; then run=$1; shift; fi
 if (( $# )) && [[ "$1" == "--" ]]; then shift; fi
 check_name "$run"
