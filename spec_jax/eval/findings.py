@@ -1,4 +1,4 @@
-"""What a run supports, as sentences with their numbers, and what it cannot test.
+"""What a run supports, as sentences with their numbers and verdicts, and what it cannot test.
 
 The paper's question is a trade-off: how much block efficiency (and speed) a lossy rule buys
 against its matched baseline, for how much distortion of the output law (docs/paper.md,
@@ -7,72 +7,61 @@ method (the speed sets share batches, `spec_jax.eval.timing`, and are judged tog
 handful of prompts per set has no interval of its own); `findings` reads those rows and
 says, per rule and parameter value:
 
-  "minp_verify rho 0.3: BE +0.05 [+0.01, +0.09] for TV 0.110 (outside 0.030) against
-   baseline[min_p=0.3] (speed, n 20)"
+  "minp_verify rho 0.3: BE +0.05 [+0.01, +0.09] (n 30; above 0) for TV 0.110 (outside
+   0.030) against baseline[min_p=0.3]"
 
-with a paired 95% interval (`spec_jax.eval.paired`) and whether it excludes zero; per rule
-family how BE and TV move with the parameter; the overshoot beside lenience's ceiling 1/l;
-per scored task the score gaps and how wide their intervals are. `untestable` names the
-paper's claims the run cannot test and why (a target at floor, chain mode only, one draft),
-each with the number that decides it. Only what the numbers show is said: a trend is called
-monotone only when every step goes the same way, a gap is called real only when its
-interval excludes zero.
+Every verdict comes from the test printed beside it (`spec_jax.eval.verdicts`): score gaps
+from McNemar's exact test (one seed) or a t-test over items; ΔBE from the t-interval of
+the linearised ratio; speedups from the t-interval on log batch ratios; trends over a
+rule's grid from the slope of per-item values (a trend the data cannot order is said to
+be so). Below `verdicts.MIN_ITEMS` items (or MIN_BATCHES batches) the numbers are printed
+with "too few items to judge". The verdicts of a run are one family, Holm-adjusted
+(`family`), and the findings say how many comparisons they made. `untestable` names the
+paper's claims the run cannot test and why, each with the number that decides it.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
 
-from spec_jax.eval import engine_rules, metrics, tables, timing
+from spec_jax.eval import engine_rules, metrics, paired, tables, timing, verdicts
 from spec_jax.eval.plan import Method
 
 # docs/paper.md §5.3: the score gaps the paper reports, in percentage points.
 PAPER_CHAIN_GAPS = (1.0, 4.0)  # Chain truncation rules against their matched baselines.
+# Per-item values a trend is judged from (`pooled_rows` puts them on the lossy rows):
+# name -> (numerator, denominator, against the matched baseline).
+ITEM_VALUES = dict(d_be=('emitted', 'blocks', True), tv=('tv_sum', 'metered', False))
 
 
 def pooled_rows(results: Sequence[dict], methods: Sequence[Method]) -> list[dict]:
     """Metrics rows (`metrics.aggregate`) with every task replaced by its timing group
     ('speed_mt_bench' -> 'speed'); item ids are prefixed by their task so that sets with
-    the same ids stay distinct samples."""
+    the same ids stay distinct samples. Lossy rows also carry 'items': name -> {item:
+    value} for the names of ITEM_VALUES (the per-item ΔBE and TV trends are judged from)."""
     pooled = [dict(r, task=timing.task_group(r['task']), item=f'{r["task"]}/{r["item"]}')
               for r in results]  # fmt: skip
-    return metrics.aggregate(pooled, methods)
-
-
-def _verdict(row: dict, key: str, ref: float = 0.0) -> str:
-    """Whether row[key]'s interval excludes `ref`."""
-    lo, hi = row.get(f'{key}_lo'), row.get(f'{key}_hi')
-    if not (tables.num(lo) and tables.num(hi)):
-        return ' (no interval: too few samples or batches)'
-    if lo > ref:
-        return f' (above {ref:g})'
-    if hi < ref:
-        return f' (below {ref:g})'
-    return f' (not distinguishable from {ref:g})'
+    rows = metrics.aggregate(pooled, methods)
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in pooled:
+        groups[(r['task'], r['method'])].append(r)
+    for row in rows:
+        matched = tables.matched_name(row)
+        if matched is None:
+            continue
+        mine, base = groups[(row['task'], row['method'])], groups[(row['task'], matched)]
+        row['items'] = {
+            name: paired.item_values(mine, num, den, base if against else None)
+            for name, (num, den, against) in ITEM_VALUES.items()
+        }  # fmt: skip
+    return rows
 
 
 def _param_text(row: dict) -> str:
     if tables.num(row.get('param')):
         return f'{row["rule"]} {row["param_name"]} {row["param"]:g}'
     return str(row['method'])
-
-
-def _trend(values: Sequence[Any], tol: float = 1e-2) -> str:
-    """'rises', 'falls', 'stays flat' or 'is not monotone' over a sequence: every step the
-    same way, steps within `tol` of the largest magnitude counting as flat."""
-    vals = [v for v in values if tables.num(v)]
-    if len(vals) < 2 or len(vals) < len(values):
-        return 'cannot be judged'
-    scale = tol * max(max(abs(v) for v in vals), 1e-12)
-    steps = [0 if abs(b - a) <= scale else b - a for a, b in zip(vals, vals[1:])]
-    if all(s == 0 for s in steps):
-        return 'stays flat'
-    if all(s > 0 for s in steps):
-        return 'rises'
-    if all(s < 0 for s in steps):
-        return 'falls'
-    return 'is not monotone'
 
 
 def _families(rows: Sequence[dict]) -> dict[str, list[dict]]:
@@ -86,15 +75,94 @@ def _families(rows: Sequence[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def _speed_lines(group: str, sel: list[dict]) -> list[str]:
+def _trend_test(key: tuple, fam: list[dict], name: str) -> verdicts.Test | None:
+    """The slope over the family's grid of per-item values on the items every member has
+    (None without a numeric grid of 3 or more points or without per-item values)."""
+    params = [r.get('param') for r in fam]
+    values = [(r.get('items') or {}).get(name) for r in fam]
+    if len(fam) < 3 or not all(map(tables.num, params)) or not all(values):
+        return None
+    items = sorted(set.intersection(*(set(v) for v in values)))
+    return verdicts.slope_test(key, params, [[v[i] for v in values] for i in items])
+
+
+def tests(rows: Sequence[dict]) -> list[verdicts.Test]:
+    """The run's family of verdicts: per group lossless SD's speedup over AR; per lossy row
+    its ΔBE and speedup over its matched baseline (with pairs), its score gap (scored
+    tasks); per rule family of 3+ grid points the trends of ΔBE and TV."""
+    out = []
+    for group in tables.tasks(rows):
+        sel = [r for r in rows if r['task'] == group]
+        for r in sel:
+            m = r['method']
+            if r.get('kind') == 'lossless' and tables.num(r.get('speedup')):
+                out.append(_speed_test((group, m, 'speedup'), r, 'speedup'))
+            if r.get('kind') != 'lossy' or not r.get('pair_n'):
+                continue
+            n = r.get('pair_n_items') or r.get('pair_n')
+            out.append(verdicts.t_test((group, m, 'd_be'), r.get('d_be'), r.get('d_be_lo'),
+                                       r.get('d_be_hi'), n))  # fmt: skip
+            if tables.num(r.get('speedup_vs_matched')):
+                out.append(_speed_test((group, m, 'speedup_vs_matched'), r,
+                                       'speedup_vs_matched'))  # fmt: skip
+            if r.get('scored') and tables.num(r.get('d_score')):
+                p = r['d_score_p'] if tables.num(r.get('d_score_p')) else None
+                lo, hi = r.get('d_score_lo'), r.get('d_score_hi')
+                out.append(verdicts.Test((group, m, 'd_score'), r['d_score'], p, int(n),
+                                         lo=lo, hi=hi))  # fmt: skip
+        for rule, fam in _families(sel).items():
+            for name in ITEM_VALUES:
+                test = _trend_test((group, rule, 'trend', name), fam, name)
+                if test is not None:
+                    out.append(test)
+    return out
+
+
+def _speed_test(key: tuple, row: dict, field: str) -> verdicts.Test:
+    return verdicts.t_test(key, row.get(field), row.get(f'{field}_lo'), row.get(f'{field}_hi'),
+                           row.get(f'{field}_n_batches'), ref=1.0, log=True,
+                           min_n=verdicts.MIN_BATCHES, unit='batches')  # fmt: skip
+
+
+def family(rows: Sequence[dict]) -> verdicts.Family:
+    """The run's verdicts, Holm-adjusted over `tests(rows)`."""
+    return verdicts.judge(tests(rows))
+
+
+def _said(fam: verdicts.Family, key: tuple) -> str:
+    """' (above 0)' etc. for a key of the family; its Holm p where it was judged."""
+    text = fam.verdicts.get(key, verdicts.NO_TEST)
+    adj = fam.adjusted.get(key)
+    return f' ({text}; Holm p {adj:.3g})' if adj is not None else f' ({text})'
+
+
+def _trend_text(fam: verdicts.Family, key: tuple, name: str) -> str:
+    """'rises (slope +0.80 [+0.45, +1.19] per unit, n 30 items; Holm p ...)' or 'cannot be
+    ordered by these data (...)' from the family's trend test."""
+    test = next((t for t in fam.tests if t.key == key), None)
+    if test is None:
+        return 'has no trend test (fewer than 3 grid points or no per-item values)'
+    said = fam.verdicts[key]
+    slope = tables.interval(dict(s=test.estimate, s_lo=test.lo, s_hi=test.hi), 's', '+.3g')
+    words = {'above 0': 'rises', 'below 0': 'falls'}.get(
+        said, 'cannot be ordered by these data' if said.startswith('not') else said)
+    adj = fam.adjusted.get(key)
+    p = f'; Holm p {adj:.3g}' if adj is not None else ''
+    return f'{name} {words} (slope {slope} per unit, n {test.n} items{p})'
+
+
+def _speed_lines(group: str, sel: list[dict], fam: verdicts.Family) -> list[str]:
     lines = []
     lossless = next((r for r in sel if r.get('kind') == 'lossless'), None)
     if lossless:
+        decode = ''
+        if tables.num(lossless.get('decode_speedup')):
+            decode = f', decode-only {tables.interval(lossless, "decode_speedup", ".2f")}x'
         lines.append(
             f'{group}: lossless SD runs at BE {tables.fmt(lossless.get("block_efficiency"))}, '
-            f'speedup {tables.interval(lossless, "speedup", ".2f")}x over AR '
-            f'({lossless.get("speedup_n_batches") or 0} batches)'
-            + _verdict(lossless, 'speedup', 1.0)
+            f'speedup {tables.interval(lossless, "speedup", ".2f")}x over AR end to end'
+            f'{decode} ({lossless.get("speedup_n_batches") or 0} batches)'
+            + _said(fam, (group, lossless['method'], 'speedup'))
         )
     for r in sel:
         if r.get('kind') != 'lossy':
@@ -109,27 +177,32 @@ def _speed_lines(group: str, sel: list[dict]) -> list[str]:
             lines.append(f'{group}: {_param_text(r)}: no samples shared with '
                          f'{tables.matched_name(r)} (a partial run): {paid}')  # fmt: skip
             continue
+        m = r['method']
+        speed = ''
+        if tables.num(r.get('speedup_vs_matched')):
+            speed = (f'; speedup over it {tables.interval(r, "speedup_vs_matched", ".2f")}x '
+                     f'({r.get("speedup_vs_matched_n_batches") or 0} batches)'
+                     + _said(fam, (group, m, 'speedup_vs_matched')))  # fmt: skip
         lines.append(
-            f'{group}: {_param_text(r)}: BE {tables.interval(r, "d_be", "+.3f")}'
-            f'{_verdict(r, "d_be")} for '
-            f'{paid} against {tables.matched_name(r)} (n {r.get("pair_n")})'
-            + (f'; speedup over it {tables.interval(r, "speedup_vs_matched", ".2f")}x'
-               if tables.num(r.get('speedup_vs_matched')) else '')
+            f'{group}: {_param_text(r)}: BE {tables.interval(r, "d_be", "+.3f")} '
+            f'(n {r.get("pair_n_items") or r.get("pair_n")} items)'
+            f'{_said(fam, (group, m, "d_be"))} for {paid} against {tables.matched_name(r)}'
+            + speed
         )
-    for rule, fam in _families(sel).items():
-        if len(fam) < 2:
+    for rule, members in _families(sel).items():
+        if len(members) < 2:
             continue
-        name = fam[0]['param_name']
-        params = ', '.join(f'{r["param"]:g}' for r in fam)
-        tv = [r.get('tv') for r in fam]
-        be = [r.get('d_be') for r in fam]
+        name = members[0]['param_name']
+        params = ', '.join(f'{r["param"]:g}' for r in members)
+        tv = ', '.join(tables.fmt(r.get('tv'), '.3f') for r in members)
+        be = ', '.join(tables.fmt(r.get('d_be'), '+.3f') for r in members)
         lines.append(
-            f'{group}: {rule} over {name} = {params}: TV {_trend(tv)} '
-            f'({", ".join(tables.fmt(v, ".3f") for v in tv)}), ΔBE {_trend(be)} '
-            f'({", ".join(tables.fmt(v, "+.3f") for v in be)})'
+            f'{group}: {rule} over {name} = {params}: TV ({tv}): '
+            f'{_trend_text(fam, (group, rule, "trend", "tv"), "TV")}; ΔBE ({be}): '
+            f'{_trend_text(fam, (group, rule, "trend", "d_be"), "ΔBE")}'
         )
         if rule == 'lenience':
-            peaks = [(r['param'], r.get('overshoot_max')) for r in fam]
+            peaks = [(r['param'], r.get('overshoot_max')) for r in members]
             under = all(tables.num(p) and p <= 1.0 / lam + 1e-6 for lam, p in peaks)
             lines.append(
                 f'{group}: lenience overshoot max pi/p '
@@ -137,50 +210,54 @@ def _speed_lines(group: str, sel: list[dict]) -> list[str]:
                 + (': under its ceiling 1/l' if under else ': NOT under its ceiling 1/l')
             )
         if rule == 'cos':
-            peaks = [tables.fmt(r.get('overshoot_max'), '.3g') for r in fam]
+            peaks = [tables.fmt(r.get('overshoot_max'), '.3g') for r in members]
             lines.append(f'{group}: CoS overshoot max pi/p {", ".join(peaks)} (no ceiling)')
     return lines
 
 
-def _score_lines(task: str, sel: list[dict]) -> list[str]:
-    """AR's score, then the lossy methods whose paired score gap excludes zero; the others
-    in one line with the range of their intervals."""
+def _score_text(r: dict) -> str:
+    test = r.get('d_score_test')
+    p = f', {test or "test"} p {r["d_score_p"]:.3g}' if tables.num(r.get('d_score_p')) else ''
+    return (f'{_param_text(r)} {tables.interval(r, "d_score", "+.1f", 100.0)} points '
+            f'(n {r.get("pair_n_items") or r.get("pair_n")}{p})')  # fmt: skip
+
+
+def _score_lines(task: str, sel: list[dict], fam: verdicts.Family) -> list[str]:
+    """AR's score; the lossy methods whose gap the family judges above or below 0, one line
+    each; those not distinguishable and those with too few items, one line per kind with
+    every gap and its test."""
     ar = next((r for r in sel if r.get('kind') == 'ar'), {})
     lines = [f'{task}: AR scores {tables.score_text(ar)}% (n {ar.get("n_samples")})']
-    quiet = []
+    quiet: dict[str, list[dict]] = defaultdict(list)
     for r in (r for r in sel if r.get('kind') == 'lossy'):
-        verdict = _verdict(r, 'd_score')
-        if 'not distinguishable' in verdict or 'no interval' in verdict:
-            quiet.append(r)
-            continue
-        p = f', McNemar p {r["d_score_p"]:.3g}' if tables.num(r.get('d_score_p')) else ''
-        lines.append(
-            f'{task}: {_param_text(r)}: score {tables.interval(r, "d_score", "+.1f", 100.0)} '
-            f'points against '
-            f'{tables.matched_name(r)} (n {r.get("pair_n")}{p}){verdict}'
-        )
-    if quiet:
-        gaps = [100.0 * r['d_score'] for r in quiet if tables.num(r.get('d_score'))]
-        span = f' (Δ {min(gaps):+.1f} to {max(gaps):+.1f} points)' if gaps else ''
-        lines.append(
-            f'{task}: {len(quiet)} of the lossy methods have score gaps not distinguishable '
-            f'from 0 against their matched baselines{span}, n {quiet[0].get("pair_n")}'
-        )
+        key = (task, r['method'], 'd_score')
+        said = fam.verdicts.get(key, verdicts.NO_TEST)
+        if said.startswith(('above', 'below')):
+            lines.append(f'{task}: score gap against {tables.matched_name(r)}: '
+                         f'{_score_text(r)}{_said(fam, key)}')  # fmt: skip
+        else:
+            quiet[said].append(r)
+    for said, group in quiet.items():
+        lines.append(f'{task}: score gaps against the matched baselines, {said}'
+                     + (f' (n < {verdicts.MIN_ITEMS})' if said == verdicts.TOO_FEW else '')
+                     + ': ' + '; '.join(_score_text(r) for r in group))  # fmt: skip
     return lines
 
 
-def findings(rows: Sequence[dict]) -> list[str]:
-    """Sentences with their numbers for `pooled_rows`' rows: speed and BE against
-    distortion per group, score gaps per scored task."""
+def findings(rows: Sequence[dict], fam: verdicts.Family | None = None) -> list[str]:
+    """Sentences with their numbers and verdicts for `pooled_rows`' rows: speed and BE
+    against distortion per group, score gaps per scored task (`fam`: the run's family,
+    `family(rows)` unless given)."""
+    fam = fam if fam is not None else family(rows)
     out = []
     groups = tables.tasks(rows)  # The speed groups lead: the trade-off needs no score.
     for group in sorted(groups, key=lambda g: any(r.get('scored') for r in rows
                                                   if r['task'] == g)):  # fmt: skip
         sel = [r for r in rows if r['task'] == group]
-        out += _speed_lines(group, sel)
+        out += _speed_lines(group, sel, fam)
         out += engine_rules.finding_lines(group, sel)  # Against lossless SD: the flattery.
         if sel and sel[0].get('scored'):
-            out += _score_lines(group, sel)
+            out += _score_lines(group, sel, fam)
     return out
 
 
@@ -233,8 +310,10 @@ def untestable(rows: Sequence[dict], mode: str) -> list[str]:
 
 def text(rows: Sequence[dict], mode: str) -> str:
     """The findings block a job prints: what the run supports, then what it cannot test."""
-    lines = ['Findings (95% intervals; Δ against the matched baseline on shared samples):']
-    lines += [f'- {line}' for line in findings(rows)]
+    fam = family(rows)
+    lines = ['Findings (95% intervals; Δ against the matched baseline on shared samples; '
+             f'verdicts: {fam.note()}):']  # fmt: skip
+    lines += [f'- {line}' for line in findings(rows, fam)]
     lines += ['', "The paper's claims this run cannot test:"]
     lines += [f'- {line}' for line in untestable(rows, mode)]
     return '\n'.join(lines)

@@ -15,12 +15,15 @@ made pair by pair, never between pools:
                 alike cancels in its ratio; drift within a batch's round averages out over
                 the rotation.
   Δ (score, BE, TV)  method minus matched baseline over the shared (item, seed) keys only
-                (a partial or mixed run compares the same items), with n and a 95%
-                percentile bootstrap interval over items (RESAMPLES resamples of the items,
-                each with all its shared seeds, at a fixed seed: the report is
-                reproducible); for 0/1 scores with one seed also McNemar's exact test (the
-                two-sided binomial test of the discordant pairs) and its p-value; with
-                several seeds, the mean and standard deviation over seeds of the per-seed Δ.
+                (a partial or mixed run compares the same items), with n, a 95% interval
+                and the p-value of the test the verdict is drawn from (`spec_jax.eval.
+                verdicts`): for 0/1 scores with one seed McNemar's exact test (the
+                two-sided binomial test of the discordant pairs) and the exact interval
+                that agrees with it; with several seeds a t-interval over items of each
+                item's mean Δ, and the mean and standard deviation over seeds of the
+                per-seed Δ; for BE and TV (ratios of sums over items) the t-interval of
+                the linearised ratio (each item's influence on it), whose coverage at the
+                run's n is checked by simulation (tests/eval/test_findings.py).
   speedup_vs_matched  the method's tokens/s over its matched baseline's, per shared batch,
                 as the speedup is (a ratio: the method's speed gain over the baseline).
 """
@@ -34,15 +37,15 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy import stats
 
+from spec_jax.eval import verdicts
+
 # The fields `matched_deltas` gives a lossy row (None on the other rows).
 MATCHED_FIELDS = ('pair_n', 'pair_n_items', 'd_score', 'd_score_lo', 'd_score_hi', 'd_score_p',
-                  'd_score_seed_mean', 'd_score_seed_std', 'd_be', 'd_be_lo', 'd_be_hi', 'd_tv',
-                  'd_tv_lo', 'd_tv_hi', 'd_tv_plain', 'd_tv_plain_lo', 'd_tv_plain_hi',
-                  'speedup_vs_matched', 'speedup_vs_matched_lo',
+                  'd_score_test', 'd_score_seed_mean', 'd_score_seed_std', 'd_be', 'd_be_lo',
+                  'd_be_hi', 'd_tv', 'd_tv_lo', 'd_tv_hi', 'd_tv_plain', 'd_tv_plain_lo',
+                  'd_tv_plain_hi', 'speedup_vs_matched', 'speedup_vs_matched_lo',
                   'speedup_vs_matched_hi', 'speedup_vs_matched_n_batches')  # fmt: skip
 MIN_BATCHES = 5  # An interval from this many batches on (none below: too few to judge).
-RESAMPLES = 2000
-BOOTSTRAP_SEED = 0
 
 
 def sample_key(row: dict) -> tuple:
@@ -116,18 +119,14 @@ def _shared(rows: Sequence[dict], base: Sequence[dict]) -> dict[tuple, tuple[dic
     return {k: (ours[k], theirs[k]) for k in sorted(ours.keys() & theirs.keys())}
 
 
-def _resample_counts(n: int) -> np.ndarray:
-    """RESAMPLES x n: how often each item is drawn in each bootstrap resample."""
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    return rng.multinomial(n, np.full(n, 1.0 / n), size=RESAMPLES)
-
-
-def _percentiles(values: np.ndarray) -> tuple[float | None, float | None]:
-    values = values[np.isfinite(values)]
-    if not len(values):
+def t_interval(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """The 95% t-interval (at n - 1 degrees of freedom) of the mean of per-item values
+    (None, None below 2 items)."""
+    x = np.asarray(values, float)
+    if len(x) < 2:
         return None, None
-    lo, hi = np.percentile(values, [2.5, 97.5])
-    return float(lo), float(hi)
+    half = float(stats.t.ppf(0.975, len(x) - 1)) * float(x.std(ddof=1)) / math.sqrt(len(x))
+    return float(x.mean() - half), float(x.mean() + half)
 
 
 def ratio_delta(
@@ -135,7 +134,9 @@ def ratio_delta(
     den: Callable[[dict], float],
 ) -> tuple[float | None, float | None, float | None]:  # fmt: skip
     """(Δ, lo, hi) of a pooled ratio sum(num) / sum(den), ours minus the baseline's, over
-    the shared pairs, with the bootstrap over items (None where a side has no denominator)."""
+    the shared pairs (None where a side has no denominator): the t-interval over items of
+    each item's linearised influence on Δ, n (a_i - R1 b_i) / sum(b) - n (c_i - R2 d_i) /
+    sum(d), whose mean is 0 and whose spread is the delta method's standard error."""
     items: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(4))
     for (item, _), (a, b) in pairs.items():
         items[item] += (num(a), den(a), num(b), den(b))
@@ -145,23 +146,42 @@ def ratio_delta(
     total = sums.sum(0)
     if not total[1] or not total[3]:
         return None, None, None
-    d = total[0] / total[1] - total[2] / total[3]
-    if len(sums) < 2:
-        return float(d), None, None
-    boot = _resample_counts(len(sums)) @ sums
-    with np.errstate(divide='ignore', invalid='ignore'):
-        lo, hi = _percentiles(boot[:, 0] / boot[:, 1] - boot[:, 2] / boot[:, 3])
-    return float(d), lo, hi
+    r1, r2 = total[0] / total[1], total[2] / total[3]
+    n = len(sums)
+    infl = n * (
+        (sums[:, 0] - r1 * sums[:, 1]) / total[1] - (sums[:, 2] - r2 * sums[:, 3]) / total[3]
+    )
+    lo, hi = t_interval(r1 - r2 + infl)
+    return float(r1 - r2), lo, hi
+
+
+def item_values(
+    rows: Sequence[dict], num: str, den: str, base: Sequence[dict] | None = None
+) -> dict[str, float]:  # fmt: skip
+    """item -> sum(num) / sum(den) of the stats over the item's seeds, minus the same of
+    `base` on the shared (item, seed) keys when given (items without a denominator are
+    left out): the per-item values a trend over a grid is judged from."""
+    sums: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(4))
+    pairs = _shared(rows, base) if base is not None else {sample_key(r): (r, r) for r in rows}
+    for (item, _), (a, b) in pairs.items():
+        if all(k in r['stats'] for r in (a, b) for k in (num, den)):
+            sums[item] += (a['stats'][num], a['stats'][den], b['stats'][num], b['stats'][den])
+    out = {}
+    for item, (x, y, u, w) in sums.items():
+        if y and (base is None or w):
+            out[item] = float(x / y - (u / w if base is not None else 0.0))
+    return out
 
 
 def score_delta(pairs: dict[tuple, tuple[dict, dict]]) -> dict:
     """The score Δ over the shared pairs of scored rows: each item's mean Δ over its shared
-    seeds, then the mean over items ('d_score'), the bootstrap interval over items
-    ('d_score_lo', 'd_score_hi'), McNemar's exact p-value for one seed per item
-    ('d_score_p', else None), and with several seeds the mean and standard deviation over
-    seeds of each seed's Δ ('d_score_seed_mean', 'd_score_seed_std')."""
+    seeds, then the mean over items ('d_score'). With one seed, McNemar's exact test
+    ('d_score_test' 'McNemar', 'd_score_p') and the exact interval that agrees with it
+    (`verdicts.mcnemar_interval`); with several, the t-interval over items and its p
+    ('d_score_test' 't'), and the mean and standard deviation over seeds of each seed's Δ
+    ('d_score_seed_mean', 'd_score_seed_std')."""
     out = dict(d_score=None, d_score_lo=None, d_score_hi=None, d_score_p=None,
-               d_score_seed_mean=None, d_score_seed_std=None)  # fmt: skip
+               d_score_test=None, d_score_seed_mean=None, d_score_seed_std=None)  # fmt: skip
     by_item: dict[str, list[float]] = defaultdict(list)
     by_seed: dict[int, list[float]] = defaultdict(list)
     for (item, seed), (a, b) in pairs.items():
@@ -172,16 +192,17 @@ def score_delta(pairs: dict[tuple, tuple[dict, dict]]) -> dict:
         return out
     x = np.asarray([sum(v) / len(v) for v in by_item.values()])
     out['d_score'] = float(x.mean())
-    if len(x) >= 2:
-        out['d_score_lo'], out['d_score_hi'] = _percentiles(_resample_counts(len(x)) @ x / len(x))
     if len(by_seed) == 1:  # McNemar: the discordant pairs, under H0 each way with p 1/2.
-        wins = sum(d > 0 for d in x)
-        losses = sum(d < 0 for d in x)
-        out['d_score_p'] = (
-            float(stats.binomtest(int(wins), int(wins + losses), 0.5).pvalue)
-            if wins + losses else 1.0
-        )  # fmt: skip
+        wins, losses = int((x > 0).sum()), int((x < 0).sum())
+        out['d_score_test'] = 'McNemar'
+        out['d_score_p'] = verdicts.mcnemar_p(wins, losses)
+        out['d_score_lo'], out['d_score_hi'] = verdicts.mcnemar_interval(wins, losses, len(x))
     else:
+        out['d_score_test'] = 't'
+        out['d_score_lo'], out['d_score_hi'] = t_interval(x)
+        if out['d_score_lo'] is not None:
+            out['d_score_p'] = verdicts.t_p_value(out['d_score'], out['d_score_lo'],
+                                                  out['d_score_hi'], len(x))  # fmt: skip
         per_seed = [sum(v) / len(v) for v in by_seed.values()]
         out['d_score_seed_mean'] = float(np.mean(per_seed))
         out['d_score_seed_std'] = float(np.std(per_seed, ddof=1))

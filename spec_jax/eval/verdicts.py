@@ -68,6 +68,7 @@ class Test:
       ref: the value it is judged against (0 for Δs, 1 for ratios).
       min_n: the fewest n it is judged from (MIN_ITEMS or MIN_BATCHES).
       unit: 'items' or 'batches', for the "too few" text.
+      lo, hi: its 95% interval where the test has one (None otherwise).
     """
 
     key: Hashable
@@ -77,6 +78,8 @@ class Test:
     ref: float = 0.0
     min_n: int = MIN_ITEMS
     unit: str = 'items'
+    lo: float | None = None
+    hi: float | None = None
 
     @property
     def judged(self) -> bool:
@@ -147,18 +150,22 @@ def t_test(
             p = t_p_value(*(math.log(v) for v in vals), n, math.log(ref))
         elif not log:
             p = t_p_value(estimate, lo, hi, n, ref)
-    return Test(key, estimate, p, n, ref, min_n, unit)
+    return Test(key, estimate, p, n, ref, min_n, unit, lo, hi)
 
 
 def mcnemar_test(key: Hashable, wins: int, losses: int, n: int) -> Test:
-    """A Test of a 0/1 score gap over n items by McNemar's exact test."""
-    return Test(key, (wins - losses) / n if n else None, mcnemar_p(wins, losses), n)
+    """A Test of a 0/1 score gap over n items by McNemar's exact test, with the interval
+    that agrees with it."""
+    if not n:
+        return Test(key, None, None, 0)
+    lo, hi = mcnemar_interval(wins, losses, n)
+    return Test(key, (wins - losses) / n, mcnemar_p(wins, losses), n, lo=lo, hi=hi)
 
 
 def slope_test(key: Hashable, xs: Sequence[float], ys_by_item: np.ndarray) -> Test:
     """Whether per-item values rise or fall over a grid: each item's least-squares slope
     over `xs`, a t-test over items of the mean slope (items x points; rows with a NaN are
-    left out). Estimate: the mean slope per unit of x."""
+    left out). Estimate: the mean slope per unit of x, with its 95% t-interval."""
     y = np.asarray(ys_by_item, float)
     x = np.asarray(xs, float)
     if y.ndim != 2 or y.shape[1] != len(x) or len(x) < 2:
@@ -170,10 +177,14 @@ def slope_test(key: Hashable, xs: Sequence[float], ys_by_item: np.ndarray) -> Te
     if n < 2:
         return Test(key, float(slopes.mean()) if n else None, None, n)
     mean, sd = float(slopes.mean()), float(slopes.std(ddof=1))
-    if sd == 0:
-        return Test(key, mean, 0.0 if mean else 1.0, n)
-    p = float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
-    return Test(key, mean, p, n)
+    tiny = 1e-9 * max(float(np.abs(y).max()), 1e-300) / max(float(np.abs(xc).max()), 1e-300)
+    if sd <= tiny:  # Every item's slope the same (rounding aside): exact, p 0 or 1.
+        mean = 0.0 if abs(mean) <= tiny else mean
+        return Test(key, mean, 0.0 if mean else 1.0, n, lo=mean, hi=mean)
+    se = sd / math.sqrt(n)
+    half = float(stats.t.ppf(0.975, n - 1)) * se
+    p = float(2 * stats.t.sf(abs(mean) / se, n - 1))
+    return Test(key, mean, p, n, lo=mean - half, hi=mean + half)
 
 
 def verdict(test: Test, p_adjusted: float | None = None) -> str:

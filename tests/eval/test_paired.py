@@ -1,7 +1,8 @@
 """Paired statistics on constructed runs: a partial run whose pooled scores mislead (the
 baseline on 100 items, the method on 40) reports its Δs over the 40 shared items, with n and
-intervals, in the metrics rows and the report's matched pairs; McNemar's exact p; per-seed
-mean and std; Wilson's interval where the items have no spread."""
+intervals, in the metrics rows and the report's matched pairs; McNemar's exact p and the
+exact interval that agrees with it (4 discordant pairs all one way: not distinguishable);
+per-seed mean and std; Wilson's interval where the items have no spread."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import math
 import pytest
 from scipy import stats
 
-from spec_jax.eval import compare, metrics, paired, plan, report
+from spec_jax.eval import compare, findings, metrics, paired, plan, report, verdicts
 
 LOSSY, BASE = 'minp_verify:rho=0.3', 'baseline[min_p=0.3]'
 
@@ -47,8 +48,13 @@ def test_the_partial_run_pairs_its_deltas_on_the_shared_items(partial_run, tmp_p
     assert lossy['score'] - base['score'] == pytest.approx(0.30)  # The pooled figure misleads.
     assert lossy['pair_n'] == lossy['pair_n_items'] == 40
     assert lossy['d_score'] == pytest.approx(-0.10)
-    assert lossy['d_score_lo'] < -0.10 < lossy['d_score_hi'] < 0.0  # Far from +30.
+    # McNemar: 0 wins, 4 losses, p 0.125; the exact interval agrees (it holds 0), far from +30.
     assert lossy['d_score_p'] == pytest.approx(stats.binomtest(0, 4, 0.5).pvalue)  # 0.125.
+    assert lossy['d_score_test'] == 'McNemar'
+    assert lossy['d_score_lo'] == pytest.approx(-0.10) and 0.0 < lossy['d_score_hi'] < 0.05
+    fam = findings.family(rows)
+    assert fam.verdicts[('gsm8k', LOSSY, 'd_score')] == 'not distinguishable from 0'
+    assert 'not distinguishable from 0' in findings.text(rows, 'chain')
     # BE on the shared items: 2.0 against 1.5 (pooled, the baseline's other items say 2.4).
     assert lossy['d_be'] == pytest.approx(0.5) and base['block_efficiency'] == pytest.approx(2.4)
     assert lossy['d_be_lo'] == pytest.approx(0.5) and lossy['d_be_hi'] == pytest.approx(0.5)
@@ -74,16 +80,26 @@ def test_the_partial_run_pairs_its_deltas_on_the_shared_items(partial_run, tmp_p
     assert cells[8] == '+0.50 [+0.50, +0.50]' and cells[10] == '2.00 [2.00, 2.00]'
 
 
-def test_bootstrap_is_reproducible_and_over_items(partial_run):
-    methods, rows = partial_run
-    again = metrics.aggregate(
-        [sample(BASE, i, i < 28, 15, 2.0) for i in range(40)]
-        + [sample(LOSSY, i, i < 24, 20, 1.0) for i in range(40)],
-        methods,
-    )
-    lossy = next(r for r in again if r['method'] == LOSSY)
-    first = next(r for r in rows if r['method'] == LOSSY)
-    assert (lossy['d_score_lo'], lossy['d_score_hi']) == (first['d_score_lo'], first['d_score_hi'])
+def test_exact_interval_and_mcnemar_agree():
+    """Over every split of up to 16 discordant pairs of 30 items the interval excludes 0
+    exactly when McNemar's p is under 0.05."""
+    for d in range(1, 17):
+        for wins in range(d + 1):
+            lo, hi = verdicts.mcnemar_interval(wins, d - wins, 30)
+            assert (lo > 0 or hi < 0) == (verdicts.mcnemar_p(wins, d - wins) < 0.05), (wins, d)
+
+
+def test_three_items_are_too_few_to_judge():
+    """Three items, all wins: +100 points, McNemar p 0.25, and no verdict."""
+    methods = plan.plan([LOSSY], 'chain')
+    rows = [sample(BASE, i, False, 15, 2.0) for i in range(3)]
+    rows += [sample(LOSSY, i, True, 20, 1.0) for i in range(3)]
+    rows = metrics.aggregate(rows, methods)
+    lossy = next(r for r in rows if r['method'] == LOSSY)
+    assert lossy['d_score'] == 1.0 and lossy['d_score_p'] == pytest.approx(0.25)
+    assert findings.family(rows).verdicts[('gsm8k', LOSSY, 'd_score')] == verdicts.TOO_FEW
+    (line,) = [x for x in findings.findings(rows) if 'score gaps' in x]
+    assert 'too few items to judge (n < 10)' in line and '+100.0' in line and 'p 0.25' in line
 
 
 def test_several_seeds_mean_and_std():
@@ -99,7 +115,11 @@ def test_several_seeds_mean_and_std():
     assert lossy['d_score'] == pytest.approx(0.05)
     assert lossy['d_score_seed_mean'] == pytest.approx(0.05)
     assert lossy['d_score_seed_std'] == pytest.approx(math.sqrt(0.15**2 + 0.15**2))
-    assert lossy['d_score_p'] is None  # McNemar is for one sample per item.
+    # McNemar is for one sample per item: with two seeds a t-test over the items' mean Δs.
+    item_means = [0.0] * 5 + [0.5] * 2 + [0.0] * 3  # Items 5, 6: won at seed 0 only.
+    item_means[4] = -0.5  # Item 4: lost at seed 1 only.
+    assert lossy['d_score_test'] == 't'
+    assert lossy['d_score_p'] == pytest.approx(stats.ttest_1samp(item_means, 0.0).pvalue)
     assert lossy['n_seeds'] == 2
     assert lossy['score_seed_std'] == pytest.approx(math.sqrt(0.15**2 * 2))  # 0.7 and 0.4.
 
