@@ -8,13 +8,16 @@
 
 Prints per chip the memory estimate, memory_analysis(), the compile time, the loop body's
 collectives and the round's roofline (spec_jax/jobs/aot.py). Needs libtpu for the compile
-(`pip install 'jax[tpu]==<the installed jax>'`); --dry_run only estimates.
+(`pip install 'jax[tpu]==<the installed jax>'`); --dry_run only estimates. A plan over the
+chip's HBM is refused in one line with the numbers (exit status 1; --force compiles it).
 """
+
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from spec_jax.jobs import aot
+from spec_jax.jobs import aot, memory
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'A decode config.', lock_config=True)
 _TOPOLOGY = flags.DEFINE_string('topology', 'v5e:2x2', 'TPU topology: v5e:2x2, v5p:2x2x1, ...')
@@ -32,18 +35,21 @@ flags.mark_flags_as_required(['config'])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-    aot.run(
-        _CONFIG.value,
-        _WORKDIR.value,
-        topology=_TOPOLOGY.value,
-        device=_DEVICE.value,
-        modes=tuple(_MODES.value),
-        block_efficiency=_BLOCK.value,
-        dry_run=_DRY_RUN.value,
-        force=_FORCE.value,
-        prompt_len=_PROMPT_LEN.value,
-        rounds=_ROUNDS.value,
-    )
+    try:
+        aot.run(
+            _CONFIG.value,
+            _WORKDIR.value,
+            topology=_TOPOLOGY.value,
+            device=_DEVICE.value,
+            modes=tuple(_MODES.value),
+            block_efficiency=_BLOCK.value,
+            dry_run=_DRY_RUN.value,
+            force=_FORCE.value,
+            prompt_len=_PROMPT_LEN.value,
+            rounds=_ROUNDS.value,
+        )
+    except memory.OverHBM as e:  # One line with the numbers, not a traceback.
+        sys.exit(f'refused: {e}')
 
 
 if __name__ == '__main__':

@@ -225,8 +225,9 @@ def compile_mode(ab: Abstract, chip: chips.Chip, where: str, mode: str, rounds: 
 
 
 def compile_loop(ab: Abstract):
-    """(the compiled decode loop of `ab`, seconds to lower and compile it). ValueError when
-    the TPU compiler itself finds the program over the chip's HBM (its numbers quoted)."""
+    """(the compiled decode loop of `ab`, seconds to lower and compile it). `OverHBM` when
+    the TPU compiler itself finds the program over the chip's HBM (its verdict quoted; the
+    largest allocations it lists printed before)."""
     start = time.perf_counter()  # Timed: no persistent cache read or written.
     with runtime.compilation_cache_off(), jax.set_mesh(ab.mesh):
         lowered = eng.decode_loop.lower(ab.engine, *ab.args)
@@ -235,12 +236,15 @@ def compile_loop(ab: Abstract):
         except jax.errors.JaxRuntimeError as e:
             if 'RESOURCE_EXHAUSTED' not in str(e):
                 raise
-            p = ab.plan
-            raise ValueError(
+            p, listing = ab.plan, compiler_refusal(str(e))
+            print(f'the TPU compiler refused the {ab.engine.mode} decode loop:\n{listing}')
+            raise memory.OverHBM(
                 f'{ab.engine.mode} decode loop (batch {p.batch}, {p.slots} slots, mesh data '
                 f'{p.mesh[0]} x model {p.mesh[1]}) does not fit the chip, the TPU compiler '
-                f'says: {compiler_refusal(str(e))}\nuse a larger model axis, more data shards, '
-                'a smaller batch, fewer cache slots or a smaller tree'
+                f'says: {listing.splitlines()[0] if listing else "out of memory"}: use a '
+                'larger model axis, more data shards, a smaller batch, fewer cache slots or a '
+                'smaller tree',
+                listing,
             ) from None
     return compiled, time.perf_counter() - start
 

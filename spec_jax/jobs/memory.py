@@ -193,15 +193,26 @@ def per_device(n: int, model: int, rules: sharding.ShardingRules, letter: str) -
     return n // ways if n % ways == 0 else n
 
 
+class OverHBM(ValueError):
+    """A plan or compiled program over the chip's HBM: the message is one line with the
+    numbers (launch/aot.py prints it alone); `parts` the table behind it, which the AOT
+    job printed before refusing."""
+
+    def __init__(self, message: str, parts: str = ''):
+        super().__init__(message)
+        self.parts = parts
+
+
 def check_fits(total: int, chip: Chip, what: str, parts: str = '') -> None:
-    """ValueError when `total` bytes per device exceed the chip's HBM, with the numbers."""
+    """`OverHBM` when `total` bytes per device exceed the chip's HBM, with the numbers."""
     if total > chip.hbm_bytes:
-        raise ValueError(
+        raise OverHBM(
             f'{what} needs {total / GIB:.2f} GiB per {chip.name} chip, over its '
-            f'{chip.hbm_bytes / GIB:.2f} GiB HBM' + (f':\n{parts}' if parts else '') +
-            '\nuse a larger model axis (weights and KV heads split further), more data '
-            'shards for the batch, int8 weights, a smaller batch or fewer cache slots'
-        )  # fmt: skip
+            f'{chip.hbm_bytes / GIB:.2f} GiB HBM: use a larger model axis (weights and KV '
+            'heads split further), more data shards for the batch, int8 weights, a smaller '
+            'batch or fewer cache slots',
+            parts,
+        )
 
 
 def split_bytes(shapes, model: int, rules: sharding.ShardingRules, notes: list,
