@@ -1,5 +1,7 @@
-"""Reading an optimized HLO module's text (`compiled.as_text()`): the collectives a while
-loop's body runs per iteration (spec_jax/jobs/aot.py prints them for the decode loop).
+"""Reading an optimized HLO module's text (`compiled.as_text()`): the collectives the
+decode loop's body runs per iteration, a round's (spec_jax/jobs/aot.py prints them). The
+decode loop is the ENTRY's while loop without a known trip count (`decode_loop_body`): the
+prefill's query-block loops and layer scans are while loops too, run once per call.
 
 A collective is an instruction whose opcode is one of `COLLECTIVES` (or its async
 `-start` form; the `-done` half is not counted again). Its bytes are those of the array it
@@ -73,14 +75,52 @@ def array_bytes(shape: str, largest: bool = False) -> int:
 
 def while_bodies(text: str) -> list[str]:
     """Names of the body computations of the ENTRY computation's while loops."""
+    return [body for body, _ in _entry_loops(text)]
+
+
+def decode_loop_body(text: str) -> str | None:
+    """The body of the decode loop among the ENTRY computation's while loops: the one whose
+    trip count XLA does not know (it runs until every row is done; the prefill's query-block
+    `lax.map` and a layer scan have known trip counts), the largest by the instructions it
+    runs where several qualify (or none does); None without a loop."""
+    loops = _entry_loops(text)
+    if not loops:
+        return None
+    comps, _ = computations(text)
+    unknown = [body for body, trip in loops if trip is None]
+    return max(unknown or [body for body, _ in loops], key=lambda b: _size(comps, b, ()))
+
+
+def _entry_loops(text: str) -> list[tuple[str, int | None]]:
+    """(body, known trip count or None) of each of the ENTRY computation's while loops."""
     comps, entry = computations(text)
     out = []
     for _, _, rest in comps.get(entry, []):
         if rest.startswith('while('):
             m = re.search(r'\bbody=%?([\w.\-]+)', rest)
+            trip = _TRIP.search(rest)
             if m:
-                out.append(m.group(1))
+                out.append((m.group(1), int(trip.group(1)) if trip else None))
     return out
+
+
+def _size(comps: dict, name: str, stack: tuple) -> int:
+    """Instructions of computation `name` and of every computation it calls (once each)."""
+    if name in stack or name not in comps:
+        return 0
+    total = 0
+    for _, _, rest in comps[name]:
+        total += 1 + sum(_size(comps, c, stack + (name,)) for c in _callees(rest))
+    return total
+
+
+def _callees(rest: str) -> list[str]:
+    """The computations an instruction calls (bodies, fusions, both branches, ...)."""
+    called = _CALLED.findall(rest)
+    branches = _BRANCHES.search(rest)
+    if branches:
+        called += [b.strip().lstrip('%') for b in branches.group(1).split(',')]
+    return called
 
 
 def collectives(text: str, root: str) -> dict[str, dict]:
@@ -100,12 +140,8 @@ def collectives(text: str, root: str) -> dict[str, dict]:
                 gathered = op.endswith('-start') and kind != 'all-reduce'
                 totals[kind]['count'] += times
                 totals[kind]['bytes'] += times * array_bytes(shape, largest=gathered)
-            called = _CALLED.findall(rest)
-            branches = _BRANCHES.search(rest)
-            if branches:
-                called += [b.strip().lstrip('%') for b in branches.group(1).split(',')]
             trip = _TRIP.search(rest)
-            for callee in called:
+            for callee in _callees(rest):
                 nested = times * (int(trip.group(1)) if trip and op == 'while' else 1)
                 visit(callee, nested, stack + (name,))
 
@@ -114,12 +150,8 @@ def collectives(text: str, root: str) -> dict[str, dict]:
 
 
 def loop_collectives(text: str) -> dict[str, dict]:
-    """The collectives of one iteration of the ENTRY computation's while loop(s) (the decode
-    loop's round), summed over its loops (one, for `engine.decode_loop`)."""
-    out: dict[str, dict] = {}
-    for body in while_bodies(text):
-        for kind, v in collectives(text, body).items():
-            t = out.setdefault(kind, dict(count=0, bytes=0))
-            t['count'] += v['count']
-            t['bytes'] += v['bytes']
-    return out
+    """The collectives of one round: one iteration of the decode loop's body
+    (`decode_loop_body`; the prefill's loops before it are not a round's); {} without a
+    loop."""
+    body = decode_loop_body(text)
+    return collectives(text, body) if body else {}

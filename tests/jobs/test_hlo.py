@@ -1,7 +1,8 @@
 # ruff: noqa: E501  (HLO instructions are one line each)
-"""Reading collectives from optimized HLO text (spec_jax/jobs/hlo.py): only the while
-body's, followed into called computations and both branches, async starts counted once
-with their output's bytes, nested loops by their trip count."""
+"""Reading collectives from optimized HLO text (spec_jax/jobs/hlo.py): only the decode
+loop body's (not the prefill's query-block loop before it), followed into called
+computations and both branches, async starts counted once with their output's bytes,
+nested loops by their trip count."""
 
 from spec_jax.jobs import hlo
 
@@ -47,26 +48,40 @@ TEXT = """HloModule jit_decode_loop, entry_computation_layout={(f32[8,128]{1,0})
   ROOT %c = pred[] constant(true)
 }
 
+%prefill_block (q: (s32[], f32[8,128])) -> (s32[], f32[8,128]) {
+  %q = (s32[], f32[8,128]{1,0}) parameter(0)
+  %qv = f32[8,128]{1,0} get-tuple-element(%q), index=1
+  %ata = f32[8,128]{1,0} all-to-all(%qv), channel_id=11, dimensions={0}
+  ROOT %qr = (s32[], f32[8,128]{1,0}) tuple(%i, %ata)
+}
+
 ENTRY %main (a: f32[8,128]) -> f32[8,128] {
   %a = f32[8,128]{1,0} parameter(0)
   %before = f32[8,128]{1,0} all-reduce(%a), channel_id=9, to_apply=%add
+  %pre = (s32[], f32[8,128]{1,0}) while(%init0), condition=%cond, body=%prefill_block, backend_config={"known_trip_count":{"n":"4"}}
   %w = (s32[], f32[8,128]{1,0}) while(%init), condition=%cond, body=%body
   ROOT %res = f32[8,128]{1,0} get-tuple-element(%w), index=1
 }
 """
 
 
-def test_loop_collectives_follow_the_body_only():
-    assert hlo.while_bodies(TEXT) == ['body']
+def test_loop_collectives_follow_the_decode_loop_body_only():
+    assert hlo.while_bodies(TEXT) == ['prefill_block', 'body']
+    assert hlo.decode_loop_body(TEXT) == 'body'  # The loop without a known trip count.
     got = hlo.loop_collectives(TEXT)
     assert got == {
         'all-gather': dict(count=1, bytes=8 * 128 * 4),  # The gathered output, once.
         'all-reduce': dict(count=1, bytes=8 * 128 * 4),  # Branch a (an upper bound).
         'collective-permute': dict(count=3, bytes=3 * 4 * 64 * 2),  # Trip count 3.
     }
-    # The all-reduce before the loop is the entry's, not a round's.
+    # The all-reduce before the loop and the prefill's all-to-all (4 blocks) are the entry's,
+    # not a round's.
     entry = hlo.collectives(TEXT, hlo.computations(TEXT)[1])
-    assert entry['all-reduce']['count'] == 2
+    assert entry['all-reduce']['count'] == 2 and entry['all-to-all']['count'] == 4
+    # Without trip counts, the decode loop is the largest body.
+    bare = TEXT.replace(', backend_config={"known_trip_count":{"n":"4"}}', '')
+    assert hlo.decode_loop_body(bare) == 'body' and hlo.loop_collectives(bare) == got
+    assert hlo.loop_collectives('HloModule m\n') == {}
 
 
 def test_array_bytes_of_tuples_and_layouts():
