@@ -18,8 +18,12 @@ tokens, then A - 1 of one; an EAGLE-3 head: its window, then A - 1 steps; n-gram
 prompt lookup: none); a tree round the target over the M nodes and the head's window
 over the accepted path and its calls on each drafted level's frontier.
 
+`round_calls` lists the calls one by one (the calibrated estimate times each:
+spec_jax/jobs/calibration.py) with the bytes each all-reduces under tensor parallelism.
+
 Not counted: activations' traffic (at decode widths small beside the weights), sampling
-and the laws (vocabulary-wide, rows x T x V), collectives, launches and the host; compute
+and the laws (vocabulary-wide, rows x T x V), collectives (counted apart: `Call.all_reduce`),
+launches and the host; compute
 and memory traffic overlap perfectly at the chip's published peaks (`chips.Chip.seconds`).
 So it is the floor a well-fused program approaches: XLA's `cost_analysis()` of the
 compiled round counts each fusion's operands (a weight read by two fusions twice) and
@@ -54,23 +58,63 @@ class Cost:
                     bound=chip.bound(self.flops, self.bytes_accessed))  # fmt: skip
 
 
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One model call of a round on one chip: what it is ('target', 'draft', 'head'), its
+    tokens a row (T), rows (B per chip), cost, the bytes it all-reduces over the model
+    axis (`all_reduce_bytes`) and that axis' size."""
+
+    what: str
+    tokens: int
+    rows: int
+    cost: Cost
+    all_reduce: float = 0.0
+    model: int = 1
+
+
 def round_cost(plan: memory.Plan) -> Cost:
     """One round of `plan` on one chip (module docstring)."""
+    return sum((call.cost for call in round_calls(plan)), Cost())
+
+
+def round_calls(plan: memory.Plan) -> list[Call]:
+    """The model calls of one round of `plan` on one chip, in order (module docstring)."""
     data, model = plan.mesh
     rows = -(-plan.batch // data)
     target = memory.held(plan.target, model)
     item = memory.dtype_bytes(target.dtype)  # Drafts are held in the compute dtype.
     run = dict(model=model, rows=rows, slots=plan.slots, item=item)
-    cost = calls_cost(target, memory.shapes(target), sharding.RULES, (plan.width,),
-                      target.num_layers, weight_item=0, **run)  # fmt: skip
+    calls = _calls('target', target, memory.shapes(target), sharding.RULES, (plan.width,),
+                   target.num_layers, 0, **run)  # fmt: skip
     split = sharding.draft_rules(plan.draft_sharding)
     if plan.draft is not None:
         d = plan.draft
-        cost += calls_cost(d, memory.shapes(d), split, plan.draft_calls, d.num_layers, item, **run)
+        calls += _calls('draft', d, memory.shapes(d), split, plan.draft_calls, d.num_layers,
+                        item, **run)  # fmt: skip
     if plan.head is not None:
         shapes = memory.head_shapes(plan.head)
-        cost += calls_cost(plan.head, shapes, split, plan.draft_calls, 1, item, **run)
-    return cost
+        calls += _calls('head', plan.head, shapes, split, plan.draft_calls, 1, item, **run)
+    return calls
+
+
+def all_reduce_bytes(cfg, rules: sharding.ShardingRules, model: int, rows: int, tokens: int,
+                     layers: int, item: int) -> float:  # fmt: skip
+    """Bytes a call all-reduces over a model axis of `model` under tensor parallelism: the
+    attention output and the MLP output of every layer, [rows, T, D] each (0 when nothing
+    is split: one chip, or `rules` holding the model whole)."""
+    split = memory.per_device(cfg.num_heads, model, rules, 'n') < cfg.num_heads
+    if model <= 1 or not split:
+        return 0.0
+    return 2.0 * layers * rows * tokens * cfg.width * item
+
+
+def _calls(what: str, cfg, shapes, rules, calls, layers, weight_item, *, model, rows, slots,
+           item) -> list[Call]:  # fmt: skip
+    """`calls_cost` call by call, as `Call`s."""
+    run = dict(model=model, rows=rows, slots=slots, item=item)
+    return [Call(what, t, rows, calls_cost(cfg, shapes, rules, (t,), layers, weight_item, **run),
+                 all_reduce_bytes(cfg, rules, model, rows, t, layers, item), model)
+            for t in calls]  # fmt: skip
 
 
 def calls_cost(
