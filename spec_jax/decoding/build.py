@@ -17,10 +17,11 @@ from typing import NamedTuple
 import ml_collections
 
 from spec_jax import checkpoints, rules, sharding
-from spec_jax.decoding import drafters, trees
+from spec_jax.decoding import drafters, tree_budget, trees
 from spec_jax.decoding.engine import MODES, Engine
 from spec_jax.decoding.host import Params
 from spec_jax.decoding.state import DecodeSettings
+from spec_jax.jobs import calibration, chips
 from spec_jax.sampling import Sampler
 
 
@@ -46,8 +47,9 @@ def sampler_from_config(c: ml_collections.ConfigDict) -> Sampler:
 
 
 def tree_config(
-    nodes: int = 8, depth: int = 4, branch: int = 2, static: str = '', sampled: str = ''
-):
+    nodes: int = 8, depth: int = 4, branch: int = 2, static: str = '', sampled: str = '',
+    sized: str = '', acceptance: str = '',
+):  # fmt: skip
     """The tree block of `spec_config` (tree mode; configs/smollm2_135m_tree.py)."""
     return ml_collections.ConfigDict(
         dict(
@@ -62,6 +64,12 @@ def tree_config(
             # top-ranked tokens (EAGLE): 'iid' (SpecInfer) or 'distinct' (without
             # replacement); lossless rule only.
             sampled=sampled,
+            # A calibrated chip ('h200'): nodes, depth and branch chosen for the block's
+            # batch_size from the chip's calibrated verify cost and the head's `acceptance`
+            # (rank probabilities per depth, '0.75,0.08;0.7,0.1': decoding/tree_budget.py)
+            # instead of the three above; '' keeps them (the paper setups: EAGLE's tree).
+            sized=sized,
+            acceptance=acceptance,
         )
     )
 
@@ -84,6 +92,23 @@ def tree_shape(c: ml_collections.ConfigDict) -> trees.TreeShape:
             "comma-separated ints ('0,0,1'), or 'chain:A'"
         ) from None
     return trees.TreeShape.fixed([0] + parents, c.sampled)
+
+
+def _tree(c: ml_collections.ConfigDict, drafter, target) -> trees.TreeShape:
+    """The block's tree: its shape, or one sized for its batch on a calibrated chip."""
+    t = c.spec.tree
+    if not t.get('sized'):
+        return tree_shape(t)
+    if not isinstance(drafter, drafters.Eagle3Drafter):
+        raise ValueError(f'spec.tree.sized={t.sized!r} sizes an EAGLE-3 head\'s tree')
+    verify_s, draft_s = calibration.tree_costs(
+        chips.chip(t.sized), target, drafter.cfg, int(c.get('batch_size', 1)),
+        c.max_prompt_len + c.max_new_tokens,
+    )  # fmt: skip
+    choice = tree_budget.choose(tree_budget.Acceptance.parse(t.acceptance), verify_s, draft_s,
+                                int(c.get('batch_size', 1)))  # fmt: skip
+    print(f'tree sized for batch {c.get("batch_size", 1)} on {t.sized}: {choice.describe()}')
+    return choice.shape or trees.TreeShape(1, 1, 1)  # One node: every round an AR step.
 
 
 def spec_config(mode: str = 'ar', draft: str = '') -> ml_collections.ConfigDict:
@@ -175,7 +200,7 @@ def build(c: ml_collections.ConfigDict) -> Built:
         bool(s.baseline),
         sampler,
         bool(s.meter_distortion),
-        tree_shape(s.tree) if s.mode == 'tree' else None,
+        _tree(c, draft.drafter, target.cfg) if s.mode == 'tree' else None,
     )
     engine.check()
     params = Params(target.params, sharding.shard(draft.params, mesh, draft.drafter.rules))

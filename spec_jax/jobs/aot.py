@@ -24,7 +24,11 @@ filled from the topology's chips):
    `init_state` hands the loop, with its shardings): `cost_analysis()`'s flops and bytes
    accessed give the round's roofline on the chip (spec_jax/jobs/chips.py): predicted AR
    tokens/s per chip, and the chain or tree speedup at `block_efficiency` tokens a round
-   (speedup = block efficiency x AR round time / SD round time).
+   (speedup = block efficiency x AR round time / SD round time);
+4. beside each upper bound, the calibrated prediction where the chip has measured
+   efficiencies (spec_jax/jobs/calibration.py: the compiled loop body's collective bytes
+   at the chip's interconnect bandwidth), else its upper bound labelled uncalibrated; every
+   printed speedup says which it is.
 
 The roofline's assumptions: the round reaches the chip's peak bf16 flops or HBM bandwidth
 (the slower bounds it), overlaps them perfectly, and its collectives, launches and host
@@ -56,7 +60,7 @@ from jax.sharding import Mesh
 
 from spec_jax import sharding
 from spec_jax.decoding import engine as eng
-from spec_jax.jobs import aot_train, chips, hlo, memory, roofline, runtime
+from spec_jax.jobs import aot_train, calibration, chips, hlo, memory, roofline, runtime
 from spec_jax.jobs.abstract import Abstract, build_abstract, decode_block, plan_of
 
 MEMORY_FIELDS = (
@@ -176,20 +180,33 @@ def run(
         analytic = roofline.round_cost(plan).on(chip)
         numbers = dict(estimate=est.as_dict(), analytic=analytic)
         line = _roofline_line(analytic, chip, plan.batch, mode, mesh_shape)
+        pred = calibration.predict(plan, chip)
+        numbers['calibrated'] = dict(seconds=pred['calibrated_s'], label=pred['label'],
+                                     collectives_s=pred['collectives_s'])  # fmt: skip
         print(f'{mode}: batch {plan.batch}, prompt bucket {plan.prompt_len}, {plan.slots} '
               f'slots, {where}; estimate per chip:\n{est.table(chip)}\n'
-              f'  analytic round: {line}')  # fmt: skip
+              f'  analytic round: {line}\n  predicted round: {calibration.line(pred)}')  # fmt: skip
         if not force:
             memory.check_fits(est.total, chip, f'{mode} on {where} (estimate)', est.table(chip))
         if compile_it:
             ab = build_abstract(block, mode, mesh, quant, prompt_len)
             compiled, more = compile_mode(ab, chip, where, mode, rounds)
             numbers.update(more)
+            coll_bytes = sum(v['bytes'] for v in more['collectives'].values())
+            if coll_bytes:  # The compiled loop body's collectives replace the analytic ones.
+                pred = calibration.predict(plan, chip, coll_bytes)
+                numbers['calibrated'] = dict(seconds=pred['calibrated_s'], label=pred['label'],
+                                             collectives_s=pred['collectives_s'])  # fmt: skip
+                print(f'  predicted round with the compiled collectives '
+                      f'({coll_bytes / MIB:.2f} MiB): {calibration.line(pred)}')  # fmt: skip
             programs[mode] = compiled
         report['modes'][mode] = numbers
     report['speedup'] = _speedups(report, block_efficiency, 'round')
     report['speedup_analytic'] = _speedups(report, block_efficiency, 'analytic')
-    for key, what in (('speedup_analytic', 'analytic roofline'), ('speedup', 'compiled roofline')):
+    report['speedup_calibrated'] = _speedups(report, block_efficiency, 'calibrated')
+    for key, what in (('speedup_analytic', 'analytic roofline: upper bound'),
+                      ('speedup', 'compiled roofline: upper bound'),
+                      ('speedup_calibrated', f'calibrated on {chip.name}')):  # fmt: skip
         for mode, speedup in report[key].items():
             print(f'{mode} vs AR at block efficiency {block_efficiency}: predicted speedup '
                   f'{speedup:.2f}x ({what})')  # fmt: skip
@@ -292,10 +309,11 @@ def round_cost(ab: Abstract) -> dict:
 
 def _speedups(report: dict, block_efficiency: float, key: str) -> dict:
     """Block efficiency x the AR round's time / each SD mode's, by the roofline `key`
-    ('round': the compiled program's count; 'analytic': roofline.py's)."""
+    ('round': the compiled program's count; 'analytic': roofline.py's; 'calibrated':
+    calibration.py's, on a calibrated chip)."""
     modes = report['modes']
     ar = modes.get('ar', {}).get(key)
-    if not ar:
+    if not ar or not ar['seconds']:  # No AR, or an uncalibrated chip.
         return {}
     return {m: block_efficiency * ar['seconds'] / v[key]['seconds']
             for m, v in modes.items() if m != 'ar' and key in v}  # fmt: skip
@@ -309,7 +327,7 @@ def _roofline_line(r: dict, chip: chips.Chip, batch: int, mode: str, mesh_shape)
     if mode == 'ar':
         per_chip = batch / r['seconds'] / (mesh_shape[0] * mesh_shape[1])
         line += (f'; predicted AR {per_chip:,.0f} tokens/s per chip, '
-                 f'{batch / r["seconds"]:,.0f} in all')  # fmt: skip
+                 f'{batch / r["seconds"]:,.0f} in all (upper bound)')  # fmt: skip
     return line
 
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from spec_jax.jobs import abstract, calibration, chips
+from spec_jax.jobs import abstract, aot, calibration, chips
 from spec_jax.jobs.runtime import load_config
 
 EXPERIMENTS = os.path.join(os.path.dirname(__file__), '..', '..', 'configs', 'experiments')
@@ -85,3 +85,15 @@ def test_chips_as_devices_report_them():
     assert chips.of_device(Device()) is chips.CHIPS['h200']
     Device.device_kind = 'cpu'
     assert chips.of_device(Device()) is None
+
+
+def test_the_aot_dry_run_prints_every_speedup_with_what_it_is(capsys):
+    c = load_config(os.path.join(EXPERIMENTS, 'llama31_8b_eagle3.py'), 'h100')
+    report = aot.run(c, device='h200', dry_run=True, block_efficiency=4.0)
+    text = capsys.readouterr().out
+    assert 'predicted speedup 1.84x (analytic roofline: upper bound)' in text
+    assert 'predicted speedup 1.02x (calibrated on h200)' in text
+    assert report['speedup_calibrated']['tree'] == pytest.approx(1.02, abs=0.005)
+    assert 'predicted round: upper bound 8.765 ms; 22.404 ms calibrated on h200' in text
+    aot.run(c, device='h100', dry_run=True)
+    assert 'h100 uncalibrated (upper bound only)' in capsys.readouterr().out

@@ -1,0 +1,138 @@
+"""Trees sized for the hardware and the batch: the dynamic tree (nodes, depth, branch) that
+maximizes expected tokens per second, from the chip's verify-cost curve and the head's
+acceptance per depth (Sequoia's positional acceptance, EAGLE-2's selection).
+
+The acceptance profile: `Acceptance.by_depth[d - 1][k - 1]` is the probability that the
+target's token at depth d is the head's k-th ranked candidate there, given the path to its
+parent was accepted (the last depth's vector holds deeper). A node's path probability is the
+product of its ranks' probabilities along its path; a round accepts, in expectation, the sum
+of its drafted nodes' path probabilities, plus one token (the bonus, or AR's one).
+
+The tree is the engine's dynamic tree (spec_jax/decoding/trees.py): `branch` children of
+each of a `branch`-node frontier for `depth` levels, the M - 1 best of the pool kept. Here a
+candidate's score is its path probability (EAGLE-2's premise: the head's confidence tracks
+acceptance), so the kept nodes are the pool's M - 1 most likely and the expected tokens of
+(M, depth, branch) follow exactly from the profile.
+
+A round costs `verify_s(T = M)` (the target over the M nodes, at the batch in question)
+plus `draft_s(levels, branch)` (the head's calls; none for AR). Tokens per second of a
+round: batch x expected tokens / round seconds. One node (M = 1: plain AR, no draft) is an
+allowed answer, so the choice is never predicted below AR; a chain is branch 1.
+
+The costs come from a bench's measured curve (`launch/bench.py --config
+configs/bench_accel.py`) or the calibrated model (`spec_jax.jobs.calibration.tree_costs`);
+the profile from a calibration run of the head (`Acceptance.parse`). Paper setups keep
+EAGLE's fixed tree for fidelity; a tree block's `sized` asks for this one
+(`decoding.build`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import heapq
+from collections.abc import Callable
+
+from spec_jax.decoding.trees import TreeShape
+
+
+@dataclasses.dataclass(frozen=True)
+class Acceptance:
+    """The head's acceptance per depth and rank (module docstring)."""
+
+    by_depth: tuple[tuple[float, ...], ...]
+
+    def __post_init__(self):
+        if not self.by_depth or any(not v for v in self.by_depth):
+            raise ValueError(f'acceptance {self.by_depth}: give at least one rank probability')
+        for v in self.by_depth:
+            if any(p < 0 for p in v) or sum(v) > 1 + 1e-9:
+                raise ValueError(f'acceptance {v}: probabilities >= 0 summing to at most 1')
+
+    @classmethod
+    def parse(cls, text: str) -> Acceptance:
+        """'0.6,0.1;0.5,0.1': rank probabilities per depth, depths separated by ';'."""
+        try:
+            by_depth = tuple(tuple(float(p) for p in d.split(',')) for d in text.split(';'))
+        except ValueError:
+            raise ValueError(
+                f"acceptance {text!r}: give rank probabilities per depth as '0.6,0.1;0.5,0.1'"
+            ) from None
+        return cls(by_depth)
+
+    def rank(self, depth: int, k: int) -> float:
+        """P(the k-th ranked candidate at `depth` is accepted | its parent was), 1-based."""
+        v = self.by_depth[min(depth, len(self.by_depth)) - 1]
+        return v[k - 1] if k <= len(v) else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A sized tree: `shape` (None: AR), expected tokens a round a row, round seconds,
+    tokens/s of the batch, and AR's tokens/s beside it."""
+
+    shape: TreeShape | None
+    expected_tokens: float
+    round_s: float
+    tokens_per_s: float
+    ar_tokens_per_s: float
+
+    @property
+    def nodes(self) -> int:
+        return self.shape.nodes if self.shape else 1
+
+    def describe(self) -> str:
+        what = self.shape.describe() if self.shape else 'AR (one node)'
+        over_ar = self.tokens_per_s / self.ar_tokens_per_s
+        return (f'{what}: {self.expected_tokens:.2f} tokens a round, {self.round_s * 1e3:.3f} '
+                f'ms, predicted {self.tokens_per_s:,.0f} tokens/s ({over_ar:.2f}x AR)')  # fmt: skip
+
+
+def pool(acceptance: Acceptance, depth: int, branch: int) -> list[float]:
+    """Path probabilities of the dynamic tree's candidate pool, best first."""
+    scores, frontier = [], [1.0]
+    for d in range(1, depth + 1):
+        level = [p * acceptance.rank(d, k) for p in frontier for k in range(1, branch + 1)]
+        scores += level
+        frontier = heapq.nlargest(branch, level)
+    return sorted(scores, reverse=True)
+
+
+def choose(
+    acceptance: Acceptance,
+    verify_s: Callable[[int], float],
+    draft_s: Callable[[int, int], float],
+    batch: int,
+    max_nodes: int = 64,
+    max_depth: int = 8,
+    max_branch: int = 10,
+) -> Choice:
+    """The (nodes, depth, branch) of most expected tokens per second (module docstring).
+
+    Args:
+      acceptance: the head's profile.
+      verify_s: T -> seconds of the target's forward over T tokens a row at this batch.
+      draft_s: (levels, branch) -> seconds of the head's calls of a round at this batch.
+      batch: rows (B).
+      max_nodes, max_depth, max_branch: the search's limits (M, depth, branch).
+
+    Returns:
+      the best Choice; AR (shape None) when no tree beats it. Ties keep the smaller tree.
+    """
+    verify = functools.lru_cache(maxsize=None)(verify_s)
+    ar = batch / verify(1)
+    best = Choice(None, 1.0, verify(1), ar, ar)
+    for depth in range(1, max_depth + 1):
+        for branch in range(1, max_branch + 1):
+            scores = pool(acceptance, depth, branch)
+            draft = draft_s(depth, branch)
+            expected = 1.0
+            for m in range(2, min(len(scores) + 1, max_nodes) + 1):
+                expected += scores[m - 2]
+                if m - 1 < depth:  # Shallower than `depth`: a smaller depth's tree.
+                    continue
+                seconds = verify(m) + draft
+                rate = batch * expected / seconds
+                if rate > best.tokens_per_s * (1 + 1e-12):
+                    best = Choice(TreeShape(m, depth, branch), expected, seconds, rate, ar)
+    return best

@@ -1,0 +1,67 @@
+"""Trees sized for the hardware and the batch (spec_jax/decoding/tree_budget.py): the
+hand-computed optimum on two synthetic (cost curve, acceptance profile) pairs, a tree that
+shrinks as the batch grows, and never below AR on the H200's calibrated costs."""
+
+import pytest
+
+from spec_jax.decoding import tree_budget
+from spec_jax.decoding.trees import TreeShape
+from spec_jax.jobs import abstract, calibration, chips
+from spec_jax.models.config import ModelConfig
+
+
+def test_a_free_draft_and_a_linear_verify_cost_pick_the_hand_computed_chain():
+    """Only the head's top token is ever accepted, with 0.8 at every depth; verifying T
+    tokens costs 1 + 0.1 (T - 1), drafting nothing. A chain of D: (1 - 0.8^(D+1)) / 0.2
+    tokens in 1 + 0.1 D: D 4 2.401, D 5 2.459, D 6 2.470, D 7 2.448 tokens per unit: the
+    chain of 6 (7 nodes); a wider tree only adds nodes that are never accepted."""
+    acc = tree_budget.Acceptance(((0.8,),))
+    choice = tree_budget.choose(acc, lambda t: 1 + 0.1 * (t - 1), lambda d, b: 0.0, batch=1)
+    assert choice.shape == TreeShape(7, 6, 1)
+    assert choice.expected_tokens == pytest.approx((1 - 0.8**7) / 0.2)
+    assert choice.tokens_per_s == pytest.approx(3.951424 / 1.6)
+    assert choice.ar_tokens_per_s == 1.0
+
+
+@pytest.mark.parametrize('batch, nodes', [(1, 5), (4, 2), (8, 1)])
+def test_a_roofline_cost_shrinks_the_tree_as_the_batch_grows(batch, nodes):
+    """One level (depth 1), ranks accepted with 0.5, 0.2, 0.1, 0.05; verifying T tokens at
+    batch b costs max(1, b T / 8) (memory bound up to 8 tokens of the batch), the head's one
+    level 0.1. Tokens/s = b (1 + sum of the first M - 1 ranks) / (verify + 0.1), AR b / 1:
+    batch 1: M 5 1.85 / 1.1 = 1.68 (M 4 1.64, AR 1); batch 4: M 2 6 / 1.1 = 5.45 (M 3
+    6.8 / 1.6 = 4.25, AR 4); batch 8: AR 8 (M 2 12 / 2.1 = 5.71)."""
+    acc = tree_budget.Acceptance(((0.5, 0.2, 0.1, 0.05),))
+    choice = tree_budget.choose(acc, lambda t: max(1.0, batch * t / 8), lambda d, b: 0.1,
+                                batch, max_depth=1)  # fmt: skip
+    assert choice.nodes == nodes
+    assert (choice.shape is None) == (nodes == 1)
+    want = {1: 1.85 / 1.1, 4: 4 * 1.5 / 1.1, 8: 8.0}[batch]
+    assert choice.tokens_per_s == pytest.approx(want)
+
+
+def test_on_the_h200_calibration_the_tree_shrinks_with_the_batch_and_never_loses_to_ar():
+    """Llama-3.1-8B with its EAGLE-3 head, 4,156 slots, an EAGLE-3-like profile: the sized
+    tree's predicted tokens/s is at least AR's at every batch, and its nodes fall as the
+    batch grows (EAGLE's 60 nodes are right at batch 1, too many at batch 8)."""
+    target = ModelConfig.llama3_1_8b().replace(dtype='bfloat16', param_dtype='bfloat16')
+    head = abstract.head_config('yuhuili/EAGLE3-LLaMA3.1-Instruct-8B', target)
+    acc = tree_budget.Acceptance(((0.75, 0.08, 0.04, 0.02, 0.01),))
+    nodes = []
+    for batch in (1, 4, 8, 32):
+        verify_s, draft_s = calibration.tree_costs(chips.CHIPS['h200'], target, head, batch,
+                                                   4156)  # fmt: skip
+        choice = tree_budget.choose(acc, verify_s, draft_s, batch)
+        assert choice.tokens_per_s >= choice.ar_tokens_per_s
+        nodes.append(choice.nodes)
+    assert nodes == sorted(nodes, reverse=True) and nodes[0] > 2 * nodes[2]
+    with pytest.raises(ValueError, match="chip 'v5e' is uncalibrated; calibrated chips: "):
+        calibration.tree_costs(chips.CHIPS['v5e'], target, head, 1, 4156)
+
+
+def test_acceptance_profiles_are_checked():
+    assert tree_budget.Acceptance.parse('0.6,0.1;0.5').rank(3, 1) == 0.5  # The last holds.
+    assert tree_budget.Acceptance.parse('0.6,0.1').rank(1, 3) == 0.0
+    with pytest.raises(ValueError, match='summing to at most 1'):
+        tree_budget.Acceptance.parse('0.9,0.2')
+    with pytest.raises(ValueError, match="give rank probabilities per depth as '0.6,0.1;"):
+        tree_budget.Acceptance.parse('0.6;x')
