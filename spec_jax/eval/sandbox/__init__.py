@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import fcntl
 import functools
 import json
 import logging
@@ -61,7 +62,7 @@ from collections.abc import Sequence
 
 from . import cgroups, rootfs, seccomp
 from .harness import harness_source
-from .launcher import LAUNCHER, SAMPLE_ENV, SCRATCH
+from .launcher import LAUNCHER, NO_NAMESPACES, SAMPLE_ENV, SCRATCH
 from .result import STATUSES, RunResult, _read_lines, _result
 from .uids import UID_BASE, UID_SLOTS, _kill_uid, _UidLease, leftover_processes
 
@@ -98,6 +99,9 @@ WEAK_ENV = 'SPEC_JAX_SANDBOX_WEAK'
 # (`allow_weak=None`); `launch/evaluate.py --weak_sandbox` sets it. Default: $SPEC_JAX_SANDBOX_WEAK.
 ALLOW_WEAK = os.environ.get(WEAK_ENV, '') not in ('', '0')
 STARVED_SHARE = 0.5  # Run-queue delay above this share of the wall time: starved.
+# A sample runnable but not run (its run-queue delay) has its backstop moved by that delay, up
+# to this many times `wall_s`; then it is 'starved' (retried once, then 'infra').
+STARVED_FACTOR = 4
 
 
 class WeakSandboxError(RuntimeError):
@@ -105,18 +109,28 @@ class WeakSandboxError(RuntimeError):
 
 
 _probe_lock = threading.Lock()
+_level: list[str] = []  # The probed level, once known.
 
 
-@functools.cache
 def _probe() -> str:
+    """The isolation level; cached only when known: a box that failed for another reason
+    than missing namespaces (a full disk, no memory, a spawn failure) is not 'no namespaces
+    here', and the next call probes again."""
     if os.geteuid() != 0:
         level = 'none'
     else:
         cgroups.sweep_stale()  # Left by callers that died before removing them.
         result = run_python('pass', isolation='namespaces', timeout_s=30, allow_weak=True)
-        level = 'namespaces' if result.status == 'ok' else 'uid'
-        if level != 'namespaces':
-            log.warning('sandbox: no namespaces here (%s)', result.error or result.status)
+        if result.status == 'ok':
+            level = 'namespaces'
+        elif result.error.startswith(NO_NAMESPACES):
+            level = 'uid'
+            log.warning('sandbox: no namespaces here (%s)', result.error)
+        else:
+            log.warning('sandbox: the probe\'s box failed (%s: %s); not cached, the next run '
+                        'probes again', result.status, result.error)  # fmt: skip
+            return 'namespaces'
+    _level.append(level)
     missing = _missing(level)
     if missing:
         log.warning(
@@ -132,7 +146,7 @@ def isolation_level() -> str:
     """The best isolation this machine allows ('namespaces', 'uid' or 'none'; see the module
     docstring); probed once per process with a trivial run (a warning names missing layers)."""
     with _probe_lock:
-        return _probe()
+        return _level[0] if _level else _probe()
 
 
 def _missing(isolation: str) -> list[str]:
@@ -173,8 +187,10 @@ def _wait(proc: subprocess.Popen, timeout_s: float, pidfd: int | None) -> bool:
 def _watch(proc, group, cpu_s: float, wall_s: float, start: float, cancel) -> str | None:
     """Waits for the launcher; None if it exited, else why the run must be stopped:
     'cpu_timeout' (the cgroup's CPU time passed `cpu_s`), 'memory' (its OOM killer fired),
-    'timeout' (the wall backstop, the sample blocked), 'starved' (the backstop, the sample
-    runnable but not run) or 'cancelled' (`cancel` was set)."""
+    'timeout' (the wall backstop, the sample blocked), 'starved' (runnable but not run until
+    `STARVED_FACTOR` times the backstop) or 'cancelled' (`cancel` was set). The backstop
+    counts the wall time less the sample's run-queue delay: a loaded machine delays a
+    runnable sample's verdict, it does not make it a timeout."""
     try:
         pidfd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
@@ -184,7 +200,7 @@ def _watch(proc, group, cpu_s: float, wall_s: float, start: float, cancel) -> st
         while True:
             left = wall_s - (time.monotonic() - start)
             polled = group is not None or cancel is not None
-            step = min(interval, left) if polled else left
+            step = (min(interval, left) if left > 0 else interval) if polled else left
             if _wait(proc, max(0.0, step), pidfd):
                 return None
             interval = min(2 * interval, 0.1)
@@ -194,20 +210,22 @@ def _watch(proc, group, cpu_s: float, wall_s: float, start: float, cancel) -> st
                 return 'memory'
             if group is not None and group.cpu_ns() > cpu_s * 1e9:
                 return 'cpu_timeout'
-            if time.monotonic() - start >= wall_s:
+            elapsed = time.monotonic() - start
+            if elapsed >= wall_s:
                 delay = group.run_delay_ns() / 1e9 if group is not None else 0.0
-                starved = delay > STARVED_SHARE * (time.monotonic() - start)
-                return 'starved' if starved else 'timeout'
+                if elapsed - delay < wall_s and elapsed < STARVED_FACTOR * wall_s:
+                    continue  # Waiting for a CPU, not blocked: the backstop moves.
+                return 'starved' if delay > STARVED_SHARE * elapsed else 'timeout'
     finally:
         if pidfd is not None:
             os.close(pidfd)
 
 
-def _kill_init(status_path: str, proc: subprocess.Popen) -> None:
+def _kill_init(status_fd: int, proc: subprocess.Popen) -> None:
     """Kills the namespace's init and waits for the launcher, which returns once the kernel
     has killed and reaped every process of the namespace."""
     init = None
-    for line in _read_lines(status_path, 1 << 20):
+    for line in _read_lines(status_fd, 1 << 20):
         try:
             init = json.loads(line).get('init', init)
         except ValueError:
@@ -245,6 +263,7 @@ def run_python(
     workdir: str | None = None,
     pass_fds: Sequence[int] = (),
     cancel: threading.Event | None = None,
+    retry_starved: bool = True,
 ) -> RunResult:
     """Runs `source` in a contained child interpreter (see the module docstring).
 
@@ -254,9 +273,10 @@ def run_python(
       cpu_s: CPU seconds of the whole sample, every process it forks included (its cgroup;
         the interpreter's start-up counts): past it the run stops as 'cpu_timeout'. Each
         process also has RLIMIT_CPU at this value (the only CPU limit without cgroups).
-      wall_s: the wall-clock backstop (default `3 * cpu_s + 10`; `cpu_s` without cgroups):
-        a sample still running then is a 'timeout' if it was blocked, and is retried once
-        if it was starved (runnable, not run), then 'infra'.
+      wall_s: the wall-clock backstop (default `3 * cpu_s + 10`; `cpu_s` without cgroups),
+        moved by the time the sample waited for a CPU (its run-queue delay): a sample still
+        running then is a 'timeout'; one starved (runnable, not run) until `STARVED_FACTOR`
+        times `wall_s` is retried once, then 'infra'.
       memory_bytes: memory of the whole sample (its cgroup; tmpfs pages included) and
         address space of each process (RLIMIT_AS).
       max_processes: processes and threads of the sample (its cgroup's pids.max, and
@@ -282,6 +302,8 @@ def run_python(
       cancel: an event another thread sets to stop the run (status 'cancelled'), e.g. the
         candidate's box once the checker has its verdict, so that a blocked candidate does
         not hold its slot until the backstop.
+      retry_starved: retry a starved run once; False returns it at once as 'infra' (a caller
+        that must rerun more than this box, e.g. the code tasks' pair of boxes).
     """
     if isolation == 'auto':
         isolation = isolation_level()
@@ -310,6 +332,9 @@ def run_python(
         cancel=cancel,
     )  # fmt: skip
     result = _run_once(source, **args)
+    if result.status == 'starved' and not retry_starved:
+        error = 'starved: runnable but not run for most of the wall time'
+        return _replace(result, status='infra', error=error)
     if result.status == 'starved':  # The machine's fault, not the sample's: once more.
         result = _run_once(source, **args)
         if result.status == 'starved':
@@ -326,6 +351,17 @@ def _setup_error(message: str, isolation: str, start: float) -> RunResult:
                      error=message)  # fmt: skip
 
 
+def _memfd(name: str, data: bytes = b'') -> int:
+    """An anonymous in-memory file (close-on-exec in the caller; `pass_fds` and the std
+    streams hand it on), opened for appends, holding `data` with its offset at 0."""
+    fd = os.memfd_create(f'{RUN_PREFIX}{name}', os.MFD_CLOEXEC)
+    with open(fd, 'wb', closefd=False) as f:
+        f.write(data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+    return fd
+
+
 def _replace(result: RunResult, **fields) -> RunResult:
     return dataclasses.replace(result, **fields)
 
@@ -338,17 +374,20 @@ def _run_once(source: str, *, isolation, cpu_s, wall_s, memory_bytes, max_proces
     start = time.monotonic()
     lease = _UidLease(uid_base, sweep=isolation == 'uid') if isolation != 'none' else None
     uid = lease.uid if lease else None
-    run_dir = tempfile.mkdtemp(prefix=RUN_PREFIX, dir=workdir)
-    files, group = {}, None
+    fds, group, run_dir = {}, None, None
     try:
+        try:  # Only a mount point (or the 'uid' scratch dir): nothing the sample writes.
+            run_dir = tempfile.mkdtemp(prefix=RUN_PREFIX, dir=workdir)
+        except OSError as e:
+            return _setup_error(f'no run directory: {e}', isolation, start)
         token = secrets.token_hex(16)
-        paths = {k: os.path.join(run_dir, k) for k in ('src', 'out', 'err', 'res', 'status')}
-        with open(paths['src'], 'w', encoding='utf-8') as f:
-            f.write(source)
-        files['src'] = open(paths['src'], 'rb')  # noqa: SIM115
+        # The source, the sample's stdout and stderr, the result and status channels: memfds,
+        # memory of the cgroup of whoever writes it (the sample's, for what it writes), never
+        # the host's disk; a fallocate on them is bounded by the cgroup's memory.
+        fds['src'] = _memfd('src', source.encode('utf-8', 'surrogatepass'))
         for k in ('out', 'err', 'res', 'status'):  # Appends: several processes write them.
-            files[k] = open(paths[k], 'ab')  # noqa: SIM115
-        res_fd, status_fd = files['res'].fileno(), files['status'].fileno()
+            fds[k] = _memfd(k)
+        res_fd, status_fd = fds['res'], fds['status']
         wrapper = harness_source(res_fd, token, block_sockets)
         flags = ['-I', '-B'] + ([] if site else ['-S'])
         if use_cgroups:  # Launcher and init count too: two more processes.
@@ -393,17 +432,19 @@ def _run_once(source: str, *, isolation, cpu_s, wall_s, memory_bytes, max_proces
                 cfg['max_processes'] += len(leftover_processes([os.getuid()]))
         proc = subprocess.Popen(
             [sys.executable, '-I', '-S', LAUNCHER, '--launch', json.dumps(cfg)],
-            stdin=files['src'],
-            stdout=files['out'],
-            stderr=files['err'],
+            stdin=fds['src'],
+            stdout=fds['out'],
+            stderr=fds['err'],
             pass_fds=(res_fd, status_fd, *pass_fds),
             env=dict(SAMPLE_ENV),
             cwd='/',
             start_new_session=True,  # No controlling terminal: the caller's is out of reach.
         )
         stopped = _watch(proc, group, cpu_s, wall_s, start, cancel)
-        if stopped is not None and isolation == 'namespaces':
-            _kill_init(paths['status'], proc)
+        # After an OOM kill the init may report the sample's end (its wait status) first.
+        exited = stopped == 'memory' and _wait(proc, 1.0, None)
+        if stopped is not None and isolation == 'namespaces' and not exited:
+            _kill_init(status_fd, proc)
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # Reserved until reaped: no other group's id.
         except ProcessLookupError:
@@ -414,18 +455,17 @@ def _run_once(source: str, *, isolation, cpu_s, wall_s, memory_bytes, max_proces
         cpu = group.cpu_ns() / 1e9 if group else None
         oom = group.oom_killed() if group else False
         seconds = time.monotonic() - start
-        for f in files.values():
-            f.close()
         return _result(
-            paths, token, stopped, launcher_code, isolation, seconds, tail_chars,
+            fds, token, stopped, launcher_code, isolation, seconds, tail_chars,
             report_bytes, max_line_bytes, cpu, oom,
         )  # fmt: skip
     finally:
-        for f in files.values():
-            f.close()
+        for fd in fds.values():  # Frees the pages they hold (before the group goes).
+            os.close(fd)
         if group is not None:
             group.remove()
-        shutil.rmtree(run_dir, ignore_errors=True)
+        if run_dir is not None:
+            shutil.rmtree(run_dir, ignore_errors=True)
         if lease:
             lease.release()
 

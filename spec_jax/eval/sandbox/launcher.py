@@ -5,11 +5,13 @@ The caller (`spec_jax.eval.sandbox`) runs this file by its path, as root, with
 own: the source on stdin, the sample's stdout and stderr as its own, and two inherited
 descriptors, the result fd (for the harness) and the status fd, to which the launcher writes
 what it knows as JSON lines (`pid`, `init`, `wait_status`, `writable`, `error`). With
-isolation 'namespaces' it joins the run's cgroup, unshares mount, network, PID and IPC
-namespaces and forks the namespace's init, which builds the private root (`rootfs.py`) and
-runs the sample as its child; otherwise it joins the cgroup (if any) and becomes the sample
-itself. Becoming the sample: rlimits, an absolute niceness, the uid drop, NO_NEW_PRIVS, the
-syscall filter (`seccomp.py`), the scratch dir as cwd, then exec of the interpreter on the
+isolation 'namespaces' it joins the run's cgroup, unshares mount, network, PID, IPC and cgroup
+namespaces and forks the namespace's init, which blanks its command line (the sample can read
+/proc/1/cmdline), builds the private root (`rootfs.py`) and runs the sample as its child;
+otherwise it joins the cgroup (if any) and becomes the sample itself. The launcher and the
+init are exempt from the OOM killer (`OOM_EXEMPT`), the sample is its first pick
+(`OOM_FIRST`). Becoming the sample: rlimits, an absolute niceness, the uid drop, NO_NEW_PRIVS,
+the syscall filter (`seccomp.py`), the scratch dir as cwd, then exec of the interpreter on the
 harness.
 
 `--kill-uid UID` sends SIGKILL to every process of UID, sent as UID (kill(-1)).
@@ -23,6 +25,7 @@ side imports it as a module for `LAUNCHER` (its path), `SCRATCH` and `SAMPLE_ENV
 from __future__ import annotations
 
 import ctypes
+import errno
 import importlib.util
 import json
 import math
@@ -34,14 +37,23 @@ import sys
 LAUNCHER = os.path.abspath(__file__)  # This file, which the caller runs as a script.
 SCRATCH = '/tmp/sandbox'  # The sample's cwd and HOME inside the mount namespace.
 SAMPLE_ENV = {'PATH': '/usr/local/bin:/usr/bin:/bin', 'LANG': 'C.UTF-8'}
+# How a status error starts when the machine does not allow the namespaces or the private root
+# (the kernel refused: EPERM, EACCES, EINVAL, ENOSYS), as opposed to a box that failed.
+NO_NAMESPACES = 'no namespaces'
+_REFUSALS = (errno.EPERM, errno.EACCES, errno.EINVAL, errno.ENOSYS)
 
 # Linux constants (include/uapi/linux/sched.h, mount.h, prctl.h).
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWCGROUP = 0x02000000
 _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWPID = 0x20000000
 _CLONE_NEWNET = 0x40000000
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
+# The OOM killer's ranks (/proc/<pid>/oom_score_adj): the launcher and init are never its pick
+# (a killed one would leave no status: an infrastructure error the sample caused); the
+# sample's processes always are, and cannot lower theirs (root sets it, so the floor too).
+OOM_EXEMPT, OOM_FIRST = -1000, 1000
 
 
 def _libc():
@@ -65,6 +77,25 @@ def _sibling(name: str):
 
 def _prctl(libc, option: int, arg: int) -> None:
     _check(libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f'prctl {option}')
+
+
+def _oom_score_adj(value: int) -> None:
+    try:
+        with open('/proc/self/oom_score_adj', 'w') as f:
+            f.write(str(value))
+    except OSError:  # Not root ('none'): the sample's own processes only.
+        pass
+
+
+def _hide_cmdline() -> None:
+    """Blanks this process's command line: the init's /proc/1/cmdline, which the sample can
+    read, would show the config (the caller's pid, the run directory, the cgroup, the token)."""
+    with open('/proc/self/stat') as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+    ctypes.memset(start, 0, end - start)
+    name = b'sandbox-init'[: max(0, end - start - 1)]
+    ctypes.memmove(start, name, len(name))
 
 
 def _status(cfg: dict, **fields) -> None:
@@ -92,6 +123,7 @@ def _become_sample(libc, cfg: dict, scratch: str, filters, seccomp_lib) -> None:
         soft, hard = value if isinstance(value, tuple) else (value, value)
         resource.setrlimit(which, (soft, hard))
     os.setpriority(os.PRIO_PROCESS, 0, cfg['nice'])  # Absolute, not added to the caller's.
+    _oom_score_adj(OOM_FIRST)
     uid = cfg['uid']
     if uid is not None:
         os.setgroups([])
@@ -112,11 +144,14 @@ def _init(libc, cfg: dict, rootfs, filters, seccomp_lib) -> None:
     namespace."""
     try:
         _prctl(libc, _PR_SET_PDEATHSIG, signal.SIGKILL)
+        _hide_cmdline()
         signal.signal(signal.SIGALRM, lambda *_: os._exit(137))  # Init ignores SIG_DFL ones.
         signal.alarm(max(1, math.ceil(cfg['deadline_s'])))
         rootfs.build(libc, cfg)
     except Exception as e:  # noqa: BLE001
-        _status(cfg, error=f'sandbox set-up failed: {type(e).__name__}: {e}')
+        refused = isinstance(e, OSError) and e.errno in _REFUSALS
+        prefix = f'{NO_NAMESPACES}: ' if refused else ''
+        _status(cfg, error=f'{prefix}sandbox set-up failed: {type(e).__name__}: {e}')
         os._exit(1)
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
@@ -149,6 +184,7 @@ def _launch(cfg: dict) -> None:
     _prctl(libc, _PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != cfg['parent']:  # The caller died before the line above.
         os._exit(1)
+    _oom_score_adj(OOM_EXEMPT)  # Inherited by the init, not by the sample (it sets its own).
     try:  # Loaded now: the private root hides these files and libseccomp.
         filters = _sibling('seccomp') if cfg['seccomp'] else None
         seccomp_lib = filters._library() if filters else None
@@ -167,11 +203,12 @@ def _launch(cfg: dict) -> None:
             _status(cfg, error=f'could not start the sample: {type(e).__name__}: {e}')
         os._exit(127)
     try:
-        _check(
-            libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | _CLONE_NEWIPC), 'unshare'
-        )
+        # A cgroup namespace too (after joining the run's group): the box's /proc/*/cgroup
+        # shows '/', not the group's name (the caller's pid and a token).
+        flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWCGROUP
+        _check(libc.unshare(flags), 'unshare')
     except OSError as e:
-        _status(cfg, error=f'no namespaces: {e}')
+        _status(cfg, error=f'{NO_NAMESPACES}: {e}')
         os._exit(1)
     pid = os.fork()
     if pid == 0:

@@ -1,8 +1,10 @@
 """The outcome of one run: `RunResult`, and reading it back from the run's files.
 
-The launcher leaves JSON lines in the status file (the sample's `pid`, its `wait_status`, an
-`error`), the harness its reports (`R <json>`) and its sentinel (`<token> <pid>`) in the
-result file; stdout and stderr are files too. `_result` turns them into a `RunResult`.
+The launcher leaves JSON lines in the status channel (the sample's `pid`, its `wait_status`,
+an `error`), the harness its reports (`R <json>`) and its sentinel (`<token> <pid>`) in the
+result channel; with stdout and stderr they are memfds of the caller (read by descriptor).
+`_result` turns them into a `RunResult`: an OOM kill in the run's cgroup is the sample's
+failure ('memory') whatever else is missing, checked before any 'no status' decision.
 """
 
 from __future__ import annotations
@@ -98,26 +100,28 @@ class RunResult:
         return out
 
 
-def _tail(path: str, chars: int) -> str:
-    with open(path, 'rb') as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(max(0, size - 4 * chars))
-        return clean(f.read().decode(errors='replace'))[-chars:]
+def _read(fd: int, limit: int, offset: int = 0) -> bytes:
+    """Up to `limit` bytes of the file `fd` from `offset` (its own offset untouched)."""
+    size = os.fstat(fd).st_size
+    return os.pread(fd, max(0, min(limit, size - offset)), offset) if size > offset else b''
 
 
-def _read_lines(path: str, limit: int) -> list[str]:
-    with open(path, 'rb') as f:
-        return f.read(limit).decode(errors='replace').splitlines()
+def _tail(fd: int, chars: int) -> str:
+    size = os.fstat(fd).st_size
+    start = max(0, size - 4 * chars)
+    return clean(_read(fd, size - start, start).decode(errors='replace'))[-chars:]
 
 
-def _reports(path: str, limit: int, max_line: int, token: str, pid) -> tuple:
+def _read_lines(fd: int, limit: int) -> list[str]:
+    return _read(fd, limit).decode(errors='replace').splitlines()
+
+
+def _reports(fd: int, limit: int, max_line: int, token: str, pid) -> tuple:
     """(last report, sentinel seen, decode error or '') from the result file: a line longer
     than `max_line` or one that does not decode (bad JSON, nesting past the recursion limit)
     is an error, never an exception."""
     report, finished, error = None, False, ''
-    with open(path, 'rb') as f:
-        data = f.read(limit)
+    data = _read(fd, limit)
     for raw in data.split(b'\n'):
         if len(raw) > max_line:
             error = error or f'a result line of {len(raw)} bytes (limit {max_line})'
@@ -133,21 +137,22 @@ def _reports(path: str, limit: int, max_line: int, token: str, pid) -> tuple:
     return report, finished, error
 
 
-def _result(paths, token, stopped, launcher_code, isolation, seconds, tail_chars,
+def _result(fds, token, stopped, launcher_code, isolation, seconds, tail_chars,
             report_bytes, max_line, cpu_seconds=None, oom=False):  # fmt: skip
-    """The RunResult of a run; `stopped`: None (the launcher exited) or why the caller
-    stopped it ('cpu_timeout', 'memory', 'timeout', 'starved', 'cancelled')."""
+    """The RunResult of a run from its channels `fds` ('out', 'err', 'res', 'status');
+    `stopped`: None (the launcher exited) or why the caller stopped it ('cpu_timeout',
+    'memory', 'timeout', 'starved', 'cancelled')."""
     info = {}
-    for line in _read_lines(paths['status'], 1 << 20):
+    for line in _read_lines(fds['status'], 1 << 20):
         try:
             fields = json.loads(line)
         except (ValueError, RecursionError):
             continue
         if isinstance(fields, dict):
             info.update(fields)
-    stdout, stderr = _tail(paths['out'], tail_chars), _tail(paths['err'], tail_chars)
+    stdout, stderr = _tail(fds['out'], tail_chars), _tail(fds['err'], tail_chars)
     sample_pid = info.get('pid')
-    report, finished, bad = _reports(paths['res'], report_bytes, max_line, token, sample_pid)
+    report, finished, bad = _reports(fds['res'], report_bytes, max_line, token, sample_pid)
     returncode = None
     if 'wait_status' in info:
         returncode = os.waitstatus_to_exitcode(info['wait_status'])
@@ -156,17 +161,21 @@ def _result(paths, token, stopped, launcher_code, isolation, seconds, tail_chars
     common = dict(stdout=stdout, stderr=stderr, seconds=seconds, report=report)
     common.update(isolation=isolation, finished=finished, returncode=returncode)
     common.update(cpu_seconds=cpu_seconds)
-    if stopped == 'memory':
+    if stopped == 'memory':  # The launcher was alive to be stopped.
         return RunResult(False, status='memory', error='out of memory (cgroup)', **common)
     if stopped is not None:
         return RunResult(False, status=stopped, **common)
+    if oom:  # The launcher and init are exempt: the OOM killer killed the sample's process.
+        error = 'out of memory (cgroup)'
+        lost = returncode is None or (isolation == 'namespaces' and launcher_code != 0)
+        if lost:  # Never seen with the exemption: said, not hidden.
+            error += f'; the launcher exited {launcher_code}, sample status {returncode}'
+        return RunResult(False, status='memory', error=error, **common)
     if 'error' in info:
         return RunResult(False, status='error', error=clean(str(info['error'])), **common)
     if returncode is None:
         msg = f'the launcher exited {launcher_code} without a status; stderr: {stderr[-500:]}'
         return RunResult(False, status='error', error=msg, **common)
-    if oom:
-        return RunResult(False, status='memory', error='out of memory (cgroup)', **common)
     if returncode < 0:
         sig = -returncode
         status = 'cpu_timeout' if sig == signal.SIGXCPU else 'killed'

@@ -10,9 +10,11 @@ before the sample starts) mounts a fresh tmpfs as the new root, recreates those 
 binds those directories and files read-only (nosuid, nodev) at their own paths, adds a private
 /dev (tmpfs: null, zero, full, random and urandom bound from the host, /dev/fd and the std*
 links, a private /dev/shm; no tty, no ptmx, no pts), fresh tmpfs /tmp (with the scratch dir)
-and /var/tmp, a /proc of the sample's PID namespace, then pivot_roots into it, detaches the old
-root and remounts the new root read-only. Nothing else of the host exists there: no repository,
-no home, no data directories, no /run, no host /tmp, no /sys, no /etc beyond ld.so.cache.
+and /var/tmp (memory of the run's cgroup, `scratch_bytes` each, noexec: no binary the sample
+writes runs from them), a /proc of the sample's PID namespace, then pivot_roots into it,
+detaches the old root and remounts the new root read-only. Nothing else of the host exists
+there: no repository, no home, no data directories, no /run, no host /tmp, no /sys, no /etc
+beyond ld.so.cache.
 
 Standard library only: the launcher loads this file by its path (it runs under -I -S).
 """
@@ -148,7 +150,7 @@ def build(libc, cfg: dict) -> None:
     tmpfs = f'size={cfg["scratch_bytes"]},nr_inodes=65536,mode=1777'
     for path in ('/dev/shm', '/tmp', '/var/tmp'):
         os.makedirs(at(path), 0o755, exist_ok=True)
-        _mount(libc, 'tmpfs', at(path), 'tmpfs', _MS_NOSUID | _MS_NODEV, tmpfs)
+        _mount(libc, 'tmpfs', at(path), 'tmpfs', _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, tmpfs)
     _mount(libc, None, at('/dev'), None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NOEXEC)
     os.makedirs(at('/proc'), 0o555)
     _mount(libc, 'proc', at('/proc'), 'proc', _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)

@@ -25,9 +25,14 @@ What is refused (EPERM unless said otherwise), and why:
 - large kernel surfaces no test needs: `bpf`, `keyctl`, `add_key`, `request_key`,
   `perf_event_open`, `io_uring_setup`, `io_uring_enter`, `io_uring_register`, `userfaultfd`;
 - terminal injection: `ioctl(fd, TIOCSTI)` (typing into a terminal) and `ioctl(fd, TIOCLINUX)`;
-- path-based sockets: `socket(AF_UNIX, ...)` by its domain argument (the network namespace does
-  not cover unix sockets; an abstract or path socket could reach a host daemon).
-  `socketpair(AF_UNIX)` stays allowed: it names nothing outside the process tree.
+- sockets, on an allow-list of domains: `socket` in every domain (AF_UNIX: the network
+  namespace does not cover path or abstract sockets, which could reach a host daemon; AF_VSOCK:
+  no namespace covers vsock, whose port space is the host's and which reaches the hypervisor,
+  CID 2; INET, INET6, NETLINK and the rest: kernel surface no task needs), and `socketpair`
+  in every domain but AF_UNIX (`SOCKET_DOMAINS`): a pair names nothing outside the box's
+  process tree (asyncio and multiprocessing use one). The filter refuses them itself (EPERM,
+  not the kernel's EAFNOSUPPORT), whatever the namespaces, so every isolation level that
+  installs it holds them.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ _CLONE_NEW = {
 }
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
 _AF_UNIX = 1
+_CMP_NE = 1
+SOCKET_DOMAINS = (_AF_UNIX,)  # The one domain `socketpair` may use; `socket` may use none.
 REFUSED = (
     'unshare', 'setns', 'mount', 'umount2', 'pivot_root', 'chroot', 'open_tree', 'move_mount',
     'fsopen', 'fsconfig', 'fsmount', 'fspick', 'mount_setattr', 'ptrace', 'process_vm_readv',
@@ -123,7 +130,11 @@ def install(lib=None) -> None:
             rule('clone', eperm, (0, _CMP_MASKED_EQ, flag, flag))
         for request in (_TIOCSTI, _TIOCLINUX):
             rule('ioctl', eperm, (1, _CMP_MASKED_EQ, 0xFFFFFFFF, request))
-        rule('socket', eperm, (0, _CMP_MASKED_EQ, 0xFFFFFFFF, _AF_UNIX))  # An int argument.
+        rule('socket', eperm)  # Every domain: SOCKET_DOMAINS holds for pairs only.
+        # socketpair outside the list: the whole 64-bit argument must equal the one domain, so
+        # high bits above the int the kernel reads refuse the call too.
+        (domain,) = SOCKET_DOMAINS
+        rule('socketpair', eperm, (0, _CMP_NE, domain, 0))
         ret = lib.seccomp_load(ctx)
         if ret < 0:
             raise OSError(-ret, f'seccomp_load: {errno.errorcode.get(-ret)}')
