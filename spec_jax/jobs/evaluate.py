@@ -204,6 +204,7 @@ def write_report(
     as one); returns the paths, the rows, the pooled rows and the findings' text."""
     rows = metrics.aggregate(results, methods)
     pooled = findings.pooled_rows(results, methods)
+    header = dict(header or {}, settings=machine.settings(c))  # Each setting, one line.
     paths = report.write_report(
         rows, os.path.join(workdir, 'report'), mode=c.mode, title=c.name,
         theory=theory_curves(rows, c.mode, _siblings(c)) if c.meter_distortion else None,

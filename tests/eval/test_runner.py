@@ -132,7 +132,11 @@ def test_metrics_and_report_of_the_run(tiny_run, tmp_path):
         fingerprint = json.load(f)['fingerprint']
     header = md[md.index('## Run') : md.index('## Headline')]
     for text in ('- CPU: ', '- cores: ', '- JAX devices: ', '- jax: ', '- spec_jax: ',
-                 f'- config fingerprint: {fingerprint}', '- load average at start: '):
+                 f'- config fingerprint: {fingerprint}', '- load average at start: ',
+                 '- gamma: 3 drafted tokens', '- temperature: 0.7', '- drafter: lm ',
+                 '- token limits: 12 new tokens', '- batch size: 4', '- seeds: 0',
+                 '- task mbpp: first 3 items, at most 12 new tokens', '- data root: ',
+                 '- commit: '):  # fmt: skip
         assert text in header, text
     # Every row paired with AR on the batches of its task group.
     for r in rows:
