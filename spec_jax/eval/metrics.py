@@ -3,8 +3,8 @@
 Definitions (docs/eval.md; the paper's, docs/paper.md §3):
 
   score             mean of `correct` over items (each item's mean over its seeds first);
-                    95% interval: Wilson's for one sample per item, else the normal
-                    interval of the item means (mean +- 1.96 s / sqrt(n))
+                    95% interval: Wilson's for one sample per item, else the t-interval
+                    of the item means (mean +- t(0.975, n - 1) s / sqrt(n): n is small)
   strict_score      math tasks: the same mean of detail['strict'] (correct and no hedge)
   block_efficiency  tokens emitted per target forward, the bonus token counted (AR: 1)
   be_full_gamma     the paper's chain BE: mean of (accepted + 1) over the full blocks,
@@ -61,6 +61,8 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
+from scipy import stats
+
 from spec_jax import rules
 from spec_jax.eval import engine_rules, outcomes, paired, timing
 from spec_jax.eval.plan import Method
@@ -92,7 +94,7 @@ def score_interval(per_item: Sequence[Sequence[bool]]) -> tuple[float, float, fl
     if sd == 0.0:  # No item-level spread (or one item): Wilson's on the pooled samples.
         lo, hi = wilson(sum(int(x) for s in per_item for x in s), sum(len(s) for s in per_item))
         return mean, lo, hi
-    half = Z95 * sd / math.sqrt(n)
+    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
     return mean, max(0.0, mean - half), min(1.0, mean + half)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from scipy import stats
 
 from spec_jax.eval import metrics, plan
 
@@ -94,9 +95,11 @@ def test_score_interval_wilson(table):
 
 
 def test_score_interval_over_seeds():
-    # Item means 1, 0.5, 0, 0.5 over two seeds: mean 0.5, sd sqrt(1/6), n 4.
-    mean, lo, hi = metrics.score_interval([[1, 1], [1, 0], [0, 0], [0, 1]])
-    half = metrics.Z95 * math.sqrt(1 / 6) / 2
+    # 8 items over two seeds, means 1, 0.5, 0 and five 0.5: the t-interval at n - 1 = 7
+    # (n is small; z would give a narrower one).
+    means = [1, 0.5, 0, 0.5, 0.5, 0.5, 0.5, 0.5]
+    mean, lo, hi = metrics.score_interval([[1, 1], [1, 0], [0, 0]] + [[0, 1]] * 5)
+    half = stats.t.ppf(0.975, 7) * stats.tstd(means) / math.sqrt(8)
     assert mean == 0.5 and (lo, hi) == pytest.approx((0.5 - half, 0.5 + half))
     assert metrics.wilson(0, 5)[0] == 0.0 and metrics.wilson(5, 5)[1] == 1.0
 
