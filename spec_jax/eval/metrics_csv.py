@@ -56,12 +56,12 @@ FIELDS = (
     'failed_samples',
 )
 # The paired Δs of a lossy row against its matched baseline (`spec_jax.eval.paired`).
-PAIR_FIELDS = ('d_score', 'd_score_lo', 'd_score_hi', 'd_score_p', 'd_be', 'd_be_lo', 'd_be_hi',
-               'd_tv', 'd_tv_lo', 'd_tv_hi', 'd_tv_plain', 'd_tv_plain_lo', 'd_tv_plain_hi',
-               'speedup_vs_matched', 'speedup_vs_matched_lo',
+PAIR_FIELDS = ('d_score', 'd_score_lo', 'd_score_hi', 'd_score_p', 'd_score_test', 'd_be',
+               'd_be_lo', 'd_be_hi', 'd_tv', 'd_tv_lo', 'd_tv_hi', 'd_tv_plain', 'd_tv_plain_lo',
+               'd_tv_plain_hi', 'speedup_vs_matched', 'speedup_vs_matched_lo',
                'speedup_vs_matched_hi', 'speedup_vs_matched_n_batches')  # fmt: skip
 _STR_FIELDS = frozenset({'task', 'method', 'kind', 'rule', 'param_name', 'speedup_group',
-                         'speedup_basis'})  # fmt: skip
+                         'speedup_basis', 'd_score_test'})  # fmt: skip
 _INT_FIELDS = frozenset({'n_items', 'n_samples', 'tokens', 'seeds_k', 'n_scorer_errors',
                          'n_timeouts', 'n_infra_errors'})  # fmt: skip
 _PAIRS_SEP = ';'  # Method names hold ':', ',', '=' and brackets, never ';'.

@@ -68,21 +68,19 @@ def _headline_section(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
     header = ('method', 'kind', 'score % [interval] (strict: no hedge)',
               'failed: error / timeout / infra', 'BE',
               f'BE ({be_key})', 'DS', 'acceptance', 'per-position acceptance', 'tokens/s',
-              'speedup [interval] (batches)', 'TV', 'JS', 'KL (inf %)', 'outside',
+              'speedup [interval] (batches)', 'decode-only speedup [interval] (batches)',
+              'TV', 'JS', 'KL (inf %)', 'outside',
               'overshoot mean / max (inf %)')  # fmt: skip
     for task in tables.tasks(rows):
         sel = [r for r in rows if r['task'] == task]
-        first = sel[0]
-        what = 'scored' if first.get('scored') else 'speed set, not scored'
-        lines += [f'### {task}', '',
-                  f'{first.get("n_items", "?")} items, {first.get("n_samples", "?")} samples '
-                  f'per method ({what}).', '']  # fmt: skip
+        what = 'scored' if sel[0].get('scored') else 'speed set, not scored'
+        lines += [f'### {task}', '', f'{_counts(sel)} ({what}).', '']
         strict = any(tables.num(r.get('strict_score')) for r in sel)  # Math: hedge-free.
         body = [
             (
                 f'`{r["method"]}`',
                 str(r.get('kind', '')),
-                tables.score_text(r)
+                tables.score_text(r) + seed_text(r)
                 + (f' (strict {tables.pct(r.get("strict_score"))})' if strict else ''),
                 tables.failures_text(r),
                 tables.fmt(r.get('block_efficiency')),
@@ -92,6 +90,7 @@ def _headline_section(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
                 tables.fmt(r.get('position_acceptance'), '.3f'),
                 tables.fmt(r.get('tokens_per_s'), '.1f'),
                 speedup_text(r),
+                speedup_text(r, 'decode_speedup'),
                 tables.fmt(r.get('tv'), '.4f'),
                 tables.fmt(r.get('js'), '.4f'),
                 tables.kl_text(r),
@@ -102,6 +101,29 @@ def _headline_section(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
         ]
         lines += tables.table(header, body) + ['']
     return lines
+
+
+def _counts(sel: Sequence[dict[str, Any]]) -> str:
+    """'6 items, 6 samples per method' from every row of a task (a partial run's methods
+    can differ: then the range and 'methods differ')."""
+    parts = []
+    for key, what in (('n_items', 'items'), ('n_samples', 'samples per method')):
+        values = sorted({r[key] for r in sel if tables.num(r.get(key))})
+        if not values:
+            parts.append(f'? {what}')
+        elif len(values) == 1:
+            parts.append(f'{values[0]} {what}')
+        else:
+            parts.append(f'{values[0]}-{values[-1]} {what} (methods differ: a partial run)')
+    return ', '.join(parts)
+
+
+def seed_text(row: dict[str, Any]) -> str:
+    """' ± 3.1 sd over 3 seeds' (points: the standard deviation over seeds of each seed's
+    score) where the row has several seeds, else ''."""
+    if not tables.num(row.get('score_seed_std')) or (row.get('n_seeds') or 0) < 2:
+        return ''
+    return f' ± {tables.pct(row["score_seed_std"])} sd over {row["n_seeds"]} seeds'
 
 
 def _seeds_section(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -146,15 +168,23 @@ def _failures_section(rows: Sequence[dict[str, Any]], shown: int = 10) -> list[s
     return lines + ['']
 
 
-def speedup_text(row: dict[str, Any]) -> str:
-    """'1.42 [1.20, 1.68] (7)': the speedup, its interval (from 5 batches on) and the
-    batches it pairs with AR; the group when the task shares batches ('(7, speed)')."""
-    text = tables.interval(row, 'speedup', '.2f')
-    n = row.get('speedup_n_batches')
+def speedup_text(row: dict[str, Any], key: str = 'speedup') -> str:
+    """'1.42 [1.20, 1.68] (7)': the speedup (`key`: 'speedup' end to end, or
+    'decode_speedup'), its interval (from 5 batches on) and the batches it pairs with AR;
+    the group when the task shares batches ('(7, speed)'); '1.31 (1 batch: no interval)'
+    below 5 batches."""
+    text = tables.interval(row, key, '.2f')
+    n = row.get(f'{key}_n_batches', row.get('speedup_n_batches'))
     if text == '-' or n is None:
         return text
+    batches = f'{n} batch' + ('' if n == 1 else 'es')
+    if not tables.num(row.get(f'{key}_lo')):
+        batches += ': no interval'
+    else:
+        batches = str(n)
     group = row.get('speedup_group')
-    return text + (f' ({n}, {group})' if group and group != row.get('task') else f' ({n})')
+    return text + (f' ({batches}, {group})' if group and group != row.get('task')
+                   else f' ({batches})')  # fmt: skip
 
 
 def matched_pairs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -198,11 +228,15 @@ def _pairs_section(rows: Sequence[dict[str, Any]]) -> list[str]:
         'Each lossy method beside its matched baseline (the same truncation sampled and '
         'verified losslessly, or lossless SD for rules that truncate nothing; docs/laws.md §5). '
         'Δ = method minus matched baseline over the (item, seed) samples both ran (n; '
-        '"pooled": the difference of pooled values, no pairing known), with 95% bootstrap '
-        "intervals over items (score in percentage points; p: McNemar's exact test, one "
-        "seed); speedup vs matched: tokens/s over the baseline's on the same batches "
-        '(geometric mean, t-interval from 5 batches on). TV, KL, outside and overshoot are '
-        "the lossy method's distortion against the baseline law.",
+        '"pooled": the difference of pooled values, no pairing known), with 95% intervals '
+        "(score in percentage points: McNemar's exact test with the exact interval that "
+        'agrees with it for one seed, a t-interval over items for several; ΔBE and ΔTV: the '
+        't-interval over items of the linearised ratio); speedup vs matched: tokens/s over '
+        "the baseline's on the same batches (geometric mean, t-interval from 5 batches on). "
+        "TV, KL, outside and overshoot are the lossy method's distortion against the "
+        'baseline law. Intervals here are per comparison; the verdicts (above / below / not '
+        'distinguishable, or too few items to judge) are in the findings, Holm-adjusted over '
+        'the run.',
         '',
     ]
     header = ('task', 'method', 'matched', 'n', 'score % [interval]',
@@ -218,7 +252,8 @@ def _pairs_section(rows: Sequence[dict[str, Any]]) -> list[str]:
             tables.score_text(p['row']),
             tables.score_text(p['matched_row'] or {}),
             tables.interval(p, 'd_score', '+.1f', 100.0)
-            + (f' (p {p["d_score_p"]:.3g})' if tables.num(p['d_score_p']) else ''),
+            + (f' ({p.get("d_score_test") or "test"} p {p["d_score_p"]:.3g})'
+               if tables.num(p['d_score_p']) else ''),  # fmt: skip
             tables.interval(p, 'd_be'),
             tables.interval(p, 'd_tv', '+.4f'),
             tables.interval(p, 'speedup_vs_matched', '.2f'),

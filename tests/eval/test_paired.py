@@ -76,7 +76,7 @@ def test_the_partial_run_pairs_its_deltas_on_the_shared_items(partial_run, tmp_p
     cells = [c.strip() for c in line.split('|')]
     assert cells[4] == '40'
     lo, hi = 100 * lossy['d_score_lo'], 100 * lossy['d_score_hi']
-    assert cells[7] == f'-10.0 [{lo:+.1f}, {hi:+.1f}] (p 0.125)'
+    assert cells[7] == f'-10.0 [{lo:+.1f}, {hi:+.1f}] (McNemar p 0.125)'
     assert cells[8] == '+0.50 [+0.50, +0.50]' and cells[10] == '2.00 [2.00, 2.00]'
 
 
