@@ -140,6 +140,10 @@ class Verification:
         traced, so the rule's own modes bound the loop."""
         return self.rule.tree_modes
 
+    def tree_target(self, p, siblings, q=None):
+        target = self.rule.tree_target(p, siblings, q)  # p itself for most rules: no op.
+        return p if target is p else jnp.where(self.baseline, p, target)
+
     def tree_gate(self, pc, c, state):
         lossless = _LOSSLESS.tree_gate(pc, c, state)
         return jnp.where(self.baseline, lossless, self.rule.tree_gate(pc, c, state))

@@ -20,6 +20,7 @@ Rules (registry names; docs/laws.md sections in each docstring):
   logit_rules (read the raw logits, `rules.Raw`): relaxed (delta, top_k, bonus_mode;
     'relaxed:preset=max'), mars (theta), fuzzy (threshold, divergence)
   block (decide the whole block, `Rule.accept_block`): block_verify, fly (theta, window)
+  budget: tv_budget (eps, l): on the distortion frontier, TV to p capped per position
 
 Tree verification: `verify_node` (one node's ordered siblings) and `verify_tree` (a whole
 static tree from parent pointers; see `spec_jax.rules.tree`).
@@ -27,7 +28,7 @@ static tree from parent pointers; see `spec_jax.rules.tree`).
 Modules: base (the Rule contract, YieldRule, tree-scan helpers), contract (what rules that
 read raw logits or decide a whole block meet: Raw, Block and its helpers), registry (`make`,
 `names`, `register`), lossless, collaborative, truncation, cascade, engines, ablations,
-logit_rules, block (the rule families), chain (`verify_chain`), tree, baselines
+logit_rules, block, budget (the rule families), chain (`verify_chain`), tree, baselines
 (`matched_baseline`), distortion (TV, KL, JS, the meter), theory (closed-form curves and the
 paper's claims, for jobs/diagnose.py). The contract and adding a rule: docs/rules.md; every
 rule's law: docs/laws.md. """
@@ -36,6 +37,7 @@ from spec_jax.rules.ablations import InterpCeiling, LenienceFlat
 from spec_jax.rules.base import Rule, YieldRule
 from spec_jax.rules.baselines import MatchedBaseline, matched_baseline
 from spec_jax.rules.block import BlockVerify, FLy
+from spec_jax.rules.budget import TVBudget
 from spec_jax.rules.cascade import SpecCascade
 from spec_jax.rules.chain import ChainResult, verify_chain
 from spec_jax.rules.collaborative import CoS, Lenience, OvershootOnly, OvershootTail, UniformInterp
@@ -93,6 +95,7 @@ __all__ = [
     'OvershootTail',
     'Raw',
     'Relaxed',
+    'TVBudget',
     'Rule',
     'SGLangThresholds',
     'SpecCascade',

@@ -292,6 +292,13 @@ class Rule:
 
     # --- tree mode -------------------------------------------------------------------------
 
+    def tree_target(self, p: Array, siblings: Array, q: Array | None = None) -> Array:
+        """The law [..., V] a node's walk verifies against, given its target p [..., V], its
+        siblings [..., C] and, for sampled siblings, the draft law q (default: p itself; the
+        budgeted rule moves mass onto the siblings, docs/laws.md §8.2)."""
+        del siblings, q
+        return p
+
     def tree_gate(self, pc: Array, c: Array, state: NodeState) -> Array:
         """g: probability of accepting sibling c with raw target probability pc [...].
 

@@ -186,6 +186,7 @@ def _scan_node(rule, p_bv, sibs_bc, u_bc, q_bv=None, distinct=False, logits_bv=N
     [B, V]: the node's raw target logits, for rules that set `needs_logits`."""
     b, num_c = sibs_bc.shape
     sampled = q_bv is not None
+    p_bv = rule.tree_target(p_bv, sibs_bc, q_bv)  # p itself for every rule but tv_budget.
     if sampled:
         valid = sibs_bc >= 0
     else:

@@ -34,6 +34,8 @@ RULE_SPECS = (
     'onehot_q',
     'lenience_flat:l=0.4',
     'interp_ceiling:w=0.5',
+    # On the distortion frontier with a per-position TV cap (tests/rules/test_budget.py).
+    'tv_budget:eps=0.1,l=0.5',
 )
 
 TREE_SPECS = (
