@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from spec_jax.eval import paper, tables
+from spec_jax.eval import paper, tables, verdicts
 
 PAPER_FIELDS = (
     'task',
@@ -99,24 +99,29 @@ def paper_comparison(rows: Sequence[dict[str, Any]], mode: str) -> list[dict[str
 def method_gaps(rows: Sequence[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
     """For each lossy method the paper also ran (whatever the tasks): our score gap to its
     matched baseline on each of our scored tasks and the paper's accuracy gap on each of
-    its tasks, so a run on other tasks (the README's) still sets the paper beside ours."""
+    its tasks, so a run on other tasks (the README's) still sets the paper beside ours;
+    'ours_text' per task: the gap with its interval and n ('-33.3 [-80.0, +10.0] (n 6)')."""
     index = tables.by_method(rows)
     columns = {column: task for task, column in paper.TASK_COLUMNS.items()}
     out = []
     for method in dict.fromkeys(r['method'] for r in rows if r.get('kind') == 'lossy'):
         if paper.paper_method(mode, method) is None:
             continue
-        ours = {}
+        ours, text = {}, {}
         for r in rows:
             if r['method'] == method and r.get('scored'):
                 matched = index.get((r['task'], tables.matched_name(r)))
                 d = score_gap(r, matched)
                 ours[r['task']] = None if d is None else 100.0 * d
+                n = r.get('pair_n_items') or r.get('pair_n')
+                text[r['task']] = (f'{tables.interval(r, "d_score", "+.1f", 100.0)} (n {n})'
+                                   if d is not None and n
+                                   else tables.fmt(ours[r['task']], '+.1f'))  # fmt: skip
         theirs = {}
         for column in paper.TASKS:
             gap = paper.paper_gap(mode, columns[column], method)
             theirs[column] = gap['d_acc'] if gap else None
-        out.append(dict(method=method, ours=ours, paper=theirs))
+        out.append(dict(method=method, ours=ours, ours_text=text, paper=theirs))
     return out
 
 
@@ -124,15 +129,17 @@ def method_gaps_section(gaps: list[dict[str, Any]], mode: str) -> list[str]:
     tasks = list(dict.fromkeys(t for g in gaps for t in g['ours']))
     header = ('method', *(f'ours Δ {t}' for t in tasks), *(f'paper Δ {c}' for c in paper.TASKS))
     body = [
-        (f'`{g["method"]}`', *(tables.fmt(g['ours'].get(t), '+.1f') for t in tasks),
+        (f'`{g["method"]}`',
+         *(g.get('ours_text', {}).get(t) or tables.fmt(g['ours'].get(t), '+.1f') for t in tasks),
          *(tables.fmt(g['paper'][c], '+.1f') for c in paper.TASKS))
         for g in gaps
     ]  # fmt: skip
     return [
         '### Gaps by method',
         '',
-        f'Score gap to the matched baseline in points: ours on our tasks, the paper '
-        f'({paper.SETUPS[mode]["label"]}) on its tasks.',
+        f'Score gap to the matched baseline in points: ours on our tasks with its 95% '
+        f'interval and the items it pairs (n; verdicts in the findings, none below '
+        f'{verdicts.MIN_ITEMS} items), the paper ({paper.SETUPS[mode]["label"]}) on its tasks.',
         '',
         *tables.table(header, body),
         '',

@@ -22,6 +22,8 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from spec_jax.eval import verdicts
+
 # Rule families -> colour, so a family looks the same in every figure.
 FAMILY_COLORS = {
     'ar': '#7f7f7f',
@@ -57,6 +59,17 @@ PALETTE = (
 )
 FRONT_COLOR = '#000000'
 FRONT_LABEL = 'Pareto front'
+# What each figure's bars are (the report prints them under the figure).
+BARS = dict(
+    pareto="bars: the score's 95% interval (Wilson for one sample an item, else a t-interval "
+           'over items); no front below verdicts.MIN_ITEMS items',
+    score_vs_be="bars: the score's 95% interval; each point labelled with its method",
+    distortion='points: the unweighted mean over tasks; bars: the min to max over tasks '
+               '(not an interval); overshoot on a log scale when it spans decades',
+    tradeoff='bars: 95% intervals (ΔBE: t over items; speedup: t on log batch ratios, none '
+             "below 5 batches); speed panel: filled at TV to the target's own law, hollow "
+             'at TV to the matched baseline, squares the matched baselines',
+)  # fmt: skip
 _FAMILY_ORDER = ('ar', 'lossless', 'baselines')
 
 
@@ -181,15 +194,22 @@ def pareto(rows: Sequence[dict[str, Any]], task: str, path: str) -> Drawn:
                 ax.annotate(f'{r["param"]:g}', (r[x_key], r['score']), xytext=(5, 4),
                             textcoords='offset points', fontsize=7)  # fmt: skip
         drawn.add(fam, len(group), colors[fam])
-    front = pareto_front([(r[x_key], r['score']) for r in sel])
+    few = [r.get('n_items') for r in sel if (r.get('n_items') or 0) < verdicts.MIN_ITEMS]
+    front = [] if few else pareto_front([(r[x_key], r['score']) for r in sel])
+    if few:
+        ax.text(0.02, 0.02, f'no Pareto front: {min(few)} items, too few to judge '
+                f'(fewer than {verdicts.MIN_ITEMS})', transform=ax.transAxes, fontsize=7)
     if front:
         ax.plot([p[0] for p in front], [p[1] for p in front], linestyle=':', color=FRONT_COLOR,
                 linewidth=1.5, label=FRONT_LABEL)  # fmt: skip
         drawn.add(FRONT_LABEL, len(front), FRONT_COLOR)
-    else:
+    elif not sel:
         ax.text(0.5, 0.5, 'no scored rows', transform=ax.transAxes, ha='center')
-    ax.set_xlabel('speedup over AR' if x_key == 'speedup' else 'block efficiency (tokens/forward)')
-    ax.set_ylabel('score')
+    batches = min((r.get('speedup_n_batches') or 0 for r in sel), default=0)
+    ax.set_xlabel(f'speedup over AR ({batches} batches'
+                  + (': no interval)' if batches < verdicts.MIN_BATCHES else ')')
+                  if x_key == 'speedup' else 'block efficiency (tokens/forward)')  # fmt: skip
+    ax.set_ylabel('score (bars: 95% interval)')
     ax.set_title(f'{task}: speed vs quality')
     ax.grid(alpha=0.3)
     if drawn:
@@ -214,11 +234,14 @@ def score_vs_be(rows: Sequence[dict[str, Any]], path: str) -> Drawn:
         ax.errorbar([r['block_efficiency'] for r in group], [r['score'] for r in group],
                     yerr=_yerr(group), fmt='o', color=colors[task], markersize=8, capsize=2,
                     label=task)  # fmt: skip
+        for r in group:
+            ax.annotate(str(r['method']), (r['block_efficiency'], r['score']), fontsize=5,
+                        xytext=(4, 3), textcoords='offset points')  # fmt: skip
         drawn.add(task, len(group), colors[task])
     if not drawn:
         ax.text(0.5, 0.5, 'no scored rows', transform=ax.transAxes, ha='center')
     ax.set_xlabel('block efficiency (tokens per target forward)')
-    ax.set_ylabel('score')
+    ax.set_ylabel('score (bars: 95% interval)')
     ax.set_title('score vs block efficiency')
     ax.grid(alpha=0.3)
     if drawn:
@@ -329,13 +352,15 @@ def distortion_vs_param(
             ax_over.errorbar(params, means, yerr=[below, above], fmt='s-', color=color,
                              markersize=7, linewidth=1.2, capsize=2, label=label)  # fmt: skip
             drawn.add(label, len(params), color)
-            positive = [m for m in means if m > 0]
-            if positive and max(positive) / min(positive) > 50:
+            tops = [m + a for m, a in zip(means, above)]
+            positive = [v for v in [*means, *tops] if v > 0]
+            if positive and max(positive) / min(positive) > 50:  # Decades (CoS: to 1e23).
                 ax_over.set_yscale('log')
         ax_tv.set_ylim(bottom=0.0)
         ax_tv.set_title(f'{rule or "no lossy rule"}: distortion')
-        ax_tv.set_ylabel('TV / JS (nats) to the matched baseline')
-        ax_over.set_ylabel('mean overshoot max pi/p')
+        ax_tv.set_ylabel('TV / JS (nats) to the matched baseline\n(mean over tasks; bars: '
+                         'min-max over tasks)')
+        ax_over.set_ylabel('mean overshoot max pi/p\n(mean over tasks; bars: min-max)')
         for ax in (ax_tv, ax_over):
             ax.set_xlabel(f'{rule} parameter {param_name}' if rule else 'parameter')
             _finish(ax, 'not metered', fontsize=6)
@@ -343,13 +368,22 @@ def distortion_vs_param(
     return drawn
 
 
+def _plain_tv(row: dict[str, Any]) -> float | None:
+    """TV to the target's own law (plain lossless SD's); None on results that predate it."""
+    return row['tv_plain'] if _finite(row.get('tv_plain')) else None
+
+
 def tradeoff(rows: Sequence[dict[str, Any]], group: str, path: str) -> Drawn:
     """What a lossy rule buys against what it costs, for one task group, written to `path`.
 
     Left: ΔBE against the matched baseline (paired, with its interval) vs TV to the
-    matched baseline; right: the speedup over AR (per-batch, with its interval) vs the same
-    TV. One series per rule family through its parameter values (each point labelled with
-    its value); lossless SD is the point at TV 0 on the right.
+    matched baseline; right: the speedup over AR (per-batch, with its interval) vs TV to
+    the target's own law (filled; TV to the matched baseline where a row lacks it), each
+    point also hollow at its TV to the matched baseline (joined by a grey line: a truncation
+    is charged its distortion of the target, not only against a baseline that shares it),
+    and the matched baselines themselves (squares) at their TV to the target. One series
+    per rule family through its parameter values (each point labelled with its value);
+    lossless SD is the point at TV 0 on the right.
 
     Args:
       rows: metrics rows with the paired fields (`spec_jax.eval.findings.pooled_rows`).
@@ -357,12 +391,13 @@ def tradeoff(rows: Sequence[dict[str, Any]], group: str, path: str) -> Drawn:
       path: the PNG to write.
 
     Returns:
-      Drawn: '<rule> ΔBE' and '<rule> speedup' -> points, 'lossless' -> 1 if drawn.
+      Drawn: '<rule> ΔBE' and '<rule> speedup' -> points, 'lossless' -> 1 if drawn,
+      'baselines' -> the matched baselines drawn.
     """
     sel = [r for r in rows if r['task'] == group]
     lossy = [r for r in sel if r.get('kind') == 'lossy' and _finite(r.get('tv'))]
     rules = list(dict.fromkeys(family(r) for r in lossy))
-    colors = colors_for(['lossless', *rules])
+    colors = colors_for(['lossless', 'baselines', *rules])
     fig, (ax_be, ax_speed) = _new_figure(ncols=2, width=6.0)
     drawn = Drawn()
     for rule in rules:
@@ -373,14 +408,29 @@ def tradeoff(rows: Sequence[dict[str, Any]], group: str, path: str) -> Drawn:
             if not pts:
                 continue
             label = f'{rule} {suffix}'
-            ax.errorbar([r['tv'] for r in pts], [r[key] for r in pts], yerr=_yerr(pts, key),
-                        fmt='o-', color=colors[rule], markersize=7, linewidth=1.2, capsize=3,
+            speed = key == 'speedup'
+            xs = [(_plain_tv(r) if speed and _plain_tv(r) is not None else r['tv']) for r in pts]
+            ax.errorbar(xs, [r[key] for r in pts], yerr=_yerr(pts, key), fmt='o-',
+                        color=colors[rule], markersize=7, linewidth=1.2, capsize=3,
                         label=rule)  # fmt: skip
-            for r in pts:
+            if speed:
+                for x, r in zip(xs, pts):
+                    ax.plot([r['tv'], x], [r[key]] * 2, color='#bbbbbb', linewidth=0.8)
+                ax.plot([r['tv'] for r in pts], [r[key] for r in pts], 'o', markersize=7,
+                        markerfacecolor='none', markeredgecolor=colors[rule])  # fmt: skip
+            for x, r in zip(xs, pts):
                 if _finite(r.get('param')):
-                    ax.annotate(f'{r["param"]:g}', (r['tv'], r[key]), fontsize=7,
+                    ax.annotate(f'{r["param"]:g}', (x, r[key]), fontsize=7,
                                 textcoords='offset points', xytext=(4, 4))  # fmt: skip
             drawn.add(label, len(pts), colors[rule])
+    matched = {name for r in lossy for name in (r.get('pairs') or [])[:1]}
+    bases = [r for r in sel if r.get('kind') == 'baseline' and r['method'] in matched
+             and _finite(r.get('speedup')) and _plain_tv(r) is not None]  # fmt: skip
+    if bases:
+        ax_speed.errorbar([_plain_tv(r) for r in bases], [r['speedup'] for r in bases],
+                          yerr=_yerr(bases, 'speedup'), fmt='s', color=colors['baselines'],
+                          markersize=7, capsize=3, label='matched baselines')  # fmt: skip
+        drawn.add('baselines', len(bases), colors['baselines'])
     lossless = next((r for r in sel if r.get('kind') == 'lossless'), None)
     if lossless and _finite(lossless.get('speedup')):
         ax_speed.errorbar([0.0], [lossless['speedup']], yerr=_yerr([lossless], 'speedup'),
@@ -389,10 +439,11 @@ def tradeoff(rows: Sequence[dict[str, Any]], group: str, path: str) -> Drawn:
         drawn.add('lossless', 1, colors['lossless'])
     ax_be.axhline(0.0, color='#888888', linewidth=0.8)
     ax_speed.axhline(1.0, color='#888888', linewidth=0.8)
-    ax_be.set_ylabel('ΔBE vs matched baseline (95% interval)')
-    ax_speed.set_ylabel('speedup over AR (95% interval)')
+    ax_be.set_ylabel('ΔBE vs matched baseline (bars: 95% interval)')
+    ax_speed.set_ylabel('speedup over AR (bars: 95% interval, none below 5 batches)')
+    ax_be.set_xlabel('TV to the matched baseline (distortion paid)')
+    ax_speed.set_xlabel("TV to the target's own law (filled; hollow: to the matched baseline)")
     for ax, title in ((ax_be, 'block efficiency bought'), (ax_speed, 'speed bought')):
-        ax.set_xlabel('TV to the matched baseline (distortion paid)')
         ax.set_title(f'{group}: {title}')
         _finish(ax, 'no lossy rule metered')
     _save(fig, path)

@@ -291,7 +291,8 @@ def _tradeoff_section(
         name = f'tradeoff_{tables.safe_name(group)}'
         paths[name] = os.path.join(out_dir, name + '.png')
         drawn = plots.tradeoff(pooled, group, paths[name])
-        lines += [f'![{group}: trade-off]({name}.png)', '', f'Series: {_series_text(drawn)}.', '']
+        lines += [f'![{group}: trade-off]({name}.png)', '', f'Series: {_series_text(drawn)}; '
+                  f'{plots.BARS["tradeoff"]}.', '']  # fmt: skip
     return lines
 
 
@@ -402,8 +403,9 @@ def write_report(
         lines += ['## Figures', '']
         for name, caption, drawn in figures:
             file = os.path.basename(paths[name])
+            bars = plots.BARS['pareto' if name.startswith('pareto_') else name]
             lines += [f'### {caption}', '', f'![{caption}]({file})', '',
-                      f'Series: {_series_text(drawn)}.', '']  # fmt: skip
+                      f'Series: {_series_text(drawn)}; {bars}.', '']  # fmt: skip
         if theory:
             labels = [plots.theory_label(rule, curve) for rule, curve in theory.items()]
             lines += ['Dashed in the distortion figure: ' + '; '.join(labels) + '. These '
