@@ -23,15 +23,16 @@ Rules (registry names; docs/laws.md sections in each docstring):
   budget: tv_budget (eps, l): on the distortion frontier, TV to p capped per position
 
 Tree verification: `verify_node` (one node's ordered siblings) and `verify_tree` (a whole
-static tree from parent pointers; see `spec_jax.rules.tree`).
+static tree from parent pointers; see `spec_jax.rules.tree`; the `Tree` type and
+`children_from_parents` in `spec_jax.rules.tree_pointers`).
 
 Modules: base (the Rule contract, YieldRule, tree-scan helpers), contract (what rules that
 read raw logits or decide a whole block meet: Raw, Block and its helpers), registry (`make`,
 `names`, `register`), lossless, collaborative, truncation, cascade, engines, ablations,
-logit_rules, block, budget (the rule families), chain (`verify_chain`), tree, baselines
-(`matched_baseline`), distortion (TV, KL, JS, the meter), theory (closed-form curves and the
-paper's claims, for jobs/diagnose.py). The contract and adding a rule: docs/rules.md; every
-rule's law: docs/laws.md. """
+logit_rules, block, budget (the rule families), chain (`verify_chain`), tree,
+tree_pointers, baselines (`matched_baseline`), distortion (TV, KL, JS, the meter, the
+frontier), theory (closed-form curves and the paper's claims, for jobs/diagnose.py). The
+contract and adding a rule: docs/rules.md; every rule's law: docs/laws.md. """
 
 from spec_jax.rules.ablations import InterpCeiling, LenienceFlat
 from spec_jax.rules.base import Rule, YieldRule
