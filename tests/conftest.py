@@ -1,5 +1,6 @@
 """Shared pytest fixtures: the embedded default model (loaded once) and a tiny config."""
 
+import fcntl
 import os
 import shutil
 import signal
@@ -79,6 +80,25 @@ def _free_compiled_code():
     jax.clear_caches()
 
 
+@pytest.fixture(autouse=True)
+def _alone(request):
+    """A test marked `alone` runs while no other test of this pytest-xdist session does (e.g.
+    one that loads the machine on purpose): every test holds a shared lock on a file of the
+    session, an `alone` one an exclusive lock, taken through a turnstile (a second lock) that
+    stops new shared holders while it waits. Without xdist there is nothing to wait for."""
+    session = os.environ.get('PYTEST_XDIST_TESTRUNUID')
+    if not session:
+        yield
+        return
+    path = os.path.join(tempfile.gettempdir(), f'spec_jax_pytest_{session}')
+    alone = request.node.get_closest_marker('alone') is not None
+    with open(path + '.turnstile', 'a') as turnstile, open(path + '.lock', 'a') as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield  # The lock goes with the file.
+
+
 _MESH_TEST = 'tests/test_mesh.py'
 _MESH_RUN = None  # (Popen, folder) of the 8-device run the session started.
 
@@ -97,8 +117,9 @@ def pytest_configure(config):
     """Under pytest-xdist, the controller starts the 8-device checks (tests/test_mesh.py) in a
     process of their own now, beside the workers, and the test waits for them: xdist's
     `loadfile` hands out the files with the most tests first, so that one-test file came
-    last and ran 7-9 minutes alone at the end of the suite."""
+    last and ran 7-9 minutes alone at the end of the suite. Registers `alone` (`_alone`)."""
     global _MESH_RUN
+    config.addinivalue_line('markers', 'alone: no other test of the session runs meanwhile')
     controller = getattr(config.option, 'numprocesses', None) and not hasattr(
         config, 'workerinput'
     )

@@ -13,8 +13,9 @@ The package: this module (the caller side: `run_python`, `run_many`, `isolation_
 `missing_layers`), `launcher.py` (the privileged set-up, run by its path), `rootfs.py` (the
 private root), `seccomp.py` (the syscall filter), `cgroups.py` (the run's cgroup: memory,
 pids, CPU time), `harness.py` (the code around the source in the sample's interpreter),
-`result.py` (`RunResult`, read back from a run's files) and `uids.py` (the pool of sample
-uids).
+`result.py` (`RunResult`, read back from a run's channels: memfds, never the host's disk),
+`watch.py` (the caller's watch: limits, the moving backstop) and `uids.py` (the pool of
+sample uids).
 
 The box, with every layer (root, namespaces, cgroups, libseccomp; docs/sandbox.md has the
 threat model, what each layer contains and what it does not):
@@ -23,13 +24,15 @@ threat model, what each layer contains and what it does not):
 - a private root (`rootfs.py`): a tmpfs holding read-only binds of the interpreter's prefix and
   the shared libraries it loads, a /dev of null, zero, full, random and urandom only, private
   tmpfs /tmp (the scratch dir), /var/tmp and /dev/shm, its own /proc; nothing else of the host;
-- new mount, network, PID and IPC namespaces; the PID namespace dies with its init;
-- a syscall filter (`seccomp.py`): no namespaces, mounts, ptrace, bpf, io_uring, TIOCSTI, unix
-  sockets, ...;
+- new mount, network, PID, IPC and cgroup namespaces; the PID namespace dies with its init,
+  whose command line is blank; the launcher and init are exempt from the OOM killer;
+- a syscall filter (`seccomp.py`): no namespaces, mounts, ptrace, bpf, io_uring, TIOCSTI, no
+  socket in any domain (socketpair AF_UNIX only), ...;
 - a cgroup per run (`cgroups.py`): total memory (`memory_bytes`) and processes
   (`max_processes`) whatever it forks; CPU time of the whole sample against `cpu_s`, with a
-  wall-clock backstop (`wall_s`): blocked until the backstop is a 'timeout', runnable but
-  starved (its run-queue delay is most of the wall time) is retried once, then 'infra';
+  backstop (`wall_s`) on the wall time less the run-queue delay: blocked until it is a
+  'timeout', runnable but starved until `STARVED_FACTOR` times it is retried once, then
+  'infra'; stdout, stderr and the result channel are memfds charged to the cgroup;
 - rlimits per process (address space, CPU, file size, open files, processes of its uid), an
   absolute niceness, and the sentinel: `passed` needs the harness's token after the source's
   last statement (early `sys.exit(0)` is 'incomplete').
@@ -44,13 +47,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import fcntl
 import functools
 import json
 import logging
 import os
 import secrets
-import select
 import shutil
 import signal
 import subprocess
@@ -63,8 +64,9 @@ from collections.abc import Sequence
 from . import cgroups, rootfs, seccomp
 from .harness import harness_source
 from .launcher import LAUNCHER, NO_NAMESPACES, SAMPLE_ENV, SCRATCH
-from .result import STATUSES, RunResult, _read_lines, _result
+from .result import STATUSES, RunResult, _memfd, _result
 from .uids import UID_BASE, UID_SLOTS, _kill_uid, _UidLease, leftover_processes
+from .watch import STARVED_FACTOR, STARVED_SHARE, _kill_init, _wait, _watch
 
 __all__ = [
     'ALLOW_WEAK',
@@ -74,6 +76,8 @@ __all__ = [
     'RUN_PREFIX',
     'SAMPLE_ENV',
     'SCRATCH',
+    'STARVED_FACTOR',
+    'STARVED_SHARE',
     'STATUSES',
     'UID_BASE',
     'UID_SLOTS',
@@ -98,10 +102,7 @@ WEAK_ENV = 'SPEC_JAX_SANDBOX_WEAK'
 # Whether `run_python` may run with layers missing when its caller does not say
 # (`allow_weak=None`); `launch/evaluate.py --weak_sandbox` sets it. Default: $SPEC_JAX_SANDBOX_WEAK.
 ALLOW_WEAK = os.environ.get(WEAK_ENV, '') not in ('', '0')
-STARVED_SHARE = 0.5  # Run-queue delay above this share of the wall time: starved.
-# A sample runnable but not run (its run-queue delay) has its backstop moved by that delay, up
-# to this many times `wall_s`; then it is 'starved' (retried once, then 'infra').
-STARVED_FACTOR = 4
+OOM_GRACE_S = 5.0  # After an OOM kill, how long the launcher may take to report and exit.
 
 
 class WeakSandboxError(RuntimeError):
@@ -166,77 +167,6 @@ def missing_layers(isolation: str = 'auto') -> list[str]:
 @functools.cache
 def _root_plan(python: str) -> dict:
     return rootfs.plan(python)
-
-
-def _wait(proc: subprocess.Popen, timeout_s: float, pidfd: int | None) -> bool:
-    """Waits up to `timeout_s` for `proc` to exit without reaping it (so its pgid stays
-    reserved); True if it exited."""
-    if pidfd is not None:
-        poller = select.poll()
-        poller.register(pidfd, select.POLLIN)
-        return bool(poller.poll(max(0, int(timeout_s * 1000))))
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.005)
-
-
-def _watch(proc, group, cpu_s: float, wall_s: float, start: float, cancel) -> str | None:
-    """Waits for the launcher; None if it exited, else why the run must be stopped:
-    'cpu_timeout' (the cgroup's CPU time passed `cpu_s`), 'memory' (its OOM killer fired),
-    'timeout' (the wall backstop, the sample blocked), 'starved' (runnable but not run until
-    `STARVED_FACTOR` times the backstop) or 'cancelled' (`cancel` was set). The backstop
-    counts the wall time less the sample's run-queue delay: a loaded machine delays a
-    runnable sample's verdict, it does not make it a timeout."""
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        pidfd = None
-    try:
-        interval = 0.005
-        while True:
-            left = wall_s - (time.monotonic() - start)
-            polled = group is not None or cancel is not None
-            step = (min(interval, left) if left > 0 else interval) if polled else left
-            if _wait(proc, max(0.0, step), pidfd):
-                return None
-            interval = min(2 * interval, 0.1)
-            if cancel is not None and cancel.is_set():
-                return 'cancelled'
-            if group is not None and group.oom_killed():  # Over budget: done, not thrashing.
-                return 'memory'
-            if group is not None and group.cpu_ns() > cpu_s * 1e9:
-                return 'cpu_timeout'
-            elapsed = time.monotonic() - start
-            if elapsed >= wall_s:
-                delay = group.run_delay_ns() / 1e9 if group is not None else 0.0
-                if elapsed - delay < wall_s and elapsed < STARVED_FACTOR * wall_s:
-                    continue  # Waiting for a CPU, not blocked: the backstop moves.
-                return 'starved' if delay > STARVED_SHARE * elapsed else 'timeout'
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-
-
-def _kill_init(status_fd: int, proc: subprocess.Popen) -> None:
-    """Kills the namespace's init and waits for the launcher, which returns once the kernel
-    has killed and reaped every process of the namespace."""
-    init = None
-    for line in _read_lines(status_fd, 1 << 20):
-        try:
-            init = json.loads(line).get('init', init)
-        except ValueError:
-            pass
-    if init is None:
-        return
-    try:
-        os.kill(init, signal.SIGKILL)  # Unreaped child of the live launcher: the pid is its.
-    except ProcessLookupError:
-        return
-    _wait(proc, 10.0, None)
 
 
 def run_python(
@@ -351,17 +281,6 @@ def _setup_error(message: str, isolation: str, start: float) -> RunResult:
                      error=message)  # fmt: skip
 
 
-def _memfd(name: str, data: bytes = b'') -> int:
-    """An anonymous in-memory file (close-on-exec in the caller; `pass_fds` and the std
-    streams hand it on), opened for appends, holding `data` with its offset at 0."""
-    fd = os.memfd_create(f'{RUN_PREFIX}{name}', os.MFD_CLOEXEC)
-    with open(fd, 'wb', closefd=False) as f:
-        f.write(data)
-    os.lseek(fd, 0, os.SEEK_SET)
-    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
-    return fd
-
-
 def _replace(result: RunResult, **fields) -> RunResult:
     return dataclasses.replace(result, **fields)
 
@@ -441,8 +360,10 @@ def _run_once(source: str, *, isolation, cpu_s, wall_s, memory_bytes, max_proces
             start_new_session=True,  # No controlling terminal: the caller's is out of reach.
         )
         stopped = _watch(proc, group, cpu_s, wall_s, start, cancel)
-        # After an OOM kill the init may report the sample's end (its wait status) first.
-        exited = stopped == 'memory' and _wait(proc, 1.0, None)
+        # After an OOM kill the init reports the sample's end (its wait status) once the
+        # kernel has freed what it held (a second or more for gigabytes of memfds): a killed
+        # child whose sample lives on costs this grace.
+        exited = stopped == 'memory' and _wait(proc, OOM_GRACE_S, None)
         if stopped is not None and isolation == 'namespaces' and not exited:
             _kill_init(status_fd, proc)
         try:

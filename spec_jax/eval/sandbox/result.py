@@ -10,6 +10,7 @@ failure ('memory') whatever else is missing, checked before any 'no status' deci
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import re
@@ -187,3 +188,14 @@ def _result(fds, token, stopped, launcher_code, isolation, seconds, tail_chars,
     if not finished:
         return RunResult(False, status='incomplete', **common)
     return RunResult(True, status='ok', **common)
+
+
+def _memfd(name: str, data: bytes = b'') -> int:
+    """An anonymous in-memory file (close-on-exec in the caller; `pass_fds` and the std
+    streams hand it on), opened for appends, holding `data` with its offset at 0."""
+    fd = os.memfd_create(f'spec_jax_sbx_{name}', os.MFD_CLOEXEC)
+    with open(fd, 'wb', closefd=False) as f:
+        f.write(data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+    return fd

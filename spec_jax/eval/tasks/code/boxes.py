@@ -10,18 +10,22 @@ The checker box (`checker_source`) runs the task's tests, which are dataset code
 sandboxed run too), with each function the tests call bound to a proxy that sends the
 arguments to the candidate's box and returns the decoded answer. The checker never loads the
 candidate's code and receives only plain data; expected values (MBPP+'s reference outputs)
-live in it alone. A candidate's exception surfaces as `CandidateError`; no answer by the
-deadline (see `run_pair`, from the checker's start, over all calls) ends the checks with
-status 'timeout' (the candidate's box has a CPU limit, so an answer late by the wall clock
-means a blocked or starved candidate), a closed channel (the candidate's box crashed, exited
-or was killed) with 'closed', an answer that does not decode with 'bad answer'. The checker
-reports `{'status', 'checks', 'calls', 'reason', ...}` through the sandbox's report channel.
+live in it alone. A candidate's exception surfaces as `CandidateError`; a closed channel (the
+candidate's box crashed, exited or was stopped: its CPU time, its blocked-time backstop, the
+OOM killer) ends the checks with 'closed', an answer that does not decode with 'bad answer'.
+Time is the candidate box's to judge, by its CPU time and a backstop that a loaded machine
+moves (the sandbox's `wall_s`): the checker's own wall-clock deadline (status 'timeout') lies
+beyond the latest end of the candidate's box, a last resort. The checker reports `{'status',
+'checks', 'calls', 'reason', ...}` through the sandbox's report channel.
 
 `run_pair` runs both on pipes it opens and returns the `Verdict`: passed only if the checker
 ran to its end, reported status 'ok' and ran the number of checks the caller expected.
-`detail['status']` is 'ok', 'failed', 'timeout' (the checker's deadline, or either box's
-CPU or wall limit) or 'infra' (the sandbox failed: a box's status 'error', a checker that died
-without a report), so a report can count timeouts and infrastructure errors apart.
+`detail['status']` is 'ok', 'failed', 'timeout' (either box's CPU or blocked-time limit) or
+'infra' (what a sample cannot cause: a box that could not be set up, a box starved twice by
+the machine's load, a checker that died without a report), so a report can count timeouts
+and infrastructure errors apart. The checker's verdict, once it has one ('ok' or 'failed'),
+stands whatever the candidate's box reports (a wrong answer stays wrong); a starved box
+reruns the pair once (`detail['attempts']` 2).
 """
 
 from __future__ import annotations
@@ -177,19 +181,22 @@ def backstop_s(timeout_s: float) -> float:
 
 def _status(cand: sandbox.RunResult, chk: sandbox.RunResult, report: dict, checks: int) -> str:
     reported = report.get('status')
-    if chk.status in ('error', 'infra') or cand.status in ('error', 'infra'):
+    if chk.infrastructure_error:  # The checker's box: set-up failed, or starved.
         return 'infra'
-    if reported == 'timeout' or chk.status in ('timeout', 'cpu_timeout'):
+    if reported in ('ok', 'failed'):  # The checker's verdict, whatever the candidate's box says.
+        passed = chk.passed and reported == 'ok' and report.get('checks') == checks
+        return 'ok' if passed else 'failed'
+    if reported == 'timeout' or chk.timed_out:
         return 'timeout'
-    if reported == 'closed' and cand.status in ('timeout', 'cpu_timeout'):
-        return 'timeout'
-    if reported == 'infra':
-        return 'infra'
-    if reported is None:
-        return 'infra' if chk.status not in ('failed', 'killed') else 'failed'
-    if chk.passed and reported == 'ok' and report.get('checks') == checks:
-        return 'ok'
-    return 'failed'
+    if reported in ('closed', 'bad answer'):
+        if cand.timed_out:
+            return 'timeout'
+        # A box that never ran the sample (set-up) or that the machine starved; the OOM
+        # killer, a crash, an exit, a signal are the sample's ('memory', 'failed', 'killed').
+        return 'infra' if cand.infrastructure_error else 'failed'
+    if reported is None:  # The checker died without a report.
+        return 'failed' if chk.status in ('failed', 'killed', 'memory') else 'infra'
+    return 'infra' if reported == 'infra' else 'failed'  # An argument that cannot cross.
 
 
 def run_pair(code: str, checks: str, expected_checks: int, timeout_s: float) -> Verdict:
@@ -197,15 +204,27 @@ def run_pair(code: str, checks: str, expected_checks: int, timeout_s: float) -> 
     connected by two pipes; passed iff the checker ran `expected_checks` checks and all held.
 
     Limits: the candidate's box has `timeout_s` of CPU time (the sandbox's `cpu_s`, its
-    start-up and every process it forks included) and a wall-clock backstop of
-    `backstop_s(timeout_s)`; the checker waits for answers until `backstop_s(timeout_s) - 5`
-    seconds after its start (a blocked candidate is then a 'timeout') and has its own CPU
-    and wall limits. When the checker ends, the candidate's box is cancelled."""
+    start-up and every process it forks included) and a blocked-time backstop of
+    `backstop_s(timeout_s)` (moved by its run-queue delay, up to `sandbox.STARVED_FACTOR`
+    times); the checker waits for answers until after the latest end of the candidate's box
+    and has its own CPU and wall limits. When the checker ends, the candidate's box is
+    cancelled. A box starved by the machine's load reruns the pair once."""
+    verdict = _run_pair_once(code, checks, expected_checks, timeout_s)
+    if verdict.detail.pop('starved', False):
+        verdict = _run_pair_once(code, checks, expected_checks, timeout_s)
+        verdict.detail.pop('starved', False)
+        verdict.detail['attempts'] = 2
+    return verdict
+
+
+def _run_pair_once(code: str, checks: str, expected_checks: int, timeout_s: float) -> Verdict:
+    """One run of the pair (see `run_pair`); detail['starved'] if a box was starved."""
     req_r, req_w = os.pipe()
     resp_r, resp_w = os.pipe()
     results: dict[str, sandbox.RunResult] = {}
     done = threading.Event()
     backstop = backstop_s(timeout_s)
+    latest = sandbox.STARVED_FACTOR * backstop  # The latest end of the candidate's box.
 
     def candidate() -> None:
         try:
@@ -215,6 +234,7 @@ def run_pair(code: str, checks: str, expected_checks: int, timeout_s: float) -> 
                 wall_s=backstop,
                 pass_fds=(req_r, resp_w),
                 cancel=done,
+                retry_starved=False,
             )
         finally:  # Its box is gone: the checker's next read sees EOF.
             os.close(req_r)
@@ -224,10 +244,11 @@ def run_pair(code: str, checks: str, expected_checks: int, timeout_s: float) -> 
     thread.start()
     try:
         chk = sandbox.run_python(
-            checker_source(checks, resp_r, req_w, backstop - 5),
+            checker_source(checks, resp_r, req_w, latest + START_SLACK_S),
             timeout_s=timeout_s + START_SLACK_S,
-            wall_s=backstop + 2 * START_SLACK_S,
+            wall_s=latest + 2 * START_SLACK_S,
             pass_fds=(resp_r, req_w),
+            retry_starved=False,
         )
     finally:  # The checks are over: stop the candidate (it also sees EOF on its requests).
         done.set()
@@ -238,6 +259,7 @@ def run_pair(code: str, checks: str, expected_checks: int, timeout_s: float) -> 
     if cand is None:  # run_python raised in the thread (the sandbox itself failed).
         detail = {'status': 'infra', 'reason': 'the candidate box did not run'}
         return Verdict(False, {}, detail)
+    starved = 'starved' in cand.error or 'starved' in chk.error
     report = chk.report if isinstance(chk.report, dict) else {}
     status = _status(cand, chk, report, expected_checks)
     detail = {
@@ -255,4 +277,6 @@ def run_pair(code: str, checks: str, expected_checks: int, timeout_s: float) -> 
     }
     if cand.stderr.strip():
         detail['stderr'] = clean(cand.stderr.strip().splitlines()[-1], 300)
+    if starved and status == 'infra':
+        detail['starved'] = True
     return Verdict(status == 'ok', report, detail)

@@ -6,6 +6,12 @@ end) if the text has one, else the text itself without the prose around its code
 first line that starts a definition or import, without trailing unindented lines that do not
 parse). `sanitize` then drops top-level calls, asserts and `if __name__ == '__main__':` blocks
 (a model's demo code), keeping imports, definitions and assignments.
+
+This runs in the trusted caller (holding the GIL), on hostile text, so its work per sample is
+bounded: the text is cut to `MAX_TEXT_CHARS` before anything else, every pattern is anchored
+to one line (no repetition crosses a newline: `\\s*` from a line start over 500,000 blank
+lines was quadratic), and `_trim_prose` parses at most `TRIM_PARSES` + 1 times (it cuts at
+the line of each syntax error instead of trying 51 prefixes).
 """
 
 from __future__ import annotations
@@ -18,10 +24,15 @@ from spec_jax.eval.tasks import pyast
 _FENCE = re.compile(r'^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:^[ \t]*```|\Z)', re.S | re.M)
 _PYTHON_TAGS = ('python', 'py', 'python3', 'py3', '')
 _CODE_LINE = re.compile(r'^(?:def |async def |class |import |from |@)')
+# The longest text extracted (characters; longer is cut): 30x HumanEval's longest prompt and
+# reference, and a 1 MB parse takes about a second of the caller's CPU.
+MAX_TEXT_CHARS = 32 << 10
+TRIM_PARSES = 3  # Cuts at syntax errors `_trim_prose` tries.
 
 
 def _defines(code: str, name: str) -> bool:
-    return re.search(rf'^\s*(?:async\s+)?def\s+{re.escape(name)}\s*\(', code, re.M) is not None
+    pattern = rf'^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\('
+    return re.search(pattern, code, re.M) is not None
 
 
 def _parses(code: str) -> bool:
@@ -32,28 +43,41 @@ def _parses(code: str) -> bool:
     return True
 
 
+def _error_line(code: str) -> int | None:
+    """The line of `code`'s first syntax error (1-based), 0 if unknown, None if it parses."""
+    try:
+        pyast.parse(code)
+    except SyntaxError as e:
+        return e.lineno or 0
+    except (ValueError, MemoryError, RecursionError):
+        return 0
+    return None
+
+
 def _trim_prose(text: str) -> str:
     """An unfenced text without the prose around its code: from the first line that starts a
-    definition or import, and without trailing unindented lines that do not parse."""
+    definition or import, cut before the line of each syntax error (`TRIM_PARSES` times)."""
     if _parses(text):
         return text
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if _CODE_LINE.match(line)), None)
     if start is None:
         return text
-    lines = lines[start:]
-    for end in range(len(lines), 0, -1):
-        code = '\n'.join(lines[:end])
-        if _parses(code):
-            return code
-        if end < len(lines) - 50:
+    lines = code_lines = lines[start:]
+    for _ in range(TRIM_PARSES):
+        line = _error_line('\n'.join(code_lines))
+        if line is None:
+            return '\n'.join(code_lines)
+        if line <= 1 or line > len(code_lines):
             break
+        code_lines = code_lines[: line - 1]
     return '\n'.join(lines)
 
 
 def extract_code(text: str, entry_point: str | None = None) -> str:
     """The code of a model's text (see the module docstring); leading indentation is kept
-    (a HumanEval body)."""
+    (a HumanEval body). The text is cut to `MAX_TEXT_CHARS` first."""
+    text = text[:MAX_TEXT_CHARS]
     blocks = [(tag.lower(), body) for tag, body in _FENCE.findall(text)]
     if blocks:
         python = [body for tag, body in blocks if tag in _PYTHON_TAGS] or [b for _, b in blocks]
