@@ -288,6 +288,15 @@ def untestable(rows: Sequence[dict], mode: str) -> list[str]:
             f'interval of {spread}, so a gap that size cannot be seen with these items'
             + (' (and the target is near floor)' if ar_scores and max(ar_scores) < 0.2 else '')
         )
+    few = sorted({(r['task'], r.get('pair_n_items') or 0) for r in scored
+                  if r.get('kind') == 'lossy'})  # fmt: skip
+    few = [(task, n) for task, n in few if 0 < n < verdicts.MIN_ITEMS]
+    for task, n in few:
+        out.append(
+            f'score verdicts on {task}: {n} paired items, fewer than the {verdicts.MIN_ITEMS} a '
+            'verdict needs (spec_jax.eval.verdicts.MIN_ITEMS); its score gaps are printed and '
+            'not judged'
+        )
     if mode == 'chain':
         out.append(
             'amplification of truncation distortion by tree verification (docs/laws.md §3.3): '

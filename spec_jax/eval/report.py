@@ -28,7 +28,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from spec_jax.eval import compare, engine_rules, findings, machine, plan, plots, tables
+from spec_jax.eval import compare, engine_rules, findings, machine, plan, plots, tables, verdicts
 from spec_jax.eval.metrics_csv import PAIR_FIELDS, cell, write_metrics_csv
 
 # --- The terminal table -------------------------------------------------------------------
@@ -220,6 +220,15 @@ def matched_pairs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _not_judged(pair: dict[str, Any]) -> str:
+    """' (not judged: n 6 < 10)' for a paired score gap on fewer than verdicts.MIN_ITEMS
+    items, else ''."""
+    n = pair['row'].get('pair_n_items') or pair.get('n')
+    if not pair['paired'] or not tables.num(pair.get('d_score')) or n is None:
+        return ''
+    return f' (not judged: n {n} < {verdicts.MIN_ITEMS})' if n < verdicts.MIN_ITEMS else ''
+
+
 def _pairs_section(rows: Sequence[dict[str, Any]]) -> list[str]:
     pairs = matched_pairs(rows)
     lines = [
@@ -253,7 +262,8 @@ def _pairs_section(rows: Sequence[dict[str, Any]]) -> list[str]:
             tables.score_text(p['matched_row'] or {}),
             tables.interval(p, 'd_score', '+.1f', 100.0)
             + (f' ({p.get("d_score_test") or "test"} p {p["d_score_p"]:.3g})'
-               if tables.num(p['d_score_p']) else ''),  # fmt: skip
+               if tables.num(p['d_score_p']) else '')
+            + _not_judged(p),  # fmt: skip
             tables.interval(p, 'd_be'),
             tables.interval(p, 'd_tv', '+.4f'),
             tables.interval(p, 'speedup_vs_matched', '.2f'),

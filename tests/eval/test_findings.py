@@ -130,3 +130,6 @@ def test_claims_out_of_reach_are_named_with_their_numbers():
     assert not any('task-score gaps' in line for line in findings.untestable([narrow], 'tree'))
     assert not any('tree verification' in line for line in findings.untestable([narrow], 'tree'))
     assert any('no scored task' in line for line in findings.untestable([], 'chain'))
+    six = dict(lossy('cos', 'lam', 0.4, pair_n=6, pair_n_items=6), task='mbpp', scored=True)
+    (line,) = [x for x in findings.untestable([ar, six], 'chain') if 'score verdicts' in x]
+    assert line.startswith('score verdicts on mbpp: 6 paired items, fewer than the 10')
