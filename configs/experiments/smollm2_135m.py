@@ -19,11 +19,11 @@ which need few tokens. Task scores: MBPP (6 of the 20 bundled test items, 128 to
 batch), the one bundled task on which this target scores above zero at a limit that fits
 the budget. Six items is under the 10 a verdict needs (`spec_jax.eval.verdicts.MIN_ITEMS`),
 and 10 do not fit the ~15 minutes (12 ran 17:37): the score rows and their gaps are printed,
-marked not judged; the verdicts rest on the speed sets' 30 prompts (five batches). Measured with AR at T 0.7
-(2026-12-02): MBPP 2/20 at 128 tokens; GSM8K 0/20 at 192, HumanEval 0/20 at 160 and BFCL
-simple 0/30 at 64 (the model answers BFCL with a Python function, not a call). A score
-near floor cannot separate rules whose gaps the paper puts at 1-4 points: the run says so
-in its findings.
+marked not judged; the verdicts rest on the speed sets' 30 prompts (five batches).
+Measured with AR at T 0.7 (2026-12-02): MBPP 2/20 at 128 tokens; GSM8K 0/20 at 192,
+HumanEval 0/20 at 160 and BFCL simple 0/30 at 64 (the model answers BFCL with a Python
+function, not a call). A score near floor cannot separate rules whose gaps the paper puts
+at 1-4 points: the run says so in its findings.
 """
 
 import ml_collections
