@@ -22,6 +22,10 @@ from flax import struct
 from spec_jax import rules
 
 METER_FIELDS = ('tv', 'kl', 'outside', 'overshoot', 'js', 'tv_plain')
+# The relative tolerance of the meter's flags: a law computed two ways agrees to a few fp32
+# roundings (lossless SD's pi/p metered 1.0000001 on a GPU), far below any real overshoot or
+# outside mass a rule's truncation makes (a matched baseline's 1/p(A) - 1; min-p's 1 - p(A)).
+METER_RTOL = 1e-5
 
 
 @struct.dataclass
@@ -200,8 +204,10 @@ def summarize(stats: Stats) -> dict:
     when metered the means over metered positions of TV, KL, outside mass, overshoot and JS
     (mean_js; per row js_sum, as tv_sum), TV against the processed target itself
     (mean_tv_plain, tv_plain_sum) and the largest overshoot (KL and overshoot over
-    their finite positions, with the fractions that were infinite). `per_row` holds each
-    row's raw counters and sums, so rows pool.
+    their finite positions, with the fractions that were infinite), and two flags at the
+    relative tolerance `METER_RTOL`: `overshoots` (max pi/p > 1 + METER_RTOL: pi puts more
+    mass than p somewhere) and `outside` (mean outside mass > METER_RTOL: pi leaves A).
+    `per_row` holds each row's raw counters and sums, so rows pool.
     """
     s = jax.tree.map(np.asarray, stats)
     blocks = np.maximum(s.blocks, 1)
@@ -243,6 +249,8 @@ def summarize(stats: Stats) -> dict:
         summary['kl_inf_fraction'] = float(s.kl_inf.sum() / count)
         summary['overshoot_inf_fraction'] = float(s.overshoot_inf.sum() / count)
         summary['max_overshoot'] = float(s.overshoot_max.max())
+        summary['overshoots'] = summary['max_overshoot'] > 1.0 + METER_RTOL
+        summary['outside'] = (summary['mean_outside'] or 0.0) > METER_RTOL
         at_t = np.maximum(s.metered_at_bt.sum(0), 1)
         summary['tv_at_position'] = (s.tv_at_bt.sum(0) / at_t).tolist()
         summary['overshoot_at_position'] = s.overshoot_at_bt.max(0).tolist()

@@ -10,7 +10,8 @@ an explicit KV-cache pytree, and the EAGLE-3 draft head.
 Modules: config (ModelConfig, presets), llama (the decoder, `forward`), cache (KVCache:
 write, don't commit; masks), attention (grouped-query attention on rows), rope, eagle3 (the
 head, its config and vocabulary maps), quant (int8 weights: per-channel scales, dequantized
-in the matmul; docs/quantization.md). Parameter names end in their axis letters
+in the matmul; docs/quantization.md), precision (fp32 dots at 'highest', bf16 at the
+default). Parameter names end in their axis letters
 (spec_jax/axes.py), which is what their sharding follows (spec_jax/sharding.py).
 """
 

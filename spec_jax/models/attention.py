@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from spec_jax import sharding
+from spec_jax.models import precision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,16 +213,16 @@ def _attend(rows, q_rqh, keys_rsh, values_rsh, mask_bts, diagonal) -> jax.Array:
     r, q, h = q_rqh.shape
     t = mask_bts.shape[1]
     scale = h**-0.5
-    scores_rqs = jnp.einsum('rqh,rsh->rqs', q_rqh, keys_rsh).astype(jnp.float32) * scale
+    scores_rqs = precision.einsum('rqh,rsh->rqs', q_rqh, keys_rsh).astype(jnp.float32) * scale
     scores = [rows.mask_scores(scores_rqs, mask_bts)]
     q_rtgh = q_rqh.reshape(r, t, q // t, h)
     for keys_rth, _ in diagonal:
-        diag_rtg = jnp.einsum('rtgh,rth->rtg', q_rtgh, keys_rth).astype(jnp.float32)
+        diag_rtg = precision.einsum('rtgh,rth->rtg', q_rtgh, keys_rth).astype(jnp.float32)
         scores.append(diag_rtg.reshape(r, q, 1) * scale)
     probs = jax.nn.softmax(jnp.concatenate(scores, axis=-1), axis=-1).astype(q_rqh.dtype)
     s = keys_rsh.shape[1]
-    out_rqh = jnp.einsum('rqs,rsh->rqh', probs[..., :s], values_rsh)
+    out_rqh = precision.einsum('rqs,rsh->rqh', probs[..., :s], values_rsh)
     for i, (_, values_rth) in enumerate(diagonal):
         probs_rtg = probs[..., s + i].reshape(r, t, q // t)
-        out_rqh += jnp.einsum('rtg,rth->rtgh', probs_rtg, values_rth).reshape(r, q, h)
+        out_rqh += precision.einsum('rtg,rth->rtgh', probs_rtg, values_rth).reshape(r, q, h)
     return out_rqh

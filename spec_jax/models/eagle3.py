@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax import sharding
-from spec_jax.models import rope
+from spec_jax.models import precision, rope
 from spec_jax.models.attention import Rows, attend
 from spec_jax.models.cache import write_layer
 from spec_jax.models.config import ModelConfig, RopeScaling
@@ -159,13 +159,13 @@ class Midlayer(nn.Module):
         x_btx = jnp.concatenate(
             [RMSNorm(cfg.rms_eps, name='input_norm')(embeds_btd), normed_hidden], axis=-1
         )
-        q_btnh = jnp.einsum(
+        q_btnh = precision.einsum(
             'btx,xnh->btnh', x_btx, self.param('q_xnh', _init, (2 * d, n, h)).astype(dt)
         )
-        k_btkh = jnp.einsum(
+        k_btkh = precision.einsum(
             'btx,xkh->btkh', x_btx, self.param('k_xkh', _init, (2 * d, k, h)).astype(dt)
         )
-        v_btkh = jnp.einsum(
+        v_btkh = precision.einsum(
             'btx,xkh->btkh', x_btx, self.param('v_xkh', _init, (2 * d, k, h)).astype(dt)
         )
         inv_freq = rope.inverse_frequencies(h, cfg.rope_theta, cfg.rope_scaling)
@@ -185,17 +185,17 @@ class Midlayer(nn.Module):
         out_rqh = attend(rows, rows.queries(q_btnh), keys_rsh, values_rsh, mask_bts, diagonal)
         out_btf = rows.outputs(out_rqh, q_btnh.shape[1])
         o_fd = self.param('o_nhd', _init, (n, h, d)).astype(dt).reshape(n * h, d)
-        attn = jnp.einsum('btf,fd->btd', out_btf, o_fd)
+        attn = precision.einsum('btf,fd->btd', out_btf, o_fd)
         x_btd = residual + attn
         y_btd = RMSNorm(cfg.rms_eps, name='mlp_norm')(x_btd)
-        gate = jnp.einsum(
+        gate = precision.einsum(
             'btd,df->btf', y_btd, self.param('gate_df', _init, (d, cfg.mlp_width)).astype(dt)
         )
-        up = jnp.einsum(
+        up = precision.einsum(
             'btd,df->btf', y_btd, self.param('up_df', _init, (d, cfg.mlp_width)).astype(dt)
         )
         down = self.param('down_fd', _init, (cfg.mlp_width, d)).astype(dt)
-        x_btd = x_btd + jnp.einsum('btf,fd->btd', jax.nn.silu(gate) * up, down)
+        x_btd = x_btd + precision.einsum('btf,fd->btd', jax.nn.silu(gate) * up, down)
         return x_btd, new_kv
 
 
@@ -223,7 +223,7 @@ class Eagle3(nn.Module):
         fc_xd = self.param('fc_xd', _init, (cfg.num_taps * cfg.target_width, cfg.width))
         if apply_fc:
             b, t = hidden.shape[:2]
-            hidden = jnp.einsum(
+            hidden = precision.einsum(
                 'btx,xd->btd', hidden.reshape(b, t, -1).astype(dt), fc_xd.astype(dt)
             )
         hidden_btd, new_kv = Midlayer(cfg, self.rules, name='midlayer')(
@@ -240,7 +240,7 @@ class Eagle3(nn.Module):
             x_btd = jnp.take_along_axis(x_btd, logits_index_bu[:, :, None], axis=1)
         x_btd = RMSNorm(cfg.rms_eps, name='norm')(x_btd)
         head_ud = self.param('lm_head_ud', _init, (cfg.draft_vocab_size, cfg.width))
-        logits_btu = jnp.einsum('btd,ud->btu', x_btd, head_ud.astype(dt)).astype(jnp.float32)
+        logits_btu = precision.einsum('btd,ud->btu', x_btd, head_ud.astype(dt)).astype(jnp.float32)
         return logits_btu, hidden_btd, new_kv
 
 

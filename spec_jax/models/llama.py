@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spec_jax import sharding
-from spec_jax.models import quant, rope
+from spec_jax.models import precision, quant, rope
 from spec_jax.models.attention import Rows, attend
 from spec_jax.models.cache import KVCache, write_layer
 from spec_jax.models.config import ModelConfig
@@ -53,7 +53,7 @@ def project(
     (`quant.scale_name(name)`, over the output channels) dequantized inside the dot."""
     if cfg.weights == 'float':
         w = weight(module, cfg, name, shape)
-        return jnp.einsum(spec, x, w if view is None else w.reshape(view))
+        return precision.einsum(spec, x, w if view is None else w.reshape(view))
     w_q = module.param(name, quant.int8_init, shape, jnp.int8)
     scale = module.param(
         quant.scale_name(name), quant.init_scale, quant.scale_shape(name, shape), jnp.float32
@@ -181,7 +181,7 @@ class Decoder(nn.Module):
             x_btd = jnp.take_along_axis(x_btd, logits_index_bu[:, :, None], axis=1)
         x_btd = RMSNorm(cfg.rms_eps, cfg.param_dtype, name='final_norm')(x_btd)
         if cfg.tie_embeddings:
-            logits_btv = jnp.einsum('btd,vd->btv', x_btd, embed_vd.astype(dt))
+            logits_btv = precision.einsum('btd,vd->btv', x_btd, embed_vd.astype(dt))
         else:
             v, d = cfg.vocab_size, cfg.width
             logits_btv = project(self, cfg, 'btd,vd->btv', x_btd, 'lm_head_vd', (v, d))

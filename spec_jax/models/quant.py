@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spec_jax.models import precision
+
 QMAX = 127
 
 # Quantized parameter -> (its scale's name, the axes it reduces: its input channels).
@@ -101,7 +103,7 @@ def matmul(spec: str, x: jax.Array, w_int8: jax.Array, scale: jax.Array) -> jax.
     of the whole model across the loop (measured on XLA:CPU: temp bytes 95 % of the fp32
     weights, against one weight with the barrier; tests/models/test_quant.py)."""
     x, w_int8 = jax.lax.optimization_barrier((x, w_int8))
-    out = jnp.einsum(spec, x, w_int8.astype(x.dtype))
+    out = precision.einsum(spec, x, w_int8.astype(x.dtype))
     return out * scale.astype(x.dtype)
 
 

@@ -54,6 +54,7 @@ def weights():
                 eagle3=Eagle3Drafter.params_for(head, target))  # fmt: skip
 
 
+@pytest.mark.gpu
 def test_bf16_decoding_agrees_with_fp32_and_speculation_with_ar(weights):
     ar32 = decoding.generate(decoding.Engine(CFG, DEC), decoding.Params(weights['target32']),
                              PROMPTS)  # fmt: skip

@@ -198,7 +198,11 @@ def greedy_ar(models):
     return decoding.generate(decoding.Engine(CFG, DEC), decoding.Params(target), PROMPTS).tokens
 
 
-@pytest.mark.parametrize('shape', SHAPES, ids=lambda s: s.describe())
+@pytest.mark.parametrize(
+    'shape',
+    [pytest.param(SHAPES[0], marks=pytest.mark.gpu), *SHAPES[1:]],
+    ids=lambda s: s.describe(),
+)
 def test_greedy_tree_equals_greedy_ar(models, greedy_ar, shape):
     result = tree_gen(models, shape)
     assert result.tokens == greedy_ar
