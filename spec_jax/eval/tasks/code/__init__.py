@@ -17,8 +17,9 @@
 
 Each task is a frozen dataclass (`HumanEval`, `MBPP`, `MBPPPlus`; `TASKS` maps their names to
 the classes) with fields `root`, the data root a config names with `data_root` ('' =
-$SPEC_JAX_DATA, else the samples bundled in the package), and `timeout_s`, the wall-clock
-limit on running one sample's tests (`spec_jax.eval.sandbox.run_python`; any thread).
+$SPEC_JAX_DATA, else the samples bundled in the package), and `timeout_s`, the CPU time of a
+sample's box (`spec_jax.eval.sandbox.run_python`'s `cpu_s`, with a blocked-time backstop;
+any thread).
 
 Data. `load('')` reads the release's file under the data root (`humaneval/HumanEval.jsonl.gz`,
 `mbpp/sanitized-mbpp.json`, `mbppplus/MbppPlus-v0.2.0.jsonl`; a missing one is a
@@ -32,8 +33,9 @@ Prompts: a system message asking for the Python function alone (`CODE_SYSTEM_PRO
 HumanEval's prompt (signature and docstring) to complete, MBPP's description and tests, or
 MBPP+'s description; MBPP and MBPP+ prompts end with "The function should be named X.".
 
-Extraction (`extract_code`, see `extract`): the first fenced block if the text has one, else
-the text itself; then `sanitize` drops a model's demo code. HumanEval accepts a full function
+Extraction (`extract_code`, see `extract`; the text cut to `MAX_TEXT_CHARS` first, linear in
+it): the first fenced block if the text has one, else the text itself; then `sanitize` drops
+a model's demo code. HumanEval accepts a full function
 (run after the prompt, whose imports and helpers it may use) or a body continuing the prompt
 (indented if it was not).
 
