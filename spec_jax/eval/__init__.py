@@ -15,11 +15,12 @@ Modules:
               paired (per-batch speedups, Δs on shared samples, their intervals); outcomes
               (scoring failures by kind, avg@k / pass@k over seeds)
   findings    what a run supports, in sentences with numbers, and what it cannot test;
+              verdicts (each from its printed test, from MIN_ITEMS on, Holm over the run);
               engine_rules (each lossy rule against lossless SD too, the flattery, the
               report's "Rules the engines ship")
   acceptance  a draft's teacher-forced greedy acceptance on held-out target text
   report      report.md; metrics_csv (the rows as CSV, read back typed); tables (cells,
               row lookups); plots (the PNGs); machine (the report's header: CPU,
-              versions, fingerprint, load)
+              versions, fingerprint, load, the settings that move a number, the commit)
   paper       the paper's numbers as data (docs/paper.md §5); compare: ours beside them
 """
