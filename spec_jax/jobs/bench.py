@@ -5,6 +5,8 @@
   chain    chain speculative decoding against AR (spec_jax.jobs.bench_chain)
   tree     EAGLE-3 trees against AR and the chain with the same head (bench_tree)
   rules    verify_chain against the target forward (spec_jax.jobs.bench_rules)
+  accel    a preset's real shapes on an accelerator in minutes, beside the predictions
+           (spec_jax.jobs.bench_accel)
 
 Every comparison runs interleaved in one process (rounds of A, B, C, A, B, C, ...) and
 reports medians: this machine's timings move by +-30 % between runs, ratios within one
@@ -21,7 +23,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from spec_jax import checkpoints, decoding
-from spec_jax.jobs import bench_chain, bench_mesh, bench_rules, bench_tree, runtime
+from spec_jax.jobs import bench_accel, bench_chain, bench_mesh, bench_rules, bench_tree, runtime
 from spec_jax.jobs.timing import interleaved_medians
 from spec_jax.models.cache import KVCache
 from spec_jax.models.llama import forward
@@ -146,6 +148,7 @@ BENCHES = {
     'tree': bench_tree.run,
     'mesh': bench_mesh.run,
     'rules': bench_rules.run,
+    'accel': bench_accel.run,
 }
 
 
