@@ -13,7 +13,8 @@
                     tree=decoding.TreeShape(nodes=8, depth=4, branch=2))  # EAGLE-3 trees
 
 Modules: engine (the loop and its rounds), verification (the rule or its matched
-baseline), trees (tree shapes, selection, ancestor masks), state (settings, the carry,
+baseline), trees (tree shapes, selection, ancestor masks), tree_budget (a
+tree sized for the chip and the batch), state (settings, the carry,
 commit), stats (counters and summaries), host (generate, chat), build (config blocks ->
 engine), drafters/ (the Drafter protocol and proposers), batching, code_room. docs/engine.md
 describes the design.
