@@ -188,11 +188,11 @@ class Relaxed(base.Rule):
 def mars_gate(logits: Array, theta) -> tuple[Array, Array]:
     """(gate [...], top2 ids [..., 2]) of raw logits [..., V]: r = z_2 / z_1 > theta.
 
-    With z_1 <= 0 the ratio is >= 1 (or undefined at z_1 = 0, taken as +inf) and the gate is
-    open for any theta < 1: the upstream ratio's behaviour, kept (docs/laws.md §7.2)."""
+    IEEE division, as the paper's ratio computes it: with z_1 < 0 the ratio is >= 1 and the
+    gate is open for any theta < 1; at z_1 = 0 it is -inf (z_2 < 0) or NaN (z_2 = 0), and
+    both close the gate (docs/laws.md §7.2)."""
     vals, idx = categorical.top_two(jnp.asarray(logits, jnp.float32))
-    z1, z2 = vals[..., 0], vals[..., 1]
-    r = jnp.where(z1 != 0, z2 / jnp.where(z1 != 0, z1, 1.0), jnp.inf)
+    r = vals[..., 1] / vals[..., 0]
     return r > theta, idx
 
 
@@ -211,8 +211,8 @@ class Mars(base.Rule):
     - Bonus: p.
     - Law: pi = q 1_T2 + (1 - q(T2)) p where the gate is open (T2 the top-2 set), p where it
       is closed. theta = inf switches the relaxation off: lossless SD (law p).
-    - Non-positive logits: r >= 1 and the gate opens for every theta < 1 (upstream's ratio;
-      kept as the default).
+    - Negative top logit: r >= 1 and the gate opens for every theta < 1; z_1 = 0: r = -inf
+      or NaN (IEEE, as the ratio is computed) and the gate stays closed.
     - Tree (EAGLE siblings): under the gate sibling c_j is accepted iff c_j is in the top 2,
       else EAGLE's g_j = P_{j-1}(c_j); falling through the siblings; all rejected: a sample
       of p under the gate, the residual otherwise. Node law: onehot(the first sibling in the
@@ -308,24 +308,37 @@ class Mars(base.Rule):
         _no_token_form(self.name)
 
 
-DIVERGENCES = ('kl', 'js', 'tv')
+DIVERGENCES = ('kl', 'js', 'js_textbook', 'tv')
 
 
 def divergence(kind: str, target_logits: Array, draft_logits: Array) -> Array:
     """D(p1, q1) [...] of the T = 1 softmaxes of raw logits [..., V], in nats, as the fuzzy-SD
-    reference code computes it: 'kl' is torch's kl_div(log p, q) = KL(q1 || p1); 'js' the
-    Jensen-Shannon divergence; 'tv' half the L1 distance."""
+    reference code (maxholsman/fsd `_speculative_backoff_sampling`) computes it, torch's
+    kl_div(input, target) being sum target (log target - input) = KL(target || exp input):
+
+    - 'kl': kl_div(log p1, q1) = KL(q1 || p1).
+    - 'js': its `js_div`, 0.5 kl_div(log p1, m) + 0.5 kl_div(log q1, m) with m = (p1 + q1)/2,
+      i.e. 0.5 KL(m || p1) + 0.5 KL(m || q1): not the Jensen-Shannon divergence (the KLs
+      run from m), unbounded, infinite where one law is 0 and the other is not.
+    - 'js_textbook': the Jensen-Shannon divergence 0.5 KL(p1 || m) + 0.5 KL(q1 || m) (at
+      most ln 2), what 'js' computed before it followed the reference.
+    - 'tv': half the L1 distance.
+
+    A term where both laws are 0 is 0 (torch's 0 * -inf there is NaN; raw target logits are
+    finite, so p1 > 0 and m > 0 everywhere)."""
     p1, q1 = _softmax(target_logits), _softmax(draft_logits)
 
-    def kl(a, b):  # sum a log(a / b), 0 where a = 0.
+    def kl(a, b):  # sum a log(a / b), 0 where a = 0, inf where a > 0 = b.
         pos = a > 0
         ratio = jnp.log(jnp.where(pos, a, 1.0)) - jnp.log(jnp.where(b > 0, b, 1.0))
         return jnp.where(pos, jnp.where(b > 0, a * ratio, jnp.inf), 0.0).sum(-1)
 
     if kind == 'kl':
         return kl(q1, p1)
+    m = 0.5 * (p1 + q1)
     if kind == 'js':
-        m = 0.5 * (p1 + q1)
+        return 0.5 * kl(m, p1) + 0.5 * kl(m, q1)
+    if kind == 'js_textbook':
         return 0.5 * kl(p1, m) + 0.5 * kl(q1, m)
     return 0.5 * jnp.abs(p1 - q1).sum(-1)
 
@@ -337,11 +350,18 @@ class Fuzzy(base.Rule):
     docs/laws.md §7.3.
 
     - a(x): position i is accepted iff D(p1_i, q1_i) <= threshold, independent of x (p1, q1
-      the T = 1 softmaxes of target and draft; D = `divergence`: KL(q1 || p1), JS or TV, as
-      the reference code), scanning to the first failure. It accepts positions, not tokens.
+      the T = 1 softmaxes of target and draft; D = `divergence`, as the reference code:
+      'kl' KL(q1 || p1), 'js' its js_div 0.5 KL(m || p1) + 0.5 KL(m || q1), m = (p1 + q1)/2,
+      'js_textbook' the Jensen-Shannon divergence, 'tv'), scanning to the first failure. It
+      accepts positions, not tokens. On p1 = [.88, .1, .005 x4], q1 = [.1, .88, .005 x4]
+      the reference 'js' is 0.492 (rejected at the default 0.4), the textbook JS 0.356.
     - Replacement: a sample of the processed target p. Bonus: p.
     - Law at a drafted position: pi = q if D <= threshold, else p. threshold = 0 accepts only
       identical laws (then q = p): lossless.
+    - The draft's T = 1 law is recovered from its processed q (`Raw.draft_logits`, T log q):
+      where q has zeros (T 0, one-hot; a truncating sampler) 'js' is infinite (KL(m || q1)
+      with m > 0 = q1) and every position is rejected; the reference reads the draft's own
+      finite logits. Use 'js_textbook' or 'tv' there.
     """
 
     threshold: float = 0.4

@@ -81,13 +81,24 @@ def mars_law(z, p, q, theta):
     return q * top2 + (1 - (q * top2).sum()) * p
 
 
+def torch_kl_div(log_input, target):
+    """torch.nn.functional.kl_div(log_input, target, reduction='none').sum(-1): sum target
+    (log target - log_input), 0 where target is 0."""
+    safe = np.where(target > 0, target, 1.0)
+    return float(np.sum(np.where(target > 0, target * (np.log(safe) - log_input), 0.0)))
+
+
 def divergence(kind, zt, zd):
+    """The fuzzy-SD reference's divergences (maxholsman/fsd `_speculative_backoff_sampling`),
+    written with torch's kl_div argument order."""
     p1, q1 = softmax(zt), softmax(zd)
+    m = (p1 + q1) / 2
     if kind == 'kl':
-        return float((q1 * np.log(q1 / p1)).sum())
+        return torch_kl_div(np.log(p1), q1)
     if kind == 'js':
-        m = (p1 + q1) / 2
-        return float(0.5 * (p1 * np.log(p1 / m)).sum() + 0.5 * (q1 * np.log(q1 / m)).sum())
+        return 0.5 * torch_kl_div(np.log(p1), m) + 0.5 * torch_kl_div(np.log(q1), m)
+    if kind == 'js_textbook':  # 0.5 KL(p1 || m) + 0.5 KL(q1 || m).
+        return 0.5 * torch_kl_div(np.log(m), p1) + 0.5 * torch_kl_div(np.log(m), q1)
     return float(0.5 * np.abs(p1 - q1).sum())
 
 
@@ -110,6 +121,7 @@ SPECS = (
     'mars:theta=0.5',
     'mars:theta=0.95',
     'fuzzy:threshold=0.1,divergence=js',
+    'fuzzy:threshold=0.1,divergence=js_textbook',
     'fuzzy:threshold=0.5,divergence=kl',
     'fuzzy:threshold=0.3,divergence=tv',
 )
