@@ -241,12 +241,32 @@ def decode_loop(
     """The on-device loop: prompts [B, P] -> (tokens [B, N], lengths [B], stats).
 
     Row b's noise comes from `fold_in(seed_key, sample_id_b[b])` only, so a prompt gets the
-    same tokens whatever batch, row or process it runs in.
+    same tokens whatever batch, row or process it runs in. `decoding.generate` runs the
+    same as two calls, `prefill_call` then `rounds_call`, to time the prefill apart.
     """
-    drafter, a = engine.drafter, engine.num_draft
     state = init_state(
         engine, params, draft_params, prompt_bp, prompt_len_b, limit_b, sample_id_b, seed_key
     )
+    return rounds(engine, params, draft_params, state)[:3]
+
+
+# `init_state` alone: the prefill call of `decoding.generate`.
+prefill_call = jax.jit(init_state)
+
+
+@partial(jax.jit, donate_argnums=3)
+def rounds_call(engine: Engine, params: dict, draft_params, state: DecodeState):
+    """`rounds` jitted: the rounds of `decode_loop` on the state `prefill_call` returned,
+    donated, and returned at the end, so the loop updates its cache in place."""
+    return rounds(engine, params, draft_params, state)
+
+
+def rounds(
+    engine: Engine, params: dict, draft_params, state: DecodeState
+) -> tuple[jax.Array, jax.Array, Stats, DecodeState]:
+    """The `lax.while_loop` of rounds until every row is done, from the state after
+    prefill: (tokens [B, N], lengths [B], stats, the final state)."""
+    drafter, a = engine.drafter, engine.num_draft
     chain = partial(chain_round, engine, params, draft_params)
 
     def sized_round(s: DecodeState) -> DecodeState:
@@ -265,7 +285,7 @@ def decode_loop(
         body = partial(chain, a_round=a)
     state = jax.lax.while_loop(lambda s: ~jnp.all(s.done_b), body, state)
     tokens_bo, num_b = state.outputs(engine.decode.buffer_len)
-    return sharding.constrain(tokens_bo, 'b.'), sharding.constrain(num_b, 'b'), state.stats
+    return sharding.constrain(tokens_bo, 'b.'), sharding.constrain(num_b, 'b'), state.stats, state
 
 
 def chain_round(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -18,7 +18,7 @@ import numpy as np
 
 from spec_jax import sharding
 from spec_jax.decoding import batching, code_room
-from spec_jax.decoding.engine import Engine, decode_loop
+from spec_jax.decoding.engine import Engine, prefill_call, rounds_call
 from spec_jax.decoding.state import row_limits
 from spec_jax.decoding.stats import summarize
 
@@ -39,12 +39,15 @@ class Result:
       tokens: one list of ids per prompt.
       stats: `stats.summarize` of the round counters (AR runs too: one round per token).
       seconds: wall time of the call (prefill included; compilation too, the first time
-        a shape runs).
+        a shape runs), on the clock `generate` was given.
+      prefill_seconds: the part of `seconds` spent in the prefill call (the prompts' forward,
+        the first token, the drafter's init), up to its results being ready.
     """
 
     tokens: list[list[int]]
     stats: dict
     seconds: float
+    prefill_seconds: float = 0.0
 
     @property
     def num_tokens(self) -> int:
@@ -59,6 +62,7 @@ def generate(
     seed: int = 0,
     max_new_tokens: Sequence[int] | int | None = None,
     sample_ids: Sequence[int] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Result:
     """Generates a continuation of each token-id prompt with `engine`.
 
@@ -71,6 +75,8 @@ def generate(
       sample_ids: one id per prompt (default 0..B-1): prompt b's noise is a function of
         (seed, sample_ids[b]) only, so giving each prompt its index in the whole run makes
         a resumed or re-batched run produce the same tokens for it.
+      clock: read three times: before the prefill call, once its state is ready, and once
+        the rounds' results are on the host (`Result.seconds`, `Result.prefill_seconds`).
 
     Returns:
       A Result; each row ends at its first stop token or its limit.
@@ -83,19 +89,17 @@ def generate(
     rows = loop_rows(engine, prompts, max_new_tokens, sample_ids, sharding.data_size(mesh))
     num = len(prompts)
     code_room.ensure_room()
-    start = time.perf_counter()
     with sharding.use_mesh(mesh):
-        tokens_bo, num_b, stats = decode_loop(
-            engine,
-            params.target,
-            params.draft,
-            *(sharding.place_rows(x, mesh) for x in rows),
-            jax.random.PRNGKey(seed),
-        )
-    tokens_bo, num_b, stats = sharding.to_host((tokens_bo, num_b, stats))
-    seconds = time.perf_counter() - start
+        args = (*(sharding.place_rows(x, mesh) for x in rows), jax.random.PRNGKey(seed))
+        start = clock()
+        state = jax.block_until_ready(prefill_call(engine, params.target, params.draft, *args))
+        prefilled = clock()
+        *out, _ = rounds_call(engine, params.target, params.draft, state)
+    tokens_bo, num_b, stats = sharding.to_host(tuple(out))
+    ended = clock()
     tokens_bo, num_b, stats = jax.tree.map(lambda x: x[:num], (tokens_bo, num_b, stats))
-    return Result(batching.trim_rows(tokens_bo, num_b), summarize(stats), seconds)
+    return Result(batching.trim_rows(tokens_bo, num_b), summarize(stats), ended - start,
+                  prefilled - start)  # fmt: skip
 
 
 def loop_rows(

@@ -28,6 +28,11 @@ Definitions (docs/eval.md; the paper's, docs/paper.md §3):
                     'speed_*' set: group 'speed', `speedup_group`); `speedup_lo` /
                     `speedup_hi` its 95% t-interval on log ratios from 5 batches on,
                     `speedup_n_batches` (`spec_jax.eval.paired.speedup`)
+  decode_speedup    the same of the decode alone: per batch, the tokens after each row's
+                    first (prefill draws it) over the seconds after the prefill call,
+                    against AR's; `_lo`, `_hi`, `_n_batches` as the speedup's
+  prefill_share     the prefill calls' share of the method's decode seconds (what a
+                    speedup over AR cannot touch: both run the same prefill)
   n_seeds, score_seed_std  seeds, and the std over seeds of each seed's score
   pair_n, d_score, d_be, d_tv, speedup_vs_matched, ...  a lossy row against its matched
                     baseline on their shared (item, seed) keys only, with intervals
@@ -163,7 +168,8 @@ def _paired_fields(task: str, task_rows: list[dict], methods: Sequence[Method],
             r.update(paired.speedup(in_group(r['method']), ar_rows))
         else:
             r.update(speedup=None, speedup_lo=None, speedup_hi=None, speedup_n_batches=None,
-                     speedup_basis=None)  # fmt: skip
+                     speedup_basis=None, decode_speedup=None, decode_speedup_lo=None,
+                     decode_speedup_hi=None, decode_speedup_n_batches=None)  # fmt: skip
         r.update(paired.seed_spread(groups[(task, r['method'])]))
         matched = r['pairs'][0] if r['kind'] == 'lossy' and r['pairs'] else None
         r.update(dict.fromkeys(paired.MATCHED_FIELDS))  # Every row has every column.
@@ -221,6 +227,7 @@ def _metrics(task: str, method: Method, group: list[dict]) -> dict:
     row['tokens'] = sum(r['num_tokens'] for r in group)
     row['decode_seconds'] = sum(r['seconds'] for r in group)
     row['tokens_per_s'] = _ratio(row['tokens'], row['decode_seconds'])
+    row['prefill_share'] = _prefill_share(group)
     if ar:
         row['ds'] = None
     elif method.mode == 'tree':
@@ -247,6 +254,15 @@ def _metrics(task: str, method: Method, group: list[dict]) -> dict:
     row['overshoot_max'] = max(peaks) if peaks and metered else None
     row['tv_at_offset'] = _per_offset(group)
     return row
+
+
+def _prefill_share(group: list[dict]) -> float | None:
+    """The prefill calls' share of the decode seconds of the batches the rows ran in (each
+    (batch, method) once; None when no batch recorded its prefill)."""
+    calls = {r['batch_id']: r['batch'] for r in group if r.get('batch_id') is not None
+             and 'prefill_s' in (r.get('batch') or {})}  # fmt: skip
+    total = sum(b['seconds'] for b in calls.values())
+    return sum(b['prefill_s'] for b in calls.values()) / total if total else None
 
 
 def _per_offset(group: list[dict]) -> list[float] | None:

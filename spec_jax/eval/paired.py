@@ -30,6 +30,7 @@ made pair by pair, never between pools:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -64,33 +65,52 @@ def ratio_interval(ratios: Sequence[float]) -> dict:
     centre = float(logs.mean())
     out['mean'] = math.exp(centre)
     if n >= MIN_BATCHES:
-        half = float(stats.t.ppf(0.975, n - 1)) * float(logs.std(ddof=1)) / math.sqrt(n)
+        half = _t975(n - 1) * float(logs.std(ddof=1)) / math.sqrt(n)
         out['lo'], out['hi'] = math.exp(centre - half), math.exp(centre + half)
     return out
 
 
-def _batches(rows: Sequence[dict]) -> dict[str, dict[tuple, tuple[int, float]]]:
-    """batch id -> {(task, item, seed): (tokens, seconds)} of rows that carry a batch id
-    (the task too: the speed sets share batches, and their item ids repeat)."""
+@functools.cache
+def _t975(df: int) -> float:
+    """Student's t quantile 0.975 at `df` degrees of freedom (cached: scipy's is slow)."""
+    return float(stats.t.ppf(0.975, df))
+
+
+def _batches(rows: Sequence[dict]) -> dict[str, dict[tuple, tuple]]:
+    """batch id -> {(task, item, seed): (tokens, seconds, decode tokens, decode seconds)} of
+    rows that carry a batch id (the task too: the speed sets share batches, and their item
+    ids repeat). Decode: the tokens after the first (prefill draws it) over the row's
+    seconds less its share of its batch's prefill call (None without a recorded prefill)."""
     out: dict[str, dict] = defaultdict(dict)
     for r in rows:
         if r.get('batch_id') is not None:
             key = (str(r.get('task')), *sample_key(r))
-            out[r['batch_id']][key] = (r['num_tokens'], r['seconds'])
+            b = r.get('batch') or {}
+            prefill, total = b.get('prefill_s'), b.get('seconds')
+            decode = (r['num_tokens'] - 1, r['seconds'] * (1.0 - prefill / total)
+                      if prefill is not None and total else None)  # fmt: skip
+            out[r['batch_id']][key] = (r['num_tokens'], r['seconds'], *decode)
     return out
 
 
-def batch_ratios(rows: Sequence[dict], reference: Sequence[dict]) -> list[float]:
+def batch_ratios(
+    rows: Sequence[dict], reference: Sequence[dict], decode: bool = False
+) -> list[float]:
     """Per batch both ran, the tokens/s of `rows` over that of `reference` on the keys both
-    have in it (batches in id order; those with no tokens or no seconds are left out)."""
+    have in it (batches in id order; those with no tokens or no seconds are left out);
+    with `decode`, of the tokens after each row's first over the seconds after the
+    prefill call (batches without a recorded prefill left out)."""
     mine, ref = _batches(rows), _batches(reference)
+    fields = (2, 3) if decode else (0, 1)
     out = []
     for batch in sorted(set(mine) & set(ref)):
         keys = sorted(mine[batch].keys() & ref[batch].keys())  # Sums in one order: exact.
-        a = [sum(mine[batch][k][i] for k in keys) for i in (0, 1)]
-        b = [sum(ref[batch][k][i] for k in keys) for i in (0, 1)]
-        if a[0] and a[1] and b[0] and b[1]:
-            out.append((a[0] / a[1]) / (b[0] / b[1]))
+        sides = [[[side[batch][k][i] for k in keys] for i in fields] for side in (mine, ref)]
+        if any(v is None for side in sides for col in side for v in col):
+            continue
+        (a, a_s), (b, b_s) = [[sum(col) for col in side] for side in sides]
+        if a and a_s and b and b_s:
+            out.append((a / a_s) / (b / b_s))
     return out
 
 
@@ -98,18 +118,27 @@ def speedup(rows: Sequence[dict], ar_rows: Sequence[dict]) -> dict:
     """The metrics row's speedup fields of a method's rows against AR's ('speedup',
     'speedup_lo', 'speedup_hi', 'speedup_n_batches', 'speedup_basis'): per-batch ratios
     when the rows carry batch ids, else (results written before batch ids) the pooled
-    tokens/s ratio, without an interval."""
+    tokens/s ratio, without an interval; and the same of the decode alone ('decode_speedup',
+    '_lo', '_hi', '_n_batches': tokens after the first over the seconds after the prefill
+    call, `batch_ratios(decode=True)`; None where no batch recorded its prefill)."""
+    out = dict.fromkeys(('decode_speedup', 'decode_speedup_lo', 'decode_speedup_hi',
+                         'decode_speedup_n_batches'))  # fmt: skip
     if any(r.get('batch_id') is not None for r in rows):
         est = ratio_interval(batch_ratios(rows, ar_rows))
-        return dict(speedup=est['mean'], speedup_lo=est['lo'], speedup_hi=est['hi'],
-                    speedup_n_batches=est['n'], speedup_basis='batches')  # fmt: skip
+        out.update(speedup=est['mean'], speedup_lo=est['lo'], speedup_hi=est['hi'],
+                   speedup_n_batches=est['n'], speedup_basis='batches')  # fmt: skip
+        dec = ratio_interval(batch_ratios(rows, ar_rows, decode=True))
+        if dec['n']:
+            out.update(decode_speedup=dec['mean'], decode_speedup_lo=dec['lo'],
+                       decode_speedup_hi=dec['hi'], decode_speedup_n_batches=dec['n'])  # fmt: skip
+        return out
 
     def tps(group):
         seconds = sum(r['seconds'] for r in group)
         return sum(r['num_tokens'] for r in group) / seconds if seconds else None
 
     a, b = tps(rows), tps(ar_rows)
-    return dict(speedup=a / b if a and b else None, speedup_lo=None, speedup_hi=None,
+    return dict(out, speedup=a / b if a and b else None, speedup_lo=None, speedup_hi=None,
                 speedup_n_batches=None, speedup_basis='pooled')  # fmt: skip
 
 

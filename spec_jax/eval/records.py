@@ -21,12 +21,23 @@ import hashlib
 import json
 import os
 import re
+import socket
 import threading
+import time
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
+from spec_jax.eval import timing
+
 # Config fields that do not change results: a run may resume with other values of these.
-RUNTIME_FIELDS = ('mix', 'score_workers', 'progress', 'compilation_cache', 'mesh')
+RUNTIME_FIELDS = ('mix', 'score_workers', 'progress', 'compilation_cache', 'mesh', 'profile_dir',
+                  'profile_rounds')
 RESULTS = 'results.jsonl'
+# Where and when this process runs: every batch record carries it (runner), so a run
+# resumed by another invocation or on another host says so (`provenance`).
+PROVENANCE = dict(invocation=uuid.uuid4().hex[:12], host=socket.gethostname(),
+                  started=round(time.time(), 3))  # fmt: skip
 
 
 def process_results(index: int) -> str:
@@ -207,3 +218,37 @@ def _read(path: str, repair: bool) -> list[dict]:
                 f.truncate(len(data))
                 os.fsync(f.fileno())
     return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+
+
+def provenance(rows: Sequence[dict]) -> dict:
+    """Where a run's rows were decoded: 'invocations' and 'hosts' (sorted, from the batch
+    records; rows written before they were recorded count as 'unknown'), 'started' (each
+    invocation's start time), and 'mixed_pairs' / 'speed_pairs': of the (batch, method)
+    pairs a speedup is made of (each method's batch against AR's on it), how many set
+    seconds of two invocations against each other; 'within_one' says none does."""
+    invocations, hosts, started, by_batch = set(), set(), {}, {}
+    for r in rows:
+        b = r.get('batch') or {}
+        inv = b.get('invocation', 'unknown')
+        invocations.add(inv)
+        hosts.add(b.get('host', 'unknown'))
+        if 'started' in b:
+            started[inv] = b['started']
+        if r.get('batch_id') is not None:
+            by_batch.setdefault(r['batch_id'], {})[r['method']] = inv
+    pairs = [(inv, methods['ar']) for methods in by_batch.values() if 'ar' in methods
+             for m, inv in methods.items() if m not in ('ar', timing.MONITOR)]  # fmt: skip
+    mixed = sum(a != b for a, b in pairs)
+    return dict(invocations=sorted(invocations), hosts=sorted(hosts), started=started,
+                speed_pairs=len(pairs), mixed_pairs=mixed, within_one=mixed == 0)  # fmt: skip
+
+
+def provenance_text(info: dict) -> str:
+    """One line for a report's header: invocations, hosts, and whether speed pairs mix
+    invocations."""
+    n, hosts = len(info['invocations']), ', '.join(info['hosts'])
+    text = f'{n} invocation{"s" if n != 1 else ""} on {hosts}'
+    if info['within_one']:
+        return text + '; every speed pair within one invocation'
+    return (text + f'; MIXED: {info["mixed_pairs"]} of {info["speed_pairs"]} speed pairs set '
+            'a method against AR timed by another invocation')

@@ -5,10 +5,11 @@ Data flow (docs/eval.md):
   config --plan--> methods (AR, lossless SD, the grid's rules, their matched baselines)
          --tasks--> items (chat prompts, gold) --tokenizer--> prompt ids
   for seed, batch of B (task, item) rows of one task group (`plan_batches`):
-    for method in an order rotating from batch to batch (`timing.interleave`), unless done:
+    for method in its group's design (`timing.interleave`), unless done:
       generate(engine of the method, ...)        decoding on device, noise per (seed, item)
-      score(item, text) in a thread pool         overlaps the next batch's decoding
-      ResultStore.append(row)                    one line per (method, task, item, seed)
+    after the group: AR again on its first batch  the drift monitor (`timing.MONITOR`)
+    score(item, text) of the round in threads    after the round: no scoring while timed
+    ResultStore.append(row)                      one line per (method, task, item, seed)
   several processes: each runs its share of the items (`process_share`) into its own
       results file, or (mesh.hosts 'all') all decode every batch and process 0 writes;
       a barrier, then process 0 merges the files (records.ResultStore.merge)
@@ -17,14 +18,16 @@ Data flow (docs/eval.md):
 One target and drafter are loaded once; a method is `engine.replace(rule=..., baseline=...)`,
 so a rule's parameter values and its matched baseline reuse one compiled loop (rule
 parameters are traced), and short last batches are padded to B rows that stop after one
-token. Every batch is decoded by every method before the next batch starts, in a rotating
-order, so a machine whose speed drifts slows all methods alike and each method's seconds
-on a batch pair with AR's on the same rows (`spec_jax.eval.timing`); the decode seconds are
-read from an injectable `clock` (tests give a fake one) less JAX's compile seconds. A
-row's noise depends only on (seed, task, item id), so every method meets the same
-random numbers on the same item (common random numbers sharpen the paired comparisons), and
-a resumed run redoes a sample as an uninterrupted one would (exactly so with drafters whose
-tokens do not depend on the batch; prompt lookup's filler drafts do, docs/engine.md).
+token. Every batch is decoded by every method before the next batch starts, in its task
+group's balanced design, so a machine whose speed drifts slows all methods alike and each
+method's seconds on a batch pair with AR's on the same rows (`spec_jax.eval.timing`); the
+decode and prefill seconds are read from an injectable `clock` (tests give a fake one)
+less JAX's compile seconds, and each row records the invocation, host and start time that
+decoded it (`records.PROVENANCE`). A row's noise depends only on (seed, task, item id), so
+every method meets the same random numbers on the same item (common random numbers sharpen
+the paired comparisons), and a resumed run redoes a sample as an uninterrupted one would
+(exactly so with drafters whose tokens do not depend on the batch; prompt lookup's filler
+drafts do, docs/engine.md).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import hashlib
+import itertools
+import threading
 import time
 from collections.abc import Callable
 
@@ -44,7 +49,7 @@ from spec_jax.decoding import batching
 from spec_jax.eval import plan as plan_lib
 from spec_jax.eval import tasks as tasks_lib
 from spec_jax.eval import timing
-from spec_jax.eval.records import ResultStore, row_key
+from spec_jax.eval.records import PROVENANCE, ResultStore, row_key
 from spec_jax.eval.tasks.base import Item, Task
 
 SPEC_MODES = ('chain', 'tree')
@@ -54,6 +59,8 @@ METER_SUMS = ('metered', 'tv_sum', 'kl_sum', 'outside_sum', 'overshoot_sum', 'kl
               'overshoot_inf', 'max_overshoot', 'metered_at_offset', 'tv_at_offset',
               'js_sum', 'tv_plain_sum')  # fmt: skip
 Items = dict[str, tuple[Task, list[Item]]]  # Task name -> (the task, its items).
+# AR re-timed on a group's first batch at the group's end (`timing.interleave`).
+MONITOR = plan_lib.Method(timing.MONITOR, 'ar', 'lossless')
 
 
 def sample_id(task: str, item_id: str) -> int:
@@ -144,19 +151,20 @@ def engine_for(base: decoding.Engine, method: plan_lib.Method) -> decoding.Engin
 
 @dataclasses.dataclass
 class Progress:
-    """What a run did: samples written, generated tokens, decode and compile seconds, and
-    AR's tokens/s on the first and the last batch it decoded of each timing group (drift
-    made visible: batches of one group cost alike, those of two groups need not)."""
+    """What a run did: samples written, generated tokens, decode, prefill, compile and
+    scoring seconds, and timed calls that scoring overlapped (0 by construction: scoring
+    waits for a batch's round to end; counted to show it)."""
 
     samples: int = 0
     tokens: int = 0
     decode_s: float = 0.0
+    prefill_s: float = 0.0
     compile_s: float = 0.0
     compiled: int = 0
     cache_hits: int = 0
+    score_s: float = 0.0
+    overlapped: int = 0
     wall_s: float = 0.0
-    ar_first_tokens_per_s: dict[str, float] = dataclasses.field(default_factory=dict)
-    ar_last_tokens_per_s: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def throughput_ratio(self) -> float | None:
@@ -171,9 +179,10 @@ def run(
 ) -> tuple[ResultStore, list[plan_lib.Method], Progress]:
     """Runs (or resumes) experiment `c` in `workdir`; returns the store, plan and progress.
 
-    `clock` times the decode calls: it is read once right before and once right after each
-    batch's `decoding.generate` call, and nowhere else (a test's fake clock can therefore
-    hand out the seconds of each scheduled (batch, method) of `schedule`).
+    `clock` times the decode calls: `decoding.generate` reads it three times per scheduled
+    (batch, method) of `schedule` (before the prefill call, after it, after the rounds),
+    and nothing else reads it (a test's fake clock can therefore hand out the seconds of
+    each). JAX's compile seconds are taken off it.
 
     On several processes (spec_jax/distributed.py) each decodes its share of the items
     (`process_share`) into its own results file, or with a mesh over every host
@@ -238,72 +247,105 @@ def _decode_and_score(
         for it in its
     }
     check_prompts(built.engine, encoded, c)
-    batches = schedule(c, methods, items, store, lambda r: len(encoded[r[0], r[1].id]))
+    entries = schedule(c, methods, items, store, lambda r: len(encoded[r[0], r[1].id]))
     start, compiles = time.perf_counter(), timing.CompileClock()
+    scoring = Scoring()
 
-    def write(future: concurrent.futures.Future) -> None:  # On a scoring thread.
-        store.append([future.result()])
+    def compile_free() -> float:  # The clock less what JAX has spent compiling so far.
+        return clock() - compiles.total()
 
+    bar = tqdm(total=len(entries), desc='evaluate', unit='batch', disable=not c.progress)
     with concurrent.futures.ThreadPoolExecutor(max(1, c.score_workers)) as pool:
-        pending: list[concurrent.futures.Future] = []
-        bar = tqdm(batches, desc='evaluate', unit='batch', disable=not c.progress)
-        for slot, (planned, method, place) in enumerate(bar):
-            seed, batch = planned.seed, list(planned.rows)
-            bar.set_postfix_str(f'{method.name} seed {seed}', refresh=False)
-            ids = [encoded[name, it.id] for name, it in batch]
-            pad = padded_size(len(ids), c.batch_size) - len(ids)
-            with compiles.measure() as compiled:
-                began = clock()
-                result = decoding.generate(
-                    engine_for(built.engine, method),
-                    built.params,
-                    ids + ids[-1:] * pad,
-                    seed=seed,
-                    max_new_tokens=[limits[name]['max_new_tokens'] for name, _ in batch]
-                    + [1] * pad,
-                    sample_ids=[sample_id(name, it.id) for name, it in batch] + [0] * pad,
-                )
-                ended = clock()
-            # The call's seconds less what JAX spent compiling in it (the first batch of a
-            # shape compiles or loads its loop; the seconds are those of decoding alone).
-            decode_s = max(ended - began - compiled.seconds, 0.0)
-            out = result.tokens[: len(batch)]
-            num_tokens = sum(len(t) for t in out)
-            progress.tokens += num_tokens
-            progress.decode_s += decode_s
-            progress.compile_s += compiled.seconds
-            progress.compiled += compiled.compiled
-            progress.cache_hits += compiled.cache_hits
-            if method.mode == 'ar' and decode_s > 0:
-                progress.ar_first_tokens_per_s.setdefault(planned.group, num_tokens / decode_s)
-                progress.ar_last_tokens_per_s[planned.group] = num_tokens / decode_s
-            timing_row = dict(
-                id=planned.id, seconds=decode_s, compile_s=compiled.seconds, rows=len(batch),
-                pad=pad, tokens=num_tokens, slot=slot, place=place,
-            )  # fmt: skip
-            if not writes:  # Process 0 scores and writes this batch.
-                continue
-            per_row = result.stats['per_row']
-            # A row's share of its batch's decode time: by its target forwards (prefill and
-            # rounds), so its tokens/s reflects its own acceptance.
-            forwards = [per_row['blocks'][row] + 1 for row in range(len(batch))]
-            for row, ((name, it), tokens) in enumerate(zip(batch, out)):
-                text = tok.decode(tokens, skip_special=True)
-                base = dict(
-                    method=method.name, task=name, item=it.id, seed=seed, text=text,
-                    num_tokens=len(tokens), batch=timing_row, batch_id=planned.id,
-                    seconds=decode_s * forwards[row] / sum(forwards),
-                    stats={k: per_row[k][row] for k in PER_ROW_STATS + METER_SUMS
-                           if k in per_row},
-                )  # fmt: skip
-                if store.is_done(row_key(base)):  # Done before: a batch reruns whole.
-                    continue
-                future = pool.submit(_scored, items[name][0], it, text, base)
-                future.add_done_callback(write)  # Written the moment it is scored.
-                pending.append(future)
-        concurrent.futures.wait(pending)
-    progress.samples = len(pending)
+        # A batch's round (its methods; a one-batch group's monitor too), then its scoring.
+        for _, round_ in itertools.groupby(enumerate(entries), key=lambda e: e[1][0].id):
+            pending = []
+            for slot, (planned, method, place) in round_:
+                bar.set_postfix_str(f'{method.name} seed {planned.seed}', refresh=False)
+                rows = _decode(c, built, encoded, limits, planned, method, place, slot,
+                               compile_free, compiles, scoring, progress)  # fmt: skip
+                bar.update()
+                if writes:  # Else process 0 scores and writes this batch.
+                    pending += [(items[r['task']][0], it, r) for it, r in rows
+                                if not store.is_done(row_key(r))]  # fmt: skip
+            began = time.perf_counter()
+            for done in pool.map(lambda job: scoring.score(*job), pending):
+                store.append([done])
+            progress.score_s += time.perf_counter() - began
+            progress.samples += len(pending)
+    bar.close()
+    progress.overlapped = scoring.overlapped
     progress.wall_s = time.perf_counter() - start
+
+
+class Scoring:
+    """Scores samples (`_scored`; the drift monitor's rows are not scored) and counts the
+    timed decode calls that began or ended while a sample was being scored."""
+
+    def __init__(self):
+        self._lock, self._active, self.overlapped = threading.Lock(), 0, 0
+
+    def score(self, task: Task, item: Item, row: dict) -> dict:
+        if row['method'] == timing.MONITOR:
+            return dict(row, correct=None, extracted=None, detail={})
+        with self._lock:
+            self._active += 1
+        try:
+            return _scored(task, item, row['text'], row)
+        finally:
+            with self._lock:
+                self._active -= 1
+
+    def check(self) -> None:
+        """Called as a timed call begins and ends."""
+        with self._lock:
+            self.overlapped += self._active > 0
+
+
+def _decode(c, built, encoded, limits, planned, method, place, slot, clock, compiles, scoring,
+            progress) -> list[tuple[Item, dict]]:  # fmt: skip
+    """Decodes one scheduled (batch, method) and returns its (item, unscored row) pairs."""
+    seed, batch = planned.seed, list(planned.rows)
+    ids = [encoded[name, it.id] for name, it in batch]
+    pad = padded_size(len(ids), c.batch_size) - len(ids)
+    with compiles.measure() as compiled:
+        scoring.check()
+        result = decoding.generate(
+            engine_for(built.engine, method),
+            built.params,
+            ids + ids[-1:] * pad,
+            seed=seed,
+            max_new_tokens=[limits[name]['max_new_tokens'] for name, _ in batch] + [1] * pad,
+            sample_ids=[sample_id(name, it.id) for name, it in batch] + [0] * pad,
+            clock=clock,
+        )
+        scoring.check()
+    # The clock less JAX's compile seconds (the first batch of a shape compiles or loads
+    # its loops): the seconds of decoding alone, and of its prefill call.
+    decode_s = max(result.seconds, 0.0)
+    prefill_s = min(max(result.prefill_seconds, 0.0), decode_s)
+    out = result.tokens[: len(batch)]
+    num_tokens = sum(len(t) for t in out)
+    progress.tokens += num_tokens
+    progress.decode_s += decode_s
+    progress.prefill_s += prefill_s
+    progress.compile_s += compiled.seconds
+    progress.compiled += compiled.compiled
+    progress.cache_hits += compiled.cache_hits
+    timing_row = dict(
+        id=planned.id, seconds=decode_s, prefill_s=prefill_s, compile_s=compiled.seconds,
+        rows=len(batch), pad=pad, tokens=num_tokens, slot=slot, place=place, **PROVENANCE,
+    )  # fmt: skip
+    per_row = result.stats['per_row']
+    # A row's share of its batch's decode time: by its target forwards (prefill and
+    # rounds), so its tokens/s reflects its own acceptance.
+    forwards = [per_row['blocks'][row] + 1 for row in range(len(batch))]
+    tok = built.tokenizer
+    return [(it, dict(
+        method=method.name, task=name, item=it.id, seed=seed,
+        text=tok.decode(tokens, skip_special=True), num_tokens=len(tokens), batch=timing_row,
+        batch_id=planned.id, seconds=decode_s * forwards[row] / sum(forwards),
+        stats={k: per_row[k][row] for k in PER_ROW_STATS + METER_SUMS if k in per_row},
+    )) for row, ((name, it), tokens) in enumerate(zip(batch, out))]  # fmt: skip
 
 
 def plan_batches(
@@ -338,8 +380,9 @@ def schedule(
     prompt_len: Callable[[tuple[str, Item]], int],
 ) -> list[tuple[timing.Batch, plan_lib.Method, int]]:
     """(batch, method, place in the batch's round) in the order the run decodes them: seed
-    by seed, each batch by every method with a row of it not yet in `store`, in the plan's
-    order rotated by the batch's index (`timing.interleave`)."""
+    by seed, each batch by every method with a row of it not yet in `store`, in its task
+    group's design (`timing.interleave`), and after each group AR again on the group's
+    first batch under the name `timing.MONITOR` (the drift monitor)."""
 
     def needs(batch: timing.Batch, m: plan_lib.Method) -> bool:
         return not all(store.is_done((m.name, name, it.id, batch.seed)) for name, it in batch.rows)
@@ -347,7 +390,8 @@ def schedule(
     return [
         entry
         for seed in c.seeds
-        for entry in timing.interleave(plan_batches(c, seed, items, prompt_len), methods, needs)
+        for entry in timing.interleave(plan_batches(c, seed, items, prompt_len), methods, needs,
+                                       MONITOR)  # fmt: skip
     ]
 
 

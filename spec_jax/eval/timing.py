@@ -38,6 +38,8 @@ COMPILE_EVENTS = (
 CACHE_HIT_EVENT = '/jax/compilation_cache/cache_hits'
 # Task families whose sets are too small to fill batches alone: prefix -> group name.
 GROUPS = {'speed_': 'speed'}
+# The drift monitor's method name: AR re-timed at a group's end (`interleave`).
+MONITOR = 'ar_monitor'
 _totals = {'seconds': 0.0, 'executables': 0, 'cache_hits': 0}
 _listening = threading.Lock()
 _registered = [False]
@@ -71,6 +73,12 @@ class CompileClock:
                 monitoring.register_event_duration_secs_listener(_on_duration)
                 monitoring.register_event_listener(_on_event)
                 _registered[0] = True
+
+    @staticmethod
+    def total() -> float:
+        """Seconds JAX has spent making executables in this process so far (a clock less
+        this is a clock of everything else)."""
+        return _totals['seconds']
 
     @contextlib.contextmanager
     def measure(self) -> Iterator[CompileSpan]:
@@ -106,9 +114,11 @@ class Batch:
     """One batch of the plan: `rows` are (task, item) pairs of one task group.
 
     Attributes:
-      id: 's<seed>/<group>/<index in the group>/<hash of the rows>': the same batch gets
-        the same id in every run of the same config, and no other batch gets it.
-      index: its place among all batches of its seed (the rotation of its method order).
+      id: 's<seed>/<group>/<number>/<hash of the rows>': the same batch gets the same id in
+        every run of the same config, and no other batch gets it.
+      index: its place among all batches of its seed.
+      number: its place among its group's batches (0 .. group_size - 1), and group_size
+        their count: the batch's method order (`order`).
     """
 
     id: str
@@ -116,6 +126,8 @@ class Batch:
     group: str
     index: int
     rows: tuple
+    number: int = 0
+    group_size: int = 1
 
 
 def batch_plan(
@@ -134,27 +146,128 @@ def batch_plan(
         by_group.setdefault(task_group(r[0]), []).append(r)
     out = []
     for group, members in by_group.items():
-        for k in range(0, len(members), batch_size):
-            chunk = tuple(members[k : k + batch_size])
+        size = -(-len(members) // batch_size)
+        for k in range(size):
+            chunk = tuple(members[k * batch_size : (k + 1) * batch_size])
             blob = '\n'.join(f'{task}/{item_id(it)}' for task, it in chunk)
             digest = hashlib.sha256(blob.encode()).hexdigest()[:8]
-            out.append(Batch(f's{seed}/{group}/{k // batch_size}/{digest}', seed, group,
-                             len(out), chunk))  # fmt: skip
+            out.append(Batch(f's{seed}/{group}/{k}/{digest}', seed, group, len(out), chunk,
+                             k, size))  # fmt: skip
     return out
 
 
-def rotation(methods: Sequence, index: int) -> list:
-    """The method order of batch `index`: the plan's order rotated by `index`, so over
-    len(methods) batches every method runs once at every place of a batch's round."""
-    shift = index % len(methods)
-    return list(methods[shift:]) + list(methods[:shift])
+def _shifted(m: int, shift: int) -> list[int]:
+    """Methods 1 .. m - 1 in the plan's order rotated by `shift`, with method 0 (AR)
+    inserted at the middle place (m - 1) // 2."""
+    others = [1 + (p + shift) % (m - 1) for p in range(m - 1)] if m > 1 else []
+    middle = (m - 1) // 2
+    return others[:middle] + [0] + others[middle:]
+
+
+def _triple(m: int) -> list[list[int]]:
+    """Three orders whose place sums differ little between methods: two rotations half
+    apart, then the methods sorted by their two places' sum, the largest sum first (a
+    3 x m near-magic rectangle)."""
+    first, second = _shifted(m, 0), _shifted(m, (m - 1) // 2)
+    place = [[o.index(i) for i in range(m)] for o in (first, second)]
+    third = sorted(range(m), key=lambda i: (-(place[0][i] + place[1][i]), i))
+    return [first, second, third]
+
+
+def design(m: int, n: int) -> list[list[int]]:
+    """The method orders of a task group of n batches and m methods: orders[k][p] is the
+    index (in the plan) of the method at place p of the group's k-th batch.
+
+    Every method's places sum to about the same total over the group's batches (exactly in
+    each pair of batches: an order, then its reverse, places p and m - 1 - p; the first
+    three batches form a near-magic triple, `_triple`, when n is odd), so a drift of the
+    machine linear in time over a pair of rounds lands on every method alike. The plan's
+    first method (AR, every speedup's reference) runs at the middle of every round: a step
+    in the machine's speed inside a round separates it from at most half the methods. The
+    others rotate from pair to pair, so each meets AR at varying distances.
+
+    Raises:
+      ValueError: m < 1 or n < 1.
+    """
+    if m < 1 or n < 1:
+        raise ValueError(f'a design needs methods >= 1 and batches >= 1; got {m} and {n}')
+    if n == 1:
+        return [_shifted(m, 0)]
+    odd = n % 2
+    orders = _triple(m) if odd else []
+    pairs = (n - 3 * odd) // 2
+    for j in range(pairs):
+        order = _shifted(m, (j + odd) * (m - 1) // (pairs + odd) if m > 1 else 0)
+        orders += [order, order[::-1]]
+    return orders
+
+
+def order(methods: Sequence, batch: Batch) -> list:
+    """The methods in the order they decode `batch` (`design`)."""
+    return [methods[i] for i in design(len(methods), batch.group_size)[batch.number]]
 
 
 def interleave(
-    batches: Sequence[Batch], methods: Sequence, needs: Callable[[Batch, object], bool]
+    batches: Sequence[Batch],
+    methods: Sequence,
+    needs: Callable[[Batch, object], bool],
+    monitor: object | None = None,
 ) -> list[tuple[Batch, object, int]]:
     """(batch, method, place in the batch's round) in the order they run: each batch by
     every method that `needs` it (a method with a row of the batch not yet done reruns the
-    whole batch, so its seconds stay those of these rows) before the next batch."""
-    return [(b, m, place) for b in batches for place, m in enumerate(rotation(methods, b.index))
-            if needs(b, m)]  # fmt: skip
+    whole batch, so its seconds stay those of these rows), in its group's design (`order`),
+    before the next batch; then, with a `monitor` (AR under its own name), the group's
+    first batch again at place len(methods): AR's seconds on the same rows at the group's
+    start (its first batch runs AR first) and at its end, the machine's drift over the
+    group on like rows."""
+    out = []
+    for k, b in enumerate(batches):
+        out += [(b, m, place) for place, m in enumerate(order(methods, b)) if needs(b, m)]
+        last = k + 1 == len(batches) or (batches[k + 1].seed, batches[k + 1].group) != (
+            b.seed, b.group)  # fmt: skip
+        first = batches[k - b.number] if k >= b.number else None
+        if monitor is not None and last and first is not None and first.number == 0:
+            if needs(first, monitor):
+                out.append((first, monitor, len(methods)))
+    return out
+
+
+def drift(rows: Sequence[dict]) -> dict[str, dict]:
+    """The drift monitor's reading per (seed, group), from a run's rows: AR's tokens/s on
+    a group's first batch in its round ('start': AR runs at the middle of it) and the
+    monitor's on the same rows after the group's last round ('end'), their ratio
+    end / start (> 1: the machine sped up), the scheduled calls between them ('calls') and
+    whether one invocation timed both ('same_invocation'). Keys 's<seed>/<group>'; groups
+    without both readings are left out."""
+    sums: dict[tuple[str, str], list] = {}
+    slots: dict[tuple[str, str], int] = {}
+    invocation: dict[tuple[str, str], str | None] = {}
+    for r in rows:
+        if r['method'] not in ('ar', MONITOR) or r.get('batch_id') is None:
+            continue
+        key = (r['batch_id'], r['method'])
+        acc = sums.setdefault(key, [0, 0.0])
+        acc[0] += r['num_tokens']
+        acc[1] += r['seconds']
+        b = r.get('batch') or {}
+        slots[key], invocation[key] = b.get('slot', 0), b.get('invocation')
+    out = {}
+    for batch_id, method in sorted(sums):
+        start, end = sums.get((batch_id, 'ar')), sums[batch_id, method]
+        if method != MONITOR or start is None or not start[1] or not end[1]:
+            continue
+        seed, group = batch_id.split('/')[:2]
+        a, z = start[0] / start[1], end[0] / end[1]
+        out[f'{seed}/{group}'] = dict(
+            start=a, end=z, ratio=z / a, calls=slots[batch_id, method] - slots[batch_id, 'ar'],
+            same_invocation=invocation[batch_id, 'ar'] == invocation[batch_id, method])
+    return out
+
+
+def drift_lines(rows: Sequence[dict]) -> dict[str, str]:
+    """`drift` as header items: {'drift_<seed>/<group>': text}."""
+    return {f'drift {key}': (
+        f"AR {d['start']:.1f} tokens/s at the start, {d['end']:.1f} at the end on the same "
+        f"rows (x{d['ratio']:.3f}, {d['calls']} calls apart"
+        + ('' if d['same_invocation'] else '; two invocations') + ')')
+        for key, d in drift(rows).items()}  # fmt: skip

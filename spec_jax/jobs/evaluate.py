@@ -17,7 +17,7 @@ import ml_collections
 import numpy as np
 
 from spec_jax import decoding, distributed, rules, sharding
-from spec_jax.eval import findings, machine, metrics, paper, plan, records, report, runner
+from spec_jax.eval import findings, machine, metrics, paper, plan, records, report, runner, timing
 from spec_jax.eval.tasks import fast_hsd
 from spec_jax.jobs import runtime
 from spec_jax.rules import theory
@@ -159,13 +159,10 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     start, load_start = time.perf_counter(), machine.load_average()
     runtime.log_devices()
     store, methods, progress = runner.run(c, workdir)
-    first, last = progress.ar_first_tokens_per_s, progress.ar_last_tokens_per_s
-    drift = {f'ar_tokens_per_s_{group}': f'{first[group]:.1f} first batch, {last[group]:.1f} last'
-             for group in first}  # fmt: skip
-    print('AR tokens/s on the first and last batch of each timing group (the drift of the '
-          'machine over the run; every method decodes each batch): '
+    drift = timing.drift_lines(store.rows)
+    print('Drift monitor (AR on the same rows at the start and the end of each timing group): '
           + ('; '.join(f'{g}: {v}' for g, v in drift.items()) or '-'))  # fmt: skip
-    header = machine.header(store.fingerprint, load_start, **drift)
+    header = machine.header(store.fingerprint, load_start)
     # Process 0 alone holds the merged results (and writes the report).
     out = (write_report(c, runner.results(store), methods, workdir, header)
            if distributed.is_main() else {})  # fmt: skip
@@ -179,8 +176,9 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     ratio = progress.throughput_ratio
     if ratio is not None:
         print(
-            f'evaluation throughput / decode throughput: {ratio:.2f} (scoring, sandboxing '
-            'and writing overlap decoding; 1.0 = free)'
+            f'evaluation throughput / decode throughput: {ratio:.2f} (1.0 = free); prefill '
+            f'{progress.prefill_s:.1f} s of the decode seconds; scoring {progress.score_s:.1f} '
+            f's after the rounds, {progress.overlapped} timed calls overlapped by scoring'
         )
     if distributed.is_main():
         print(f'results: {store.path}')
@@ -205,6 +203,8 @@ def write_report(
     rows = metrics.aggregate(results, methods)
     pooled = findings.pooled_rows(results, methods)
     header = dict(header or {}, settings=machine.settings(c))  # Each setting, one line.
+    header.update(timing.drift_lines(results),  # AR's drift and where rows were decoded.
+                  provenance=records.provenance_text(records.provenance(results)))
     paths = report.write_report(
         rows, os.path.join(workdir, 'report'), mode=c.mode, title=c.name,
         theory=theory_curves(rows, c.mode, _siblings(c)) if c.meter_distortion else None,

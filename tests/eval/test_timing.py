@@ -7,11 +7,12 @@ every method leaves each speedup within its interval of the undisturbed one."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import pytest
 
-from spec_jax.eval import metrics, paired, runner, timing
+from spec_jax.eval import machine, metrics, paired, records, runner, timing
 from spec_jax.jobs import evaluate, runtime
 
 CONFIG = os.path.join(os.path.dirname(__file__), '..', '..', 'configs', 'experiments',
@@ -41,11 +42,14 @@ def test_batch_plan_groups_tasks_and_keeps_ids():
     assert fewer[0].id != plan[0].id
 
 
-def test_interleave_rotates_and_skips_what_is_done():
+def test_interleave_follows_the_design_skips_what_is_done_and_monitors():
     plan = timing.batch_plan([('t', It(str(i))) for i in range(8)], 0, 2, lambda r: r[1].id)
-    order = timing.interleave(plan, ['ar', 'a', 'b'], lambda b, m: True)
+    assert [(b.number, b.group_size) for b in plan] == [(k, 4) for k in range(4)]
+    order = timing.interleave(plan, ['ar', 'a', 'b'], lambda b, m: True, 'mon')
+    # AR in the middle; each pair of batches an order and its reverse; then the monitor.
     assert [(b.index, m, place) for b, m, place in order[:6]] == [
-        (0, 'ar', 0), (0, 'a', 1), (0, 'b', 2), (1, 'a', 0), (1, 'b', 1), (1, 'ar', 2)]  # fmt: skip
+        (0, 'a', 0), (0, 'ar', 1), (0, 'b', 2), (1, 'b', 0), (1, 'ar', 1), (1, 'a', 2)]  # fmt: skip
+    assert [(b.index, m, place) for b, m, place in order[12:]] == [(0, 'mon', 3)]
     for index in range(4):  # Every batch by every method before the next batch.
         assert sorted(m for b, m, _ in order[3 * index : 3 * index + 3]) == ['a', 'ar', 'b']
     done = timing.interleave(plan, ['ar', 'a', 'b'], lambda b, m: (b.index, m) != (1, 'b'))
@@ -95,15 +99,15 @@ def test_interleaving_cancels_drift_that_sequential_runs_keep():
 
 
 class FakeClock:
-    """A clock the runner reads once before and once after each decode call: call 2k + 1
-    returns call 2k's time plus seconds(k), the k-th scheduled (batch, method)."""
+    """A clock `decoding.generate` reads three times per decode call: before its prefill
+    call, after it, after the rounds. Call k takes prefill(k) then seconds(k) - prefill(k)."""
 
-    def __init__(self, seconds):
-        self.seconds, self.calls, self.now = seconds, 0, 1000.0
+    def __init__(self, seconds, prefill):
+        self.seconds, self.prefill, self.calls, self.now = seconds, prefill, 0, 1000.0
 
     def __call__(self) -> float:
-        if self.calls % 2:
-            self.now += self.seconds(self.calls // 2)
+        k, phase = divmod(self.calls, 3)
+        self.now += (0.0, self.prefill(k), self.seconds(k) - self.prefill(k))[phase]
         self.calls += 1
         return self.now
 
@@ -112,30 +116,37 @@ class FakeClock:
 def fake_runs(tmp_path_factory):
     """One small run on the real clock (it compiles), then three on fake clocks over the
     same schedule (20 GSM8K items, batches of 4, AR, lossless SD and lenience): undisturbed,
-    lenience slowed 2x, and every method on a machine slowing to half speed."""
+    lenience slowed 2x, and every method on a machine slowing to half speed. A call's
+    prefill takes 0.4 s x its batch's cost whatever the method."""
     c = runtime.load_config(CONFIG, 'tiny')
     c.grid, c.progress = ('lenience:l=0.5',), False
     c.tasks = {'gsm8k': evaluate.task(20, 4)}
     methods = runner.methods_of(c)
-    factor = {'ar': 1.0, 'lossless': 0.8, 'lenience:l=0.5': 0.6}
+    factor = {'ar': 1.0, 'lossless': 0.8, 'lenience:l=0.5': 0.6, timing.MONITOR: 1.0}
+    root = tmp_path_factory.mktemp('timing')
+    real, _, _ = runner.run(c, str(root / 'real'))  # Compiles: the fake runs compile nothing.
+    # The schedule (nothing done: every run has the same): slot -> (method, batch number).
+    slots = {r['batch']['slot']: (r['method'], int(r['batch_id'].split('/')[2]))
+             for r in real.rows}  # fmt: skip
 
-    def method_at(k):  # Nothing done yet: slot k is batch k // 3 at place k % 3.
-        return timing.rotation(methods, k // len(methods))[k % len(methods)].name
+    def method_at(k):
+        return slots[k][0]
 
     def batch_cost(k):  # Batches differ in cost.
-        return 1.0 + 0.25 * (k // len(methods))
+        return 1.0 + 0.25 * slots[k][1]
+
+    def prefill(k):
+        return 0.4 * batch_cost(k)
 
     clocks = {
-        'undisturbed': lambda k: batch_cost(k) * factor[method_at(k)],
-        'slowed': lambda k: batch_cost(k) * factor[method_at(k)]
+        'undisturbed': lambda k: prefill(k) + batch_cost(k) * factor[method_at(k)],
+        'slowed': lambda k: prefill(k) + batch_cost(k) * factor[method_at(k)]
         * (2.0 if method_at(k) == 'lenience:l=0.5' else 1.0),
-        'drift': lambda k: batch_cost(k) * factor[method_at(k)] * (1.0 + k / 15),
+        'drift': lambda k: (prefill(k) + batch_cost(k) * factor[method_at(k)]) * (1.0 + k / 15),
     }
-    root = tmp_path_factory.mktemp('timing')
-    runner.run(c, str(root / 'real'))  # Compiles: the fake runs below compile nothing.
     out = {}
     for name, seconds in clocks.items():
-        store, _, progress = runner.run(c, str(root / name), clock=FakeClock(seconds))
+        store, _, progress = runner.run(c, str(root / name), clock=FakeClock(seconds, prefill))
         assert progress.compile_s == 0.0
         results = runner.results(store)
         out[name] = (results, {r['method']: r for r in metrics.aggregate(results, methods)},
@@ -143,21 +154,30 @@ def fake_runs(tmp_path_factory):
     return methods, method_at, out
 
 
-def test_rows_record_their_batch_and_the_rotation(fake_runs):
+def test_rows_record_their_batch_place_prefill_and_provenance(fake_runs):
     methods, method_at, runs = fake_runs
     results, _, progress = runs['undisturbed']
     batches = {}
     for r in results:
         batches.setdefault(r['batch_id'], set()).add(r['method'])
-        assert r['batch']['id'] == r['batch_id']
-        assert method_at(r['batch']['slot']) == r['method']  # The schedule the clock assumed.
-    assert len(batches) == 5 and all(len(m) == len(methods) for m in batches.values())
+        b, number = r['batch'], int(r['batch_id'].split('/')[2])
+        assert b['id'] == r['batch_id']
+        assert method_at(b['slot']) == r['method']  # The schedule the clock assumed.
+        if r['method'] == timing.MONITOR:
+            assert b['place'] == len(methods) and r['correct'] is None  # Not scored.
+        else:
+            batch = timing.Batch(r['batch_id'], 0, 'gsm8k', number, (), number, 5)
+            assert timing.order(methods, batch)[b['place']].name == r['method']
+        assert b['prefill_s'] == pytest.approx(0.4 * (1.0 + 0.25 * number))  # The fake's.
+        assert {b[k] for k in ('invocation', 'host', 'started')} == {
+            records.PROVENANCE[k] for k in ('invocation', 'host', 'started')}  # fmt: skip
+    assert len(batches) == 5 and all(len(m) >= len(methods) for m in batches.values())
+    assert sum(timing.MONITOR in m for m in batches.values()) == 1  # One group, one monitor.
     # The same rows got the same batch ids in every run.
     assert {r['batch_id'] for r in runs['drift'][0]} == set(batches)
-    (group,) = progress.ar_first_tokens_per_s  # One timing group in this run.
-    assert progress.ar_first_tokens_per_s[group] == pytest.approx(
-        sum(r['num_tokens'] for r in results if r['method'] == 'ar'
-            and r['batch']['slot'] == 0) / 1.0)  # fmt: skip
+    # Scoring ran after each round, never beside a timed call.
+    assert progress.score_s > 0 and progress.overlapped == 0
+    assert records.provenance(results)['within_one']
 
 
 def test_a_slowed_method_shows_it_in_its_own_speedup_only(fake_runs):
@@ -165,14 +185,37 @@ def test_a_slowed_method_shows_it_in_its_own_speedup_only(fake_runs):
     base, slow = runs['undisturbed'][1], runs['slowed'][1]
     assert base['ar']['speedup'] == slow['ar']['speedup'] == 1.0
     assert slow['lossless']['speedup'] == pytest.approx(base['lossless']['speedup'], rel=1e-9)
-    assert slow['lenience:l=0.5']['speedup'] == pytest.approx(
-        base['lenience:l=0.5']['speedup'] / 2, rel=1e-9
+    assert slow['lenience:l=0.5']['decode_speedup'] == pytest.approx(
+        base['lenience:l=0.5']['decode_speedup'] / 2, rel=1e-9
     )
-    assert slow['lenience:l=0.5']['speedup_vs_matched'] == pytest.approx(
-        base['lenience:l=0.5']['speedup_vs_matched'] / 2, rel=1e-9
-    )
+    assert slow['lenience:l=0.5']['speedup_vs_matched'] < base['lenience:l=0.5'][
+        'speedup_vs_matched'] / 1.5  # The prefill it did not slow dilutes the 2x.  # fmt: skip
     for r in base.values():
         assert r['speedup_n_batches'] == 5 and r['speedup_lo'] <= r['speedup'] <= r['speedup_hi']
+        assert r['decode_speedup_n_batches'] == 5
+
+
+def test_decode_speedup_takes_the_prefill_out(fake_runs):
+    """Prefill costs every method alike, so it pulls end-to-end speedups towards 1; the
+    decode-only speedup (tokens after the first over the seconds after the prefill call,
+    per batch against AR's) is what the rounds gained: here computed by hand from rows."""
+    _, _, runs = fake_runs
+    results, rows, _ = runs['undisturbed']
+    by: dict[tuple, list] = {}
+    for r in results:
+        by.setdefault((r['method'], r['batch_id']), []).append(r)
+
+    def rate(group):
+        b = group[0]['batch']
+        return (sum(r['num_tokens'] - 1 for r in group)) / (b['seconds'] - b['prefill_s'])
+
+    for method in ('lossless', 'lenience:l=0.5'):
+        ratios = [rate(by[method, batch]) / rate(by['ar', batch]) for m, batch in by
+                  if m == method]  # fmt: skip
+        expected = paired.ratio_interval(ratios)['mean']
+        r = rows[method]
+        assert r['decode_speedup'] == pytest.approx(expected, rel=1e-9)
+        assert 0 < r['prefill_share'] < 1
 
 
 def test_drift_for_every_method_stays_within_the_interval(fake_runs):
@@ -180,8 +223,41 @@ def test_drift_for_every_method_stays_within_the_interval(fake_runs):
     base, drift = runs['undisturbed'][1], runs['drift'][1]
     for method, r in drift.items():
         assert r['speedup_lo'] <= base[method]['speedup'] <= r['speedup_hi'], method
-    first, last = runs['drift'][2].ar_first_tokens_per_s, runs['drift'][2].ar_last_tokens_per_s
-    assert list(first) == list(last) and all(last[g] < first[g] for g in first)  # Printed.
+    # The monitor: AR on the same rows at the group's start and end sees the slowdown.
+    (reading,) = timing.drift(runs['drift'][0]).values()
+    assert reading['ratio'] < 0.8 and reading['same_invocation']
+    (steady,) = timing.drift(runs['undisturbed'][0]).values()
+    assert steady['ratio'] == pytest.approx(1.0)
+    assert 'x1.000' in timing.drift_lines(runs['undisturbed'][0])['drift s0/gsm8k']
+
+
+def test_a_run_resumed_by_another_invocation_on_another_host_reports_the_mix(
+    fake_runs, tmp_path, monkeypatch
+):
+    """The undisturbed run's rows less lenience's on one batch, resumed by an invocation
+    on host 'elsewhere': the rows it writes carry it, and the provenance says that
+    speed pairs mix invocations (the report's header line)."""
+    methods, _, runs = fake_runs
+    results = runs['undisturbed'][0]
+    drop = sorted({r['batch_id'] for r in results})[0]
+    kept = [r for r in results if not (r['batch_id'] == drop and r['method'] == 'lenience:l=0.5')]
+    c = runtime.load_config(CONFIG, 'tiny')
+    c.grid, c.progress = ('lenience:l=0.5',), False
+    c.tasks = {'gsm8k': evaluate.task(20, 4)}
+    records.ResultStore(str(tmp_path), c.to_dict(), [])
+    with open(tmp_path / 'results.jsonl', 'w') as f:
+        f.writelines(json.dumps(r) + '\n' for r in kept)
+    other = dict(invocation='second', host='elsewhere', started=2e9)
+    monkeypatch.setattr(runner, 'PROVENANCE', other)
+    store, _, progress = runner.run(c, str(tmp_path), clock=FakeClock(lambda k: 2.0,
+                                                                      lambda k: 0.5))  # fmt: skip
+    assert progress.samples == 4
+    info = records.provenance(store.rows)
+    assert info['hosts'] == sorted([records.PROVENANCE['host'], 'elsewhere'])
+    assert len(info['invocations']) == 2 and info['mixed_pairs'] == 1 and not info['within_one']
+    text = records.provenance_text(info)
+    assert text.startswith('2 invocations on ') and 'MIXED: 1 of ' in text
+    assert f'- provenance: {text}' in machine.header_lines(dict(provenance=text))
 
 
 def test_sets_sharing_a_batch_pair_row_by_row():

@@ -28,8 +28,9 @@ def tiny_config():
 
 def test_generate_writes_and_resumes(tiny_config, tmp_path, monkeypatch):
     # 3 prompts in batches of 2: the short last batch is padded and reuses the first's loop.
-    once = chex.assert_max_traces(engine.decode_loop.__wrapped__, n=1)
-    monkeypatch.setattr(host, 'decode_loop', jax.jit(once))
+    for name, donate in (('prefill_call', ()), ('rounds_call', 3)):  # Each traced once.
+        once = chex.assert_max_traces(getattr(engine, name).__wrapped__, n=1)
+        monkeypatch.setattr(host, name, jax.jit(once, donate_argnums=donate))
     records = generate.run(tiny_config, str(tmp_path))
     monkeypatch.undo()
     assert [r['index'] for r in records] == [0, 1, 2]
