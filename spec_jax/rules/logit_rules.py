@@ -68,9 +68,11 @@ class Relaxed(base.Rule):
     - Span: with `span_open`/`span_close` token ids (`<think>`/`</think>`) set, delta applies
       only to rows whose history has an open span at the round's start (TensorRT-LLM sets the
       request's delta when it accepts `<think>` and zeroes it at `</think>`); elsewhere delta
-      is 0 (the top-1 and its exact ties). Default -1: no span, relaxed everywhere (the
+      is 0 (the top-1 and its exact ties). Unlike TensorRT-LLM's prompt phase, which relaxes
+      whenever the prompt holds any `<think>`, a prompt whose `<think>` is closed is not
+      relaxed here (docs/laws.md §7.1). Default -1: no span, relaxed everywhere (the
       embedded default model has no reasoning span).
-    - Presets: 'max' (K 10, delta 0.6, bonus sampled: MAX's, as issue 32 states them),
+    - Presets: 'max' (K 10, delta 0.6: MAX's `SpeculativeConfig` defaults; bonus sampled),
       'trtllm' (K 10, delta 0.6 with TensorRT-LLM's top-1 bonus); TensorRT-LLM's own config
       defaults (K 1, delta 0) are the greedy setting.
     """

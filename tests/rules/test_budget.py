@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import spec_jax.rules as rules
+from spec_jax.decoding import verification as verification_lib
 
 from . import _cases
 from .test_laws import node_law_enumerated, rate_radius, tv_radius
@@ -294,3 +295,20 @@ def test_parameters_are_traced_and_checked():
         with pytest.raises(ValueError, match='tv_budget'):
             rules.make('tv_budget', **bad)
     assert rules.matched_baseline(rules.make('tv_budget', eps=0.1)).truncation == 'none'
+
+
+def test_the_engine_walks_the_moved_target_and_its_baseline_walks_p():
+    """`Verification` (the engine's rule wrapper) forwards `tree_target`: the rule's moved law,
+    p under the baseline flag; for a rule without one it returns p itself (no op, so the
+    other rules' tree programs are unchanged: test_logit_rules' jaxpr digests)."""
+    names, p, q = _cases.stacked()
+    sibs = jnp.asarray(_sibs(q).astype(np.int32))
+    rule = rules.make('tv_budget', eps=0.1)
+    moved = np.asarray(rule.tree_target(jnp.asarray(p), sibs))
+    assert np.abs(moved - p).sum() > 0.1
+    for baseline, want in ((False, moved), (True, p)):
+        got = verification_lib.Verification(rule, baseline).tree_target(jnp.asarray(p), sibs)
+        np.testing.assert_allclose(np.asarray(got), want, atol=1e-7)
+    pj = jnp.asarray(p)
+    assert verification_lib.Verification(rules.make('lenience', l=0.5), False).tree_target(
+        pj, sibs) is pj  # fmt: skip
