@@ -94,7 +94,7 @@ def tree_shape(c: ml_collections.ConfigDict) -> trees.TreeShape:
     return trees.TreeShape.fixed([0] + parents, c.sampled)
 
 
-def _tree(c: ml_collections.ConfigDict, drafter, target) -> trees.TreeShape:
+def tree_of(c: ml_collections.ConfigDict, drafter, target) -> trees.TreeShape:
     """The block's tree: its shape, or one sized for its batch on a calibrated chip."""
     t = c.spec.tree
     if not t.get('sized'):
@@ -200,7 +200,7 @@ def build(c: ml_collections.ConfigDict) -> Built:
         bool(s.baseline),
         sampler,
         bool(s.meter_distortion),
-        _tree(c, draft.drafter, target.cfg) if s.mode == 'tree' else None,
+        tree_of(c, draft.drafter, target.cfg) if s.mode == 'tree' else None,
     )
     engine.check()
     params = Params(target.params, sharding.shard(draft.params, mesh, draft.drafter.rules))

@@ -2,11 +2,16 @@
 hand-computed optimum on two synthetic (cost curve, acceptance profile) pairs, a tree that
 shrinks as the batch grows, and never below AR on the H200's calibrated costs."""
 
+import ml_collections
 import pytest
 
+from spec_jax import sharding
 from spec_jax.decoding import tree_budget
+from spec_jax.decoding.build import tree_config, tree_of
+from spec_jax.decoding.drafters import Eagle3Drafter
 from spec_jax.decoding.trees import TreeShape
 from spec_jax.jobs import abstract, calibration, chips
+from spec_jax.models import eagle3 as e3
 from spec_jax.models.config import ModelConfig
 
 
@@ -65,3 +70,25 @@ def test_acceptance_profiles_are_checked():
         tree_budget.Acceptance.parse('0.9,0.2')
     with pytest.raises(ValueError, match="give rank probabilities per depth as '0.6,0.1;"):
         tree_budget.Acceptance.parse('0.6;x')
+
+
+def test_a_tree_block_sized_on_a_chip_takes_the_chosen_tree():
+    """`spec.tree.sized` at the block's batch_size takes `choose`'s tree on the chip's
+    calibrated costs, one node (every round AR) where drafts are rarely accepted; ''
+    keeps the block's own shape."""
+    target = ModelConfig.tiny()
+    drafter = Eagle3Drafter(e3.Eagle3Config.for_target(target, draft_vocab_size=67),
+                            sharding.draft_rules('batch'))  # fmt: skip
+    c = ml_collections.ConfigDict(dict(batch_size=64, max_prompt_len=64, max_new_tokens=32,
+                                       spec=dict(tree=tree_config(nodes=6))))  # fmt: skip
+    assert tree_of(c, drafter, target) == TreeShape(6, 4, 2)
+    verify_s, draft_s = calibration.tree_costs(chips.CHIPS['h200'], target, drafter.cfg, 64, 96)
+    c.spec.tree.sized = 'h200'
+    for acceptance in ('0.6,0.2', '0.05'):
+        c.spec.tree.acceptance = acceptance
+        want = tree_budget.choose(tree_budget.Acceptance.parse(acceptance), verify_s, draft_s,
+                                  64).shape  # fmt: skip
+        assert (want is None) == (acceptance == '0.05')
+        assert tree_of(c, drafter, target) == (want or TreeShape(1, 1, 1))
+    with pytest.raises(ValueError, match="spec.tree.sized='h200' sizes an EAGLE-3 head's"):
+        tree_of(c, None, target)
