@@ -15,6 +15,7 @@ import pytest
 from code_mutants import mutants
 
 from spec_jax import data_files
+from spec_jax.eval import sandbox
 from spec_jax.eval.tasks import code
 from spec_jax.eval.tasks.code import boxes, legacy
 
@@ -239,6 +240,23 @@ def test_a_crash_mid_way_is_a_failure():
     score = TASKS['humaneval'].score(he0(), crash)
     assert not score.correct and score.detail['status'] == 'failed', score.detail
     assert score.detail['calls'] == 3 and 'closed' in score.detail['reason']
+
+
+@pytest.mark.parametrize('candidate', ['error', 'infra', 'memory', 'killed', 'cancelled'])
+def test_the_checkers_verdict_stands_over_the_candidate_box(candidate):
+    """Whatever the candidate's box ends with, a checker that reached its verdict decides: a
+    wrong answer stays 'failed', never 'infra' (before: any candidate 'error' was 'infra');
+    with no verdict (the channel closed), only a box the sample cannot cause is 'infra'."""
+
+    def box(status, passed=False):
+        return sandbox.RunResult(passed, True, status, 0, '', '', 1.0)
+
+    ok = box('ok', True)
+    for reported, want in (('failed', 'failed'), ('ok', 'ok')):
+        report = {'status': reported, 'checks': 1}
+        assert boxes._status(box(candidate), ok, report, 1) == want
+    closed = boxes._status(box(candidate), ok, {'status': 'closed'}, 1)
+    assert closed == ('infra' if candidate in ('error', 'infra') else 'failed')
 
 
 # --------------------------------------------------------------------------- sweep
