@@ -20,10 +20,11 @@ round: batch x expected tokens / round seconds. One node (M = 1: plain AR, no dr
 allowed answer, so the choice is never predicted below AR; a chain is branch 1.
 
 The costs come from a bench's measured curve (`launch/bench.py --config
-configs/bench_accel.py`) or the calibrated model (`spec_jax.jobs.calibration.tree_costs`);
-the profile from a calibration run of the head (`Acceptance.parse`). Paper setups keep
-EAGLE's fixed tree for fidelity; a tree block's `sized` asks for this one
-(`decoding.build`).
+configs/bench_accel.py`: `bench_accel.verify_costs`, then `interpolated`) or the calibrated
+model (`spec_jax.jobs.calibration.tree_costs`); the profile is given (`Acceptance.parse`):
+measuring it from a calibration run of the head, or online, is not built yet. Paper setups
+keep EAGLE's fixed tree for fidelity; a tree block's `sized` asks for this one
+(`decoding.build.tree_of`), at the block's batch_size on a calibrated chip.
 """
 
 from __future__ import annotations
@@ -86,6 +87,24 @@ class Choice:
         over_ar = self.tokens_per_s / self.ar_tokens_per_s
         return (f'{what}: {self.expected_tokens:.2f} tokens a round, {self.round_s * 1e3:.3f} '
                 f'ms, predicted {self.tokens_per_s:,.0f} tokens/s ({over_ar:.2f}x AR)')  # fmt: skip
+
+
+def interpolated(points: dict[int, float]) -> Callable[[int], float]:
+    """A measured cost curve {T: seconds} as `verify_s`: linear in T between measured points,
+    the last segment's slope beyond the largest T, the smallest T's cost below it (one
+    point: that cost at every T)."""
+    ts = sorted(points)
+    if not ts:
+        raise ValueError('a measured cost curve needs at least one point {T: seconds}')
+
+    def cost(t: int) -> float:
+        if t <= ts[0] or len(ts) == 1:
+            return points[ts[0]]
+        hi = next((i for i, x in enumerate(ts) if x >= t), len(ts) - 1)
+        t0, t1 = ts[hi - 1], ts[hi]
+        return points[t0] + (points[t1] - points[t0]) * (t - t0) / (t1 - t0)
+
+    return cost
 
 
 def pool(acceptance: Acceptance, depth: int, branch: int) -> list[float]:

@@ -92,3 +92,13 @@ def test_a_tree_block_sized_on_a_chip_takes_the_chosen_tree():
         assert tree_of(c, drafter, target) == (want or TreeShape(1, 1, 1))
     with pytest.raises(ValueError, match="spec.tree.sized='h200' sizes an EAGLE-3 head's"):
         tree_of(c, None, target)
+
+
+def test_a_measured_curve_interpolates_linearly_and_extends_its_last_slope():
+    cost = tree_budget.interpolated({1: 5.0, 8: 5.0, 16: 7.0, 32: 15.0})
+    assert cost(1) == cost(0) == cost(4) == 5.0
+    assert cost(12) == pytest.approx(6.0) and cost(24) == pytest.approx(11.0)
+    assert cost(64) == pytest.approx(31.0)  # 15 + 0.5 ms a token past T 32.
+    assert tree_budget.interpolated({4: 2.0})(60) == 2.0
+    with pytest.raises(ValueError, match='needs at least one point'):
+        tree_budget.interpolated({})
