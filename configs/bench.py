@@ -28,4 +28,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.ar_new_tokens = 8 if tiny else 128
     c.ar_prompt_len = 16 if tiny else 64
     c.ar_rounds = 2 if tiny else 3
+    # A jax.profiler trace of profile_rounds rounds after warm-up (spec_jax/jobs/profile.py).
+    c.profile_dir = ''
+    c.profile_rounds = 3
     return c

@@ -68,4 +68,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sweep_rule = 'lenience'
     c.sweep_param = 'l'
     c.sweep_values = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+    # A jax.profiler trace of profile_rounds rounds after warm-up (spec_jax/jobs/profile.py).
+    c.profile_dir = ''
+    c.profile_rounds = 3
     return c

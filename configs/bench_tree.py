@@ -64,4 +64,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.shapes = ((4, 3, 2),) if tiny else (
         (4, 3, 2), (6, 4, 2), (8, 4, 2), (8, 6, 2), (12, 5, 3), (16, 6, 4)
     )  # fmt: skip
+    # A jax.profiler trace of profile_rounds rounds after warm-up (spec_jax/jobs/profile.py).
+    c.profile_dir = ''
+    c.profile_rounds = 3
     return c

@@ -24,6 +24,7 @@ import ml_collections
 
 from spec_jax import checkpoints, decoding
 from spec_jax.jobs import bench_accel, bench_chain, bench_mesh, bench_rules, bench_tree, runtime
+from spec_jax.jobs.profile import profile_bench
 from spec_jax.jobs.timing import interleaved_medians
 from spec_jax.models.cache import KVCache
 from spec_jax.models.llama import forward
@@ -160,6 +161,8 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
         raise ValueError(f'unknown bench kinds {unknown}; valid: {sorted(BENCHES)}')
     runtime.log_devices()
     report = {kind: BENCHES[kind](c, workdir) for kind in c.kinds}
+    if c.get('profile_dir'):  # A trace of the config's rounds (spec_jax/jobs/profile.py).
+        report['profile'] = profile_bench(c, c.profile_dir)
     if workdir:
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, 'bench.json'), 'w') as f:

@@ -15,7 +15,7 @@ from absl import logging
 from tqdm import tqdm
 
 from spec_jax import decoding, sharding
-from spec_jax.jobs import runtime
+from spec_jax.jobs import profile, runtime
 
 
 def default_config(tiny: bool = False) -> ml_collections.ConfigDict:
@@ -48,6 +48,10 @@ def default_config(tiny: bool = False) -> ml_collections.ConfigDict:
     c.spec = decoding.spec_config(mode='ar')  # configs/smollm2_135m_chain.py: 'chain'.
     # Devices: (data, model) sizes, one may be -1 (docs/sharding.md); 1 x 1: one device.
     c.mesh = sharding.mesh_config()
+    # A jax.profiler trace of profile_rounds rounds (AR and the mode's) on the first batch,
+    # after the generation (spec_jax/jobs/profile.py); '' = none.
+    c.profile_dir = ''
+    c.profile_rounds = 5
     return c
 
 
@@ -124,6 +128,10 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
         )
         for r in new:
             print(f'--- prompt {r["index"]}: {r["prompt"]!r}\n{r["text"]}')
+    if c.get('profile_dir'):
+        ids = [decoding.encode(tok, p, c.chat, c.system_prompt) for p in prompts[: c.batch_size]]
+        profile.profile_rounds(profile.with_ar(built.engine), built.params, ids, c.profile_dir,
+                               c.profile_rounds)  # fmt: skip
     return sorted(records, key=lambda r: r['index'])
 
 
