@@ -13,13 +13,14 @@ import json
 import os
 import time
 
+import jax
 import ml_collections
 import numpy as np
 
 from spec_jax import decoding, distributed, rules, sharding
 from spec_jax.eval import findings, machine, metrics, paper, plan, records, report, runner, timing
 from spec_jax.eval.tasks import fast_hsd
-from spec_jax.jobs import runtime
+from spec_jax.jobs import profile, runtime
 from spec_jax.rules import theory
 
 # Parameter ranges of the theory curves (others: 0.05..0.95).
@@ -64,6 +65,10 @@ def default_config(tiny: bool = False) -> ml_collections.ConfigDict:
     c.score_workers = 2  # Threads scoring while the next batch decodes.
     c.progress = True
     c.compilation_cache = ''  # JAX's persistent cache dir ('' = the user cache, 'off').
+    # A jax.profiler trace of profile_rounds rounds of AR and the mode's lossless engine on
+    # the first batch, before the evaluation (spec_jax/jobs/profile.py); '' = none.
+    c.profile_dir = ''
+    c.profile_rounds = 5
     # Devices: (data, model) sizes, one may be -1 (docs/sharding.md); 1 x 1: one device.
     c.mesh = sharding.mesh_config()
     return c
@@ -158,6 +163,10 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     several processes each prints its own figures; process 0 writes the report)."""
     start, load_start = time.perf_counter(), machine.load_average()
     runtime.log_devices()
+    if c.get('profile_dir'):  # Each process its own trace.
+        many = jax.process_count() > 1
+        profile.profile_experiment(c, os.path.join(c.profile_dir, f'process_{jax.process_index()}')
+                                   if many else c.profile_dir)  # fmt: skip
     store, methods, progress = runner.run(c, workdir)
     drift = timing.drift_lines(store.rows)
     print('Drift monitor (AR on the same rows at the start and the end of each timing group): '
