@@ -152,7 +152,7 @@ def test_monte_carlo_law_has_the_power_to_catch_0_01():
     delta 1e-8, Bretagnolle-Huber-Carol, tests/rules/test_laws.py) of the law; 2r = 0.0096
     < 0.01, so a law 0.01 away (eps 0.04 or 0.06 instead of 0.05; the greedy sharing, 0.04
     away) fails with probability >= 1 - 1e-8: asserted on the realised draws. Acceptance
-    within Hoeffding's 0.0046 of sum(min(p, q)) + 0.05."""
+    within Hoeffding's 0.0045 of sum(min(p, q)) + 0.05."""
     n, v = N_MC, MC_P.size
     p = jnp.broadcast_to(jnp.asarray(np.stack([MC_P, MC_P])), (n, 2, v))
     q = jnp.broadcast_to(jnp.asarray(MC_Q[None]), (n, 1, v))
