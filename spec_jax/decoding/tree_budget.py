@@ -21,8 +21,9 @@ allowed answer, so the choice is never predicted below AR; a chain is branch 1.
 
 The costs come from a bench's measured curve (`launch/bench.py --config
 configs/bench_accel.py`: `bench_accel.verify_costs`, then `interpolated`) or the calibrated
-model (`spec_jax.jobs.calibration.tree_costs`); the profile is given (`Acceptance.parse`):
-measuring it from a calibration run of the head, or online, is not built yet. Paper setups
+model (`spec_jax.jobs.calibration.tree_costs`); the profile is given (`Acceptance.parse`)
+or its top rank per depth read from a chain run's statistics (`Acceptance.from_chain`);
+measuring the lower ranks, or adapting online, is not built. Paper setups
 keep EAGLE's fixed tree for fidelity; a tree block's `sized` asks for this one
 (`decoding.build.tree_of`), at the block's batch_size on a calibrated chip.
 """
@@ -33,6 +34,8 @@ import dataclasses
 import functools
 import heapq
 from collections.abc import Callable
+
+import numpy as np
 
 from spec_jax.decoding.trees import TreeShape
 
@@ -60,6 +63,19 @@ class Acceptance:
                 f"acceptance {text!r}: give rank probabilities per depth as '0.6,0.1;0.5,0.1'"
             ) from None
         return cls(by_depth)
+
+    @classmethod
+    def from_chain(cls, accepted_at, reached_at, others: tuple[float, ...] = ()) -> Acceptance:
+        """The top-ranked candidate's acceptance per depth from a chain run of the head
+        (`Stats.accepted_at_ba` and `reached_at_ba`, summed over rows or not): depth d's is
+        the rounds that accepted position d over those that examined it; `others` gives
+        ranks 2, 3, ... (a chain does not see them: without them the sizing is cautious)."""
+        acc = np.asarray(accepted_at, np.float64).reshape(-1, np.shape(accepted_at)[-1]).sum(0)
+        seen = np.asarray(reached_at, np.float64).reshape(-1, np.shape(reached_at)[-1]).sum(0)
+        if not seen.any():
+            raise ValueError('a chain run with no examined drafts gives no acceptance')
+        first = [float(a / r) for a, r in zip(acc, seen) if r > 0]
+        return cls(tuple((min(p, 1.0 - sum(others)), *others) for p in first))
 
     def rank(self, depth: int, k: int) -> float:
         """P(the k-th ranked candidate at `depth` is accepted | its parent was), 1-based."""

@@ -102,3 +102,15 @@ def test_a_measured_curve_interpolates_linearly_and_extends_its_last_slope():
     assert tree_budget.interpolated({4: 2.0})(60) == 2.0
     with pytest.raises(ValueError, match='needs at least one point'):
         tree_budget.interpolated({})
+
+
+def test_a_chain_runs_statistics_give_the_top_ranks_acceptance_per_depth():
+    """Two rows' counters: position 1 examined 10 + 10 times, accepted 8 + 6; position 2
+    examined 8 + 6 (where 1 was accepted), accepted 4 + 3; position 3 never examined."""
+    accepted = [[8, 4, 0], [6, 3, 0]]
+    reached = [[10, 8, 0], [10, 6, 0]]
+    acc = tree_budget.Acceptance.from_chain(accepted, reached, others=(0.1,))
+    assert acc.by_depth == ((0.7, 0.1), (0.5, 0.1))
+    assert acc.rank(5, 1) == 0.5  # The deepest measured depth holds below.
+    with pytest.raises(ValueError, match='no examined drafts'):
+        tree_budget.Acceptance.from_chain([[0, 0]], [[0, 0]])
