@@ -61,7 +61,7 @@ CHAIN_GRID = (
     'onehot_q',                                                         # vLLM, lossless
     'relaxed:preset=trtllm', 'relaxed:preset=max',                      # K 10, delta 0.6
     'mars', 'mars:theta=0.8',                                           # theta 0.9
-    'fuzzy', 'fuzzy:threshold=0.2',                                     # JS <= 0.4
+    'fuzzy', 'fuzzy:threshold=0.2',                                     # js_div <= 0.4
     'block_verify',                                                     # lossless
     'fly', 'fly:window=2',                          # W 6 cannot fit 3 drafts: lossless here
     'lenience_flat:l=0.4', 'interp_ceiling:w=0.5',  # The ablations, beside lenience l 0.4.
