@@ -1,0 +1,176 @@
+"""Every rule against the distortion frontier, from the meter, and the budgeted rule beside
+lenience and CoS (issue 42 item 2; docs/claims.md).
+
+At one position any rule with emitted law pi accepts at most sum(min(p, q)) + TV(pi, p):
+its acceptance gain over lossless SD is at most its TV to the target
+(`rules.frontier_gap`). A run cannot meter both sides at one position (lossless SD and the
+rule decode different texts), so the claims job sets them side by side per prompt:
+
+  x  the rule's mean TV(pi, p) over its drafted positions: the metered `tv_plain` sum over
+     the positions at block offsets below A (the bonus and the first token are drawn from
+     the rule's bonus law; where that is p, as for every rule here, they add 0 to the sum)
+  y  its per-position acceptance (accepted / reached) minus lossless SD's on the same
+     prompt (same seed and noise)
+
+and the gap x - y with its t-interval over prompts: about 0 on the frontier (lenience, CoS,
+the ablations, tv_budget), above 0 for distortion that buys no acceptance (truncation).
+The per-prompt points and the means go to `frontier.png`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from scipy import stats
+
+from spec_jax import rules
+from spec_jax.eval import plots, tables, verdicts
+from spec_jax.eval.paired import sample_key
+
+
+def mean_interval(values: Sequence[float]) -> dict:
+    """{'mean', 'lo', 'hi', 'n'}: the mean of per-item values and its 95% t-interval (None
+    ends below 2 items)."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(v)]
+    n = len(vals)
+    if not n:
+        return dict(mean=None, lo=None, hi=None, n=0)
+    mean = sum(vals) / n
+    if n < 2:
+        return dict(mean=mean, lo=None, hi=None, n=n)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
+    half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+    return dict(mean=mean, lo=mean - half, hi=mean + half, n=n)
+
+
+def t_test(key, values: Sequence[float], ref: float = 0.0) -> tuple[verdicts.Test, dict]:
+    """A verdicts.Test of per-item values' mean against `ref`, and its interval dict."""
+    m = mean_interval(values)
+    return verdicts.t_test(key, m['mean'], m['lo'], m['hi'], m['n'], ref=ref), m
+
+
+def by_item(results: Sequence[dict], method: str) -> dict[tuple, dict]:
+    """(item, seed) -> the method's stats (task-prefixed items: the pooled speed group)."""
+    return {(r['task'], *sample_key(r)): r['stats'] for r in results if r['method'] == method}
+
+
+def bonus_is_target(spec: str) -> bool:
+    """Whether the rule's bonus law is p itself (then its bonus positions add 0 TV(pi, p))."""
+    p = jax.nn.softmax(jax.random.normal(jax.random.PRNGKey(0), (4, 37)) * 2.0, -1)
+    return bool(jnp.abs(rules.make(spec).bonus(p) - p).max() < 1e-6)
+
+
+def _drafted_tv(st: dict, num_draft: int) -> float | None:
+    count = sum(st.get('metered_at_offset', [])[:num_draft])
+    return st['tv_plain_sum'] / count if count and 'tv_plain_sum' in st else None
+
+
+def _acceptance(st: dict) -> float | None:
+    return st['accepted'] / st['reached'] if st.get('reached') else None
+
+
+def points(results: Sequence[dict], lossy: Sequence[str], num_draft: int) -> dict[str, dict]:
+    """Per lossy method: per-prompt (x, y) against lossless SD, the gap's interval, and
+    whether x is read exactly (`bonus_is_target`)."""
+    plain = by_item(results, 'lossless')
+    out = {}
+    for method in lossy:
+        xs, ys = [], []
+        for key, st in by_item(results, method).items():
+            x, y, y0 = _drafted_tv(st, num_draft), _acceptance(st), None
+            if key in plain:
+                y0 = _acceptance(plain[key])
+            if None not in (x, y, y0):
+                xs.append(x)
+                ys.append(y - y0)
+        test, gap = t_test(('frontier', method), [x - y for x, y in zip(xs, ys)])
+        out[method] = dict(x=xs, y=ys, gap=gap, test=test, exact=bonus_is_target(method),
+                           x_mean=mean_interval(xs), y_mean=mean_interval(ys))  # fmt: skip
+    return out
+
+
+def plot(pts: dict[str, dict], path: str) -> None:
+    """Per-prompt points (faint) and each rule's mean with its intervals, beside the
+    frontier y = x (acceptance gain = TV to the target)."""
+    fig, (ax,) = plots._new_figure()
+    colors = plots.colors_for(list(pts))
+    top = max([max(v['x'], default=0.0) for v in pts.values()] + [0.05])
+    ax.plot([0, top], [0, top], 'k--', lw=1, label='frontier: gain = TV(pi, p)')
+    for method, v in pts.items():
+        ax.scatter(v['x'], v['y'], s=8, alpha=0.3, color=colors[method])
+        mx, my = v['x_mean'], v['y_mean']
+        if mx['mean'] is None:
+            continue
+        err = [[mx['mean'] - (mx['lo'] or mx['mean'])], [(mx['hi'] or mx['mean']) - mx['mean']]]
+        yerr = [[my['mean'] - (my['lo'] or my['mean'])], [(my['hi'] or my['mean']) - my['mean']]]
+        ax.errorbar(mx['mean'], my['mean'], xerr=err, yerr=yerr, fmt='o', color=colors[method],
+                    label=method, capsize=2)  # fmt: skip
+    ax.set_xlabel('TV(pi, p) per drafted position (metered)')
+    ax.set_ylabel('acceptance gain over lossless SD (per position)')
+    ax.set_title('Every rule under the distortion frontier (per prompt; means with 95% CI)')
+    plots._finish(ax, 'no lossy rule with a lossless SD pair')
+    plots._save(fig, path)
+
+
+def frontier_table(pts: dict[str, dict]) -> list[str]:
+    body = []
+    for method, v in pts.items():
+        body.append([f'`{method}`', str(v['gap']['n']), fmt_ci(v['x_mean'], '.4f'),
+                     fmt_ci(v['y_mean'], '+.4f'), fmt_ci(v['gap'], '+.4f'),
+                     'yes' if v['exact'] else 'no (bonus law is not p)'])  # fmt: skip
+    header = ('rule', 'n prompts', 'TV(pi, p) drafted', 'acceptance gain', 'gap to frontier',
+              'x exact')  # fmt: skip
+    return tables.table(header, body)
+
+
+def fmt_ci(m: dict, spec: str) -> str:
+    """'0.123 [0.100, 0.150]' of a mean_interval dict ('-' without a mean)."""
+    if m.get('mean') is None:
+        return '-'
+    text = format(m['mean'], spec)
+    if m.get('lo') is not None:
+        text += f' [{format(m["lo"], spec)}, {format(m["hi"], spec)}]'
+    return text
+
+
+def budget_rows(rows: Sequence[dict]) -> dict:
+    """The budgeted rule beside lenience and CoS at equal mean TV: each tv_budget setting's
+    BE, mean TV and the worst per-offset mean TV, and the budget whose mean TV is nearest
+    lenience's ({} without tv_budget rows)."""
+    mine = [r for r in rows if r.get('rule') == 'tv_budget']
+    if not mine:
+        return {}
+    others = [r for r in rows if r.get('rule') in ('lenience', 'cos')]
+    ref = next((r for r in others if r.get('rule') == 'lenience'), None)
+    nearest = None
+    if ref is not None and tables.num(ref.get('tv')):
+        nearest = min(mine, key=lambda r: abs((r.get('tv') or 0.0) - ref['tv']))['method']
+    table = []
+    for r in others + mine:
+        worst = max((t for t in (r.get('tv_at_offset') or []) if t is not None), default=None)
+        table.append(
+            [
+                f'`{r["method"]}`' + (' (nearest)' if r['method'] == nearest else ''),
+                tables.fmt(r.get('block_efficiency'), '.3f'),
+                tables.interval(r, 'd_be', '+.3f'),
+                tables.fmt(r.get('tv'), '.4f'),
+                tables.fmt(worst, '.4f'),
+                tables.fmt(r.get('overshoot_max'), '.2f'),
+            ]
+        )
+    header = ('rule', 'BE', 'ΔBE vs lossless SD', 'mean TV', 'worst offset mean TV',
+              'max overshoot')  # fmt: skip
+    return dict(nearest=nearest, table=tables.table(header, table))
+
+
+def rule_groups(rows: Sequence[dict]) -> dict[str, list[dict]]:
+    """Lossy rows by rule name."""
+    out = defaultdict(list)
+    for r in rows:
+        if r.get('kind') == 'lossy':
+            out[r['rule']].append(r)
+    return out

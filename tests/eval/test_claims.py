@@ -1,0 +1,58 @@
+"""The claims job (configs/experiments/smollm2_135m_claims.py:tiny): its whole path on the
+tiny random models, one line per claim; the floors' position kinds and derived floors."""
+
+import os
+
+import numpy as np
+import pytest
+
+from spec_jax.eval import floors
+from spec_jax.jobs import claims, runtime
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG = os.path.join(ROOT, 'configs', 'experiments', 'smollm2_135m_claims.py')
+
+STATUSES = ('shown', 'not shown', 'cannot be tested here')
+
+
+def test_tiny_job_prints_one_line_per_claim(tmp_path, capsys):
+    out = claims.run(runtime.load_config(CONFIG, 'tiny'), str(tmp_path))
+    lines = [line for line in capsys.readouterr().out.splitlines() if line[:1] == 'C']
+    assert [line[:3] for line in lines] == [f'C{i}:' for i in range(1, 7)]
+    for line in lines:
+        assert line.split(': ')[1].startswith(STATUSES), line
+    # 3 prompts: below the verdicts' minimum, so no claim is shown from them.
+    assert not any(line.split(': ')[1] == 'shown' for line in lines)
+    assert 'C1: not shown (too few items' in lines[0] and '3/3 prompts' in lines[0]
+    assert lines[5].startswith('C6: cannot be tested here')
+    for name in ('claims.md', 'claims.json', 'frontier.png'):
+        assert os.path.exists(tmp_path / name), name
+    text = (tmp_path / 'claims.md').read_text()
+    assert '## The distortion frontier' in text and '## Floors at q = p' in text
+    # At q = p the tree walk emits the argmax at every drafted position: its floor is
+    # 1 - p_A(argmax) there, which the meter measures exactly where no limit cut a round.
+    tree = next(f for f in out['floors'] if f['form'] == 'tree')
+    assert tree['measured'] and len(tree['measured']) == len(tree['derived'])
+
+
+def test_position_kinds():
+    """The first token and bonus tokens are drawn from p; chain replacements are not."""
+    chain = floors.position_kinds([3, 1, 0], num_draft=3, tree=False)
+    assert chain.tolist() == [True, False, False, False, True, False, False, False]
+    tree = floors.position_kinds([2, 0], num_draft=3, tree=True)
+    assert tree.tolist() == [True, False, False, True, True]
+
+
+def test_derived_floors_match_docs_laws():
+    """docs/laws.md §3.2-3.3 at q = p: (1 - p(A))^2 at a chain draft, 1 - max p / p(A) at a
+    tree node, 1 - p(A) where the law is p."""
+    p = np.array([[0.5, 0.3, 0.15, 0.05]])  # rho 0.5: A = {0, 1}, p(A) = 0.8.
+    for tree, drafted in ((False, 0.2**2), (True, 1 - 0.5 / 0.8)):
+        got = floors.derived(np.repeat(p, 2, 0), 0.5, np.array([False, True]), tree)
+        np.testing.assert_allclose(got, [drafted, 0.2], rtol=1e-6)
+
+
+@pytest.mark.parametrize('arg', ['small', 'tiny,x'])
+def test_bad_config_arg(arg):
+    with pytest.raises(ValueError, match='unknown config arg'):
+        runtime.load_config(CONFIG, arg)
