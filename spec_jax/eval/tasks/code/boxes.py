@@ -259,7 +259,7 @@ def _run_pair_once(code: str, checks: str, expected_checks: int, timeout_s: floa
     if cand is None:  # run_python raised in the thread (the sandbox itself failed).
         detail = {'status': 'infra', 'reason': 'the candidate box did not run'}
         return Verdict(False, {}, detail)
-    starved = 'starved' in cand.error or 'starved' in chk.error
+    starved = 'infra' in (cand.status, chk.status)  # run_python's 'infra': starved.
     report = chk.report if isinstance(chk.report, dict) else {}
     status = _status(cand, chk, report, expected_checks)
     detail = {
