@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from spec_jax import rules
-from spec_jax.eval import paired, tables
+from spec_jax.eval import paired, tables, verdicts
 
 PLAIN = 'lossless'  # The plan's plain lossless SD method (`spec_jax.eval.plan`).
 # The engines' rules (docs/rules.md) and the single-factor overshoot ablations (§4.7).
@@ -109,7 +109,12 @@ def _lossless_rule(method: str) -> bool | None:
 
 def _verdict(row: dict, key: str, ref: float) -> str:
     """'flatters it', 'understates it' or 'no distinguishable effect': the flattery's
-    interval against `ref` (0 for a difference, 1 for a ratio)."""
+    interval against `ref` (0 for a difference, 1 for a ratio); none below the items or
+    batches a verdict needs (`verdicts.MIN_ITEMS`, `MIN_BATCHES`; not Holm-adjusted)."""
+    speed = 'speedup' in key
+    n = row.get('speedup_vs_matched_n_batches' if speed else 'pair_n_items')
+    if tables.num(n) and n < (verdicts.MIN_BATCHES if speed else verdicts.MIN_ITEMS):
+        return 'too few batches to judge' if speed else verdicts.TOO_FEW
     lo, hi = row.get(f'{key}_lo'), row.get(f'{key}_hi')
     if not (tables.num(lo) and tables.num(hi)):
         return 'no interval'

@@ -145,10 +145,15 @@ def _trend_text(fam: verdicts.Family, key: tuple, name: str) -> str:
     said = fam.verdicts[key]
     slope = tables.interval(dict(s=test.estimate, s_lo=test.lo, s_hi=test.hi), 's', '+.3g')
     words = {'above 0': 'rises', 'below 0': 'falls'}.get(
-        said, 'cannot be ordered by these data' if said.startswith('not') else said)
+        said, 'cannot be ordered by these data' if said.startswith('not') else f': {said}')
     adj = fam.adjusted.get(key)
     p = f'; Holm p {adj:.3g}' if adj is not None else ''
-    return f'{name} {words} (slope {slope} per unit, n {test.n} items{p})'
+    sep = '' if words.startswith(':') else ' '
+    return f'{name}{sep}{words} (slope {slope} per unit, n {test.n} items{p})'
+
+
+def _batches(n: int | None) -> str:
+    return '1 batch' if n == 1 else f'{n or 0} batches'
 
 
 def _speed_lines(group: str, sel: list[dict], fam: verdicts.Family) -> list[str]:
@@ -161,7 +166,7 @@ def _speed_lines(group: str, sel: list[dict], fam: verdicts.Family) -> list[str]
         lines.append(
             f'{group}: lossless SD runs at BE {tables.fmt(lossless.get("block_efficiency"))}, '
             f'speedup {tables.interval(lossless, "speedup", ".2f")}x over AR end to end'
-            f'{decode} ({lossless.get("speedup_n_batches") or 0} batches)'
+            f'{decode} ({_batches(lossless.get("speedup_n_batches"))})'
             + _said(fam, (group, lossless['method'], 'speedup'))
         )
     for r in sel:
@@ -181,7 +186,7 @@ def _speed_lines(group: str, sel: list[dict], fam: verdicts.Family) -> list[str]
         speed = ''
         if tables.num(r.get('speedup_vs_matched')):
             speed = (f'; speedup over it {tables.interval(r, "speedup_vs_matched", ".2f")}x '
-                     f'({r.get("speedup_vs_matched_n_batches") or 0} batches)'
+                     f'({_batches(r.get("speedup_vs_matched_n_batches"))})'
                      + _said(fam, (group, m, 'speedup_vs_matched')))  # fmt: skip
         lines.append(
             f'{group}: {_param_text(r)}: BE {tables.interval(r, "d_be", "+.3f")} '

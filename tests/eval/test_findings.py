@@ -7,7 +7,7 @@ run cannot test are named with the number that decides it."""
 import numpy as np
 import pytest
 
-from spec_jax.eval import findings, paired, verdicts
+from spec_jax.eval import engine_rules, findings, paired, verdicts
 
 MAIN_JOB_N = 30  # The main job's speed sets: 3 x 10 prompts, ΔBE paired over all 30.
 
@@ -133,3 +133,11 @@ def test_claims_out_of_reach_are_named_with_their_numbers():
     six = dict(lossy('cos', 'lam', 0.4, pair_n=6, pair_n_items=6), task='mbpp', scored=True)
     (line,) = [x for x in findings.untestable([ar, six], 'chain') if 'score verdicts' in x]
     assert line.startswith('score verdicts on mbpp: 6 paired items, fewer than the 10')
+
+
+def test_the_engine_rule_lines_need_the_same_n():
+    row = dict(pair_n_items=4, flattery_be_lo=0.1, flattery_be_hi=0.5)
+    assert engine_rules._verdict(row, 'flattery_be', 0.0) == verdicts.TOO_FEW
+    assert engine_rules._verdict(dict(row, pair_n_items=30), 'flattery_be', 0.0) == 'flatters it'
+    speed = dict(speedup_vs_matched_n_batches=1, flattery_speedup_lo=1.1, flattery_speedup_hi=2)
+    assert engine_rules._verdict(speed, 'flattery_speedup', 1.0) == 'too few batches to judge'
