@@ -102,6 +102,21 @@ def test_the_roofline_predicts_ar_tokens_per_chip(runs):
     assert f'{analytic["flops"] / 1e9:.3f} GFLOP' in text
 
 
+def test_the_compiled_collectives_are_timed_at_the_interconnect(runs):
+    """The loop body's collective bytes replace the analytic all-reduces in the prediction:
+    a ring over the model axis of 2 at v5e's one-way ICI (printed; v5e is uncalibrated)."""
+    for mode in ('ar', 'tree'):
+        c, report, text = runs[mode]
+        numbers = report['modes'][mode]
+        num_bytes = sum(v['bytes'] for v in numbers['collectives'].values())
+        assert num_bytes > 0, mode  # Tensor parallel over model 2.
+        want = chips.CHIPS['v5e'].all_reduce_seconds(num_bytes, 2)
+        assert numbers['calibrated']['collectives_s'] == pytest.approx(want)
+        assert numbers['calibrated']['seconds'] is None  # Uncalibrated: the bound only.
+        mib = num_bytes / 2**20
+        assert f'predicted round with the compiled collectives ({mib:.2f} MiB)' in text
+
+
 def _own_argument_bytes(c, mode) -> int:
     """Per-chip bytes of the loop's arguments, counted here: the target's param_shapes
     split by the rules on a 2 x 2 mesh (N, K, F, V halved), drafts whole, the rows halved
