@@ -279,6 +279,7 @@ def test_the_main_job_shows_the_grid_as_curves_and_prints_findings(tiny_run, tmp
     assert dict(families) == {'minp_verify': 3, 'lenience': 3, 'cos': 3}
     expected = {f'{rule} {what}': n for rule, n in families.items() for what in ('ΔBE', 'speedup')}
     expected['lossless'] = 1
+    expected['baselines'] = families['minp_verify']  # Matched baselines, at TV to the target.
     written = os.path.join(workdir, 'report', 'tradeoff_speed.png')
     assert os.path.getsize(written) > 0
     path = str(tmp_path / 'tradeoff.png')
