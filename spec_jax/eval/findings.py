@@ -176,6 +176,8 @@ def _speed_lines(group: str, sel: list[dict], fam: verdicts.Family) -> list[str]
         paid = f'TV {tables.fmt(r.get("tv"), ".3f")}'
         if tables.num(outside) and outside > 0:
             paid += f' (outside {tables.fmt(outside, ".3f")})'
+        if tables.num(r.get('tv_plain')):  # Charged against the target too, not only its twin.
+            paid += f" (to the target's own law {tables.fmt(r['tv_plain'], '.3f')})"
         if tables.num(r.get('kl_inf_fraction')) and r['kl_inf_fraction'] > 0:
             paid += f', KL infinite at {tables.pct(r["kl_inf_fraction"])}% of positions'
         if not r.get('pair_n'):
