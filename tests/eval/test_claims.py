@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from spec_jax.eval import floors
+from spec_jax.eval import floors, frontier
 from spec_jax.jobs import claims, runtime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -56,3 +56,34 @@ def test_derived_floors_match_docs_laws():
 def test_bad_config_arg(arg):
     with pytest.raises(ValueError, match='unknown config arg'):
         runtime.load_config(CONFIG, arg)
+
+
+def _stats(accepted, reached, tv_plain, drafted_metered):
+    return dict(accepted=accepted, reached=reached, tv_plain_sum=tv_plain,
+                metered_at_offset=[drafted_metered, 0, 0, 5])  # fmt: skip
+
+
+def test_frontier_points_read_the_meter_per_prompt():
+    """x = TV(pi, p) summed over drafted positions / their count; y = the rule's acceptance
+    minus lossless SD's on the same prompt; gap = x - y."""
+    res = []
+    for item, (rule, plain) in enumerate([((8, 10, 1.0, 10), (5, 10)), ((6, 10, 0.5, 5), (4, 8))]):
+        base = dict(task='speed_alpaca', item=str(item), seed=0)
+        res.append(dict(base, method='lenience:l=0.5', stats=_stats(*rule)))
+        res.append(dict(base, method='lossless', stats=_stats(*plain, 0.0, 1)))
+    pts = frontier.points(res, ['lenience:l=0.5'], num_draft=3)['lenience:l=0.5']
+    np.testing.assert_allclose(pts['x'], [0.1, 0.1])
+    np.testing.assert_allclose(pts['y'], [0.3, 0.1])
+    assert pts['gap']['mean'] == pytest.approx(-0.1) and pts['gap']['n'] == 2
+    assert pts['exact']  # Lenience's bonus law is p: its bonus positions add no TV(pi, p).
+
+
+def test_budget_rows_pick_the_budget_nearest_lenience():
+    rows = [dict(method='lenience:l=0.5', rule='lenience', tv=0.05, tv_at_offset=[0.06, 0.0]),
+            dict(method='cos:lam=0.4', rule='cos', tv=0.08),
+            dict(method='tv_budget:eps=0.02,l=0.5', rule='tv_budget', tv=0.02),
+            dict(method='tv_budget:eps=0.05,l=0.5', rule='tv_budget', tv=0.045)]  # fmt: skip
+    out = frontier.budget_rows(rows)
+    assert out['nearest'] == 'tv_budget:eps=0.05,l=0.5'
+    assert len(out['table']) == 2 + 4 and '0.0600' in out['table'][2]
+    assert frontier.budget_rows(rows[:2]) == {}
