@@ -178,7 +178,7 @@ def section(rows: Sequence[dict]) -> list[str]:
         'Each lossy rule against its matched baseline (its allowed set imposed on the target '
         'and verified losslessly, or lossless SD where it has none; docs/laws.md §5) and '
         'against plain lossless SD, the comparison engines publish. Δ = rule minus '
-        'reference on the (item, seed) samples both ran, 95% bootstrap intervals over items; '
+        'reference on the (item, seed) samples both ran, 95% t-intervals over items; '
         "speedups are tokens/s over the reference's per shared batch (geometric mean, "
         't-interval from 5 batches on). Flattery = Δ vs lossless SD minus Δ vs matched (BE), '
         "or their ratio (speed), with the interval of the matched baseline's own Δ over "
