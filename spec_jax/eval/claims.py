@@ -279,7 +279,11 @@ def markdown(out: dict, title: str, wall_s: float) -> str:
             '',
         ]
     else:
-        lines += ['Not run: this checkout has no `tv_budget` rule.', '']
+        lines += [
+            "Not run: no `tv_budget` in this run's grid (the full config runs it where "
+            '`spec_jax.rules` has it).',
+            '',
+        ]
     lines += ['## Floors at q = p', '', *tables.table(
         ('rule', 'form', 'n', 'metered TV', 'derived floor', 'metered - derived'),
         [[f['rule'], f['form'], str(f['measured_ci']['n']), fmt_ci(f['measured_ci'], '.4f'),

@@ -3,7 +3,8 @@
     python launch/claims.py --config configs/experiments/smollm2_135m_claims.py
 
 The config is an evaluation config (`jobs.evaluate.default_config`: target, head, tasks,
-T, batch) with `arms` (rule grids per arm) and `floor_rules`. The job runs:
+T, batch) with `arms` (rule grids per arm), `floor_rules` and `arm_reports` (write each
+arm's evaluation report). The job runs:
 
   chain, tree  the evaluation (`eval.runner`, resumable) of each arm's grid with the
                config's drafter, in chain and in tree mode, on the same prompts and seeds:
@@ -36,7 +37,7 @@ ARM_MODES = {'chain': 'chain', 'tree': 'tree'}
 def arm_config(c: ml_collections.ConfigDict, arm: str) -> ml_collections.ConfigDict:
     """The evaluation config of one arm: the job's config with the arm's grid and mode."""
     out = ml_collections.ConfigDict(c.to_dict())
-    del out['arms'], out['floor_rules']
+    del out['arms'], out['floor_rules'], out['arm_reports']
     out.name = f'{c.name}_{arm}'
     out.grid = tuple(c.arms[arm])
     out.mode = ARM_MODES[arm]
@@ -130,7 +131,8 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
         ac = arm_config(c, arm)
         store, methods, _ = runner.run(ac, os.path.join(workdir, arm))
         results = runner.results(store)
-        evaluate.write_report(ac, results, methods, os.path.join(workdir, arm))
+        if c.arm_reports:
+            evaluate.write_report(ac, results, methods, os.path.join(workdir, arm))
         arms[arm] = dict(rows=findings.pooled_rows(results, methods), results=results,
                          num_draft=ac.num_draft if arm == 'chain' else
                          decoding.tree_shape(ac.tree).path_len)  # fmt: skip
