@@ -41,22 +41,8 @@ FAMILY_COLORS = {
     'greedy': '#ff1493',
 }
 # Colours for anything else (tasks, unknown rules), in order; distinct from black and white.
-PALETTE = (
-    '#1f77b4',
-    '#ff7f0e',
-    '#2ca02c',
-    '#d62728',
-    '#9467bd',
-    '#8c564b',
-    '#e377c2',
-    '#bcbd22',
-    '#17becf',
-    '#000080',
-    '#808000',
-    '#ff1493',
-    '#00ced1',
-    '#7f7f7f',
-)
+PALETTE = ('#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2',
+           '#bcbd22', '#17becf', '#000080', '#808000', '#ff1493', '#00ced1', '#7f7f7f')  # fmt: skip
 FRONT_COLOR = '#000000'
 FRONT_LABEL = 'Pareto front'
 # What each figure's bars are (the report prints them under the figure).
@@ -131,6 +117,12 @@ def _yerr(rows: Sequence[dict[str, Any]], key: str = 'score') -> list[list[float
         below.append(max(y - lo, 0.0) if _finite(lo) else 0.0)
         above.append(max(hi - y, 0.0) if _finite(hi) else 0.0)
     return [below, above]
+
+
+def spans_decades(values: Iterable[float], factor: float = 50.0) -> bool:
+    """Whether the positive values span more than `factor` (their axis then goes log)."""
+    positive = [v for v in values if _finite(v) and v > 0]
+    return bool(positive) and max(positive) / min(positive) > factor
 
 
 def _new_figure(ncols: int = 1, width: float = 7.5) -> tuple[Figure, list[Any]]:
@@ -352,9 +344,8 @@ def distortion_vs_param(
             ax_over.errorbar(params, means, yerr=[below, above], fmt='s-', color=color,
                              markersize=7, linewidth=1.2, capsize=2, label=label)  # fmt: skip
             drawn.add(label, len(params), color)
-            tops = [m + a for m, a in zip(means, above)]
-            positive = [v for v in [*means, *tops] if v > 0]
-            if positive and max(positive) / min(positive) > 50:  # Decades (CoS: to 1e23).
+            ends = [m + a for m, a in zip(means, above)] + [m - b for m, b in zip(means, below)]
+            if spans_decades([*means, *ends]):  # CoS: to 1e23.
                 ax_over.set_yscale('log')
         ax_tv.set_ylim(bottom=0.0)
         ax_tv.set_title(f'{rule or "no lossy rule"}: distortion')

@@ -284,6 +284,9 @@ def test_what_a_referee_asks_for():
     assert not any('WARNING' in line for line in quiet)
     assert set(plots.BARS) == {'pareto', 'score_vs_be', 'distortion', 'tradeoff'}
     assert 'min to max over tasks' in plots.BARS['distortion']
+    # CoS's overshoot: means within a factor 50, the tasks' range over 20 decades: log.
+    means, lows, highs = [1e22, 3e22], [1.4, 2.0], [2e22, 6e22]
+    assert not plots.spans_decades(means) and plots.spans_decades([*means, *lows, *highs])
 
 
 def test_tree_run_shows_every_divergence(tmp_path):
