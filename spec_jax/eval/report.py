@@ -263,7 +263,9 @@ def _pairs_section(rows: Sequence[dict[str, Any]]) -> list[str]:
             tables.interval(p, 'd_score', '+.1f', 100.0)
             + (f' ({p.get("d_score_test") or "test"} p {p["d_score_p"]:.3g})'
                if tables.num(p['d_score_p']) else '')
-            + _not_judged(p),  # fmt: skip
+            + _not_judged(p)
+            + (f' ± {tables.pct(p["row"]["d_score_seed_std"])} sd over seeds'
+               if tables.num(p['row'].get('d_score_seed_std')) else ''),  # fmt: skip
             tables.interval(p, 'd_be'),
             tables.interval(p, 'd_tv', '+.4f'),
             tables.interval(p, 'speedup_vs_matched', '.2f'),

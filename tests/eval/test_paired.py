@@ -102,7 +102,7 @@ def test_three_items_are_too_few_to_judge():
     assert 'too few items to judge (n < 10)' in line and '+100.0' in line and 'p 0.25' in line
 
 
-def test_several_seeds_mean_and_std():
+def test_several_seeds_mean_and_std(tmp_path):
     """Two seeds on 10 items: seed 0 the method wins 2 more items (+20 points), seed 1 it
     loses 1 (-10): per-seed Δ mean +5, std sqrt(((20 - 5)**2 + (-10 - 5)**2) / 1) points."""
     methods = plan.plan([LOSSY], 'chain')
@@ -122,6 +122,11 @@ def test_several_seeds_mean_and_std():
     assert lossy['d_score_p'] == pytest.approx(stats.ttest_1samp(item_means, 0.0).pvalue)
     assert lossy['n_seeds'] == 2
     assert lossy['score_seed_std'] == pytest.approx(math.sqrt(0.15**2 * 2))  # 0.7 and 0.4.
+    # The report shows the spread over seeds beside the score and the score gap.
+    report.write_report(metrics.aggregate(rows, methods), str(tmp_path))
+    md = (tmp_path / 'report.md').read_text()
+    assert '55.0 [23.7, 86.3] ± 21.2 sd over 2 seeds' in md  # Score: 70% and 40%.
+    assert '+5.0 [-15.3, +25.3] (t p 0.591) ± 21.2 sd over seeds' in md  # Δ: +20 and -10.
 
 
 def test_wilson_on_pooled_samples_without_item_spread():
