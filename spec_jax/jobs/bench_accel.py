@@ -47,17 +47,18 @@ from spec_jax.models.llama import forward, init_params
 FIELDS = ('step', 'shapes', 'measured_ms', 'predicted_ms', 'fraction_of_bound', 'compile_s')
 
 
-def device_params(shapes, seed: int, std: float = 0.02) -> dict:
+def device_params(shapes, seed: int, std: float = 0.02, dtype: str = '') -> dict:
     """Random weights of a parameter tree in shapes, drawn on the default device: normal(std)
-    matrices, norms near 1, biases near 0 (`testing.random_params`' law)."""
+    matrices, norms near 1, biases near 0 (`testing.random_params`' law), in their own
+    dtypes or `dtype` (a head is held in the compute dtype, as `load_head` casts it)."""
     draws, keys = {}, iter(range(1 << 30))
 
     def draw(path, leaf):
         name = jax.tree_util.keystr(path)
         loc, scale = (1.0, 0.1) if 'norm' in name else (0.0, 0.1 if 'bias' in name else std)
-        kind = (leaf.shape, str(leaf.dtype))
+        kind = (leaf.shape, dtype or str(leaf.dtype))
         if kind not in draws:  # One small compile a shape; the draw runs where jit places it.
-            draws[kind] = jax.jit(lambda k, loc, scale, s=leaf.shape, d=leaf.dtype: (
+            draws[kind] = jax.jit(lambda k, loc, scale, s=kind[0], d=kind[1]: (
                 loc + scale * jax.random.normal(k, s, jnp.float32)).astype(d))  # fmt: skip
         return draws[kind](jax.random.fold_in(jax.random.PRNGKey(seed), next(keys)), loc, scale)
 
@@ -71,8 +72,8 @@ def build_models(c: ml_collections.ConfigDict):
     head_cfg = e3.Eagle3Config.for_target(cfg, draft_vocab_size=c.draft_vocab or cfg.vocab_size)
     head_cfg = head_cfg.replace(dtype=c.dtype)
     d2t, t2d = e3.vocab_maps(np.arange(head_cfg.draft_vocab_size), cfg.vocab_size)
-    head = e3.Eagle3Head(head_cfg, device_params(memory.head_shapes(head_cfg), c.seed + 1),
-                         jnp.asarray(d2t), jnp.asarray(t2d))  # fmt: skip
+    head_params = device_params(memory.head_shapes(head_cfg), c.seed + 1, dtype=c.dtype)
+    head = e3.Eagle3Head(head_cfg, head_params, jnp.asarray(d2t), jnp.asarray(t2d))
     drafter = Eagle3Drafter(head_cfg, sharding.draft_rules('batch'))
     return cfg, params, drafter, drafter.params_for(head, params)
 
@@ -106,6 +107,13 @@ def record(step: str, shapes: dict, measured_s, plan: memory.Plan | None, chip, 
     return dict(step=step, shapes=shapes, measured_ms=measured,
                 predicted_ms=dict(upper_bound=upper, calibrated=cal),
                 fraction_of_bound=fraction, compile_s=compile_s, **extra)  # fmt: skip
+
+
+def verify_costs(report: dict, batch: int) -> dict[int, float]:
+    """{T: measured seconds} of a report's verify-cost curve at `batch` (skipped steps left
+    out): `decoding.tree_budget.interpolated` makes it a `verify_s`."""
+    return {r['shapes']['T']: r['measured_ms'] / 1e3 for r in report['records']
+            if r['step'] == 'verify' and r['shapes']['batch'] == batch and r['measured_ms']}
 
 
 def _prompts(batch: int, length: int, vocab: int) -> list[list[int]]:

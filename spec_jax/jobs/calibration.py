@@ -73,16 +73,13 @@ class Calibration:
         es = [e for _, e in self.matmul]
         return float(np.interp(math.log(max(tokens, 1)), ms, es))
 
-    def call_seconds(self, call: roofline.Call, vocab: int = 0, collectives: bool = True):
-        """(seconds of one call, the part of it in all-reduces or None where the chip's
-        interconnect is not at hand)."""
+    def call_seconds(self, call: roofline.Call, vocab: int = 0) -> float:
+        """Seconds of one call on the chip, its all-reduces aside (module docstring)."""
         c = self.chip
         bandwidth = self.hbm_fraction * c.hbm_bandwidth
         laws = LAW_PASSES * call.rows * call.tokens * vocab * 4 / bandwidth
         compute = call.cost.flops / (self.efficiency(call.rows * call.tokens) * c.peak_flops)
-        seconds = max(call.cost.bytes_accessed / bandwidth, compute) + laws
-        coll = c.all_reduce_seconds(call.all_reduce, call.model) if collectives else 0.0
-        return seconds + (coll or 0.0), coll
+        return max(call.cost.bytes_accessed / bandwidth, compute) + laws
 
     def round_seconds(self, plan: memory.Plan, collective_bytes: float | None = None) -> dict:
         """The calibrated time of one round of `plan`: {seconds, collectives_s (None: the
@@ -92,16 +89,10 @@ class Calibration:
         vocabs = {'target': plan.target.vocab_size,
                   'draft': plan.draft.vocab_size if plan.draft else 0,
                   'head': plan.head.draft_vocab_size if plan.head else 0}  # fmt: skip
-        own = collective_bytes is None
-        timed = [(c, *self.call_seconds(c, vocabs[c.what], own)) for c in calls]
-        if own:
-            parts = [coll for _, _, coll in timed]
-            coll = None if None in parts else sum(parts)
-        else:
-            coll = self.chip.all_reduce_seconds(collective_bytes, plan.mesh[1])
-        total = sum(s for _, s, _ in timed) + (0.0 if own else (coll or 0.0))
-        return dict(seconds=total, collectives_s=coll,
-                    calls=[(c.what, c.tokens, s) for c, s, _ in timed])  # fmt: skip
+        timed = [(c.what, c.tokens, self.call_seconds(c, vocabs[c.what])) for c in calls]
+        coll = collective_seconds(self.chip, plan, calls, collective_bytes)
+        return dict(seconds=sum(s for *_, s in timed) + (coll or 0.0), collectives_s=coll,
+                    calls=timed)  # fmt: skip
 
     def describe(self) -> str:
         points = ', '.join(f'{e:.2f} at M {m}' for m, e in self.matmul)
@@ -159,18 +150,24 @@ def calibration(name: str) -> Calibration | None:
     return None
 
 
+def collective_seconds(chip: chips.Chip, plan: memory.Plan, calls: list[roofline.Call],
+                       collective_bytes: float | None = None) -> float | None:  # fmt: skip
+    """A round's all-reduces at the chip's interconnect: the calls' own (analytic), or
+    `collective_bytes` per chip (a compiled program's count) over the model axis; None where
+    the chip's interconnect bandwidth is not at hand."""
+    if collective_bytes is not None:
+        return chip.all_reduce_seconds(collective_bytes, plan.mesh[1])
+    parts = [chip.all_reduce_seconds(c.all_reduce, c.model) for c in calls]
+    return None if None in parts else sum(parts)
+
+
 def predict(plan: memory.Plan, chip: chips.Chip, collective_bytes: float | None = None) -> dict:
     """Both predictions of one round of `plan` on `chip`: {upper_bound_s, calibrated_s (None:
     uncalibrated), collectives_s, label}."""
     upper = roofline.round_cost(plan).on(chip)['seconds']
     cal = calibration(chip.name)
     if cal is None:
-        calls = roofline.round_calls(plan)
-        if collective_bytes is None:
-            parts = [chip.all_reduce_seconds(c.all_reduce, c.model) for c in calls]
-            coll = None if None in parts else sum(parts)
-        else:
-            coll = chip.all_reduce_seconds(collective_bytes, plan.mesh[1])
+        coll = collective_seconds(chip, plan, roofline.round_calls(plan), collective_bytes)
         return dict(upper_bound_s=upper, calibrated_s=None, collectives_s=coll,
                     label=f'{chip.name} uncalibrated')  # fmt: skip
     r = cal.round_seconds(plan, collective_bytes)
@@ -211,7 +208,7 @@ def tree_costs(chip: chips.Chip, target: ModelConfig, head, batch: int, slots: i
         cost = roofline.Cost(call.cost.flops * tokens, call.cost.bytes_accessed)
         scaled = dataclasses.replace(call, tokens=tokens, cost=cost,
                                      all_reduce=call.all_reduce * tokens)  # fmt: skip
-        return cal.call_seconds(scaled, vocab)[0]
+        return cal.call_seconds(scaled, vocab)
 
     def verify_s(tokens: int) -> float:
         return seconds(one, tokens, target.vocab_size)

@@ -19,6 +19,7 @@ def test_the_tiny_accelerator_bench_writes_every_field(tmp_path):
     c = load_config(os.path.join(CONFIGS, 'bench_accel.py'), 'tiny')
     c.ar_batches, c.verify_batches, c.verify_tokens = (2,), (1,), (1, 3)
     c.round_modes = ('tree',)  # The chain round is the same code (compiles: ~10 s each).
+    c.tree = (4, 2, 2)  # Depth 2: fewer unrolled drafter levels to compile than :tiny's 4.
     c.budget_s = 1e4  # Nothing skipped here; the budget's own test is below.
     c.chip = 'h200'  # Predictions at a calibrated chip's figures (a CPU has none).
     report = bench.run(c, str(tmp_path))['accel']
@@ -26,7 +27,7 @@ def test_the_tiny_accelerator_bench_writes_every_field(tmp_path):
         written = json.load(f)
     assert written['records'] == json.loads(json.dumps(report['records']))
     steps = [(r['step'], r['shapes']['batch'], r['shapes']['T']) for r in written['records']]
-    assert steps == [('ar', 2, 1), ('verify', 1, 1), ('verify', 1, 3), ('tree', 1, 8)]
+    assert steps == [('ar', 2, 1), ('verify', 1, 1), ('verify', 1, 3), ('tree', 1, 4)]
     for r in written['records']:
         assert set(bench_accel.FIELDS) <= set(r) and 'skipped' not in r, r
         assert r['measured_ms'] > 0 and r['compile_s'] >= 0
@@ -38,6 +39,8 @@ def test_the_tiny_accelerator_bench_writes_every_field(tmp_path):
     assert tree['share_outside'] == pytest.approx(
         1 - (tree['forward_ms'] + tree['drafter_ms']) / tree['measured_ms'])
     assert written['chip'] == 'h200' and written['jax'] == jax.__version__
+    curve = bench_accel.verify_costs(written, batch=1)  # What tree_budget.interpolated reads.
+    assert curve == {r['shapes']['T']: r['measured_ms'] / 1e3 for r in written['records'][1:3]}
 
 
 def test_a_step_over_the_budget_is_skipped_and_recorded(tmp_path):
