@@ -151,9 +151,10 @@ def engine_for(base: decoding.Engine, method: plan_lib.Method) -> decoding.Engin
 
 @dataclasses.dataclass
 class Progress:
-    """What a run did: samples written, generated tokens, decode, prefill, compile and
-    scoring seconds, and timed calls that scoring overlapped (0 by construction: scoring
-    waits for a batch's round to end; counted to show it)."""
+    """What a run did: samples of the plan written (the drift monitor's rows apart),
+    generated tokens, decode, prefill, compile and scoring seconds, and timed calls that
+    scoring overlapped (0 by construction: scoring waits for a batch's round to end;
+    counted to show it)."""
 
     samples: int = 0
     tokens: int = 0
@@ -271,7 +272,7 @@ def _decode_and_score(
             for done in pool.map(lambda job: scoring.score(*job), pending):
                 store.append([done])
             progress.score_s += time.perf_counter() - began
-            progress.samples += len(pending)
+            progress.samples += sum(r['method'] != timing.MONITOR for _, _, r in pending)
     bar.close()
     progress.overlapped = scoring.overlapped
     progress.wall_s = time.perf_counter() - start

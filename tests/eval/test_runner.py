@@ -15,7 +15,7 @@ from collections import defaultdict
 import pytest
 from figures import check_series
 
-from spec_jax.eval import findings, metrics, metrics_csv, paper, plots, records, runner
+from spec_jax.eval import findings, metrics, metrics_csv, paper, plots, records, runner, timing
 from spec_jax.jobs import evaluate, runtime
 
 ROOT = os.path.join(os.path.dirname(__file__), '..', '..')
@@ -67,6 +67,11 @@ def test_killed_run_restarts_to_one_result_per_sample(tiny_run):
     expected = {(m.name, task, it.id, seed) for seed in c.seeds for task, (_, its) in
                 items.items() for it in its for m in methods}  # fmt: skip
     rows = read_rows(workdir)
+    monitor = {records.row_key(r) for r in rows if r['method'] == timing.MONITOR}
+    # The drift monitor: AR again on each group's first batch (3 MBPP rows, 2 x 2 speed).
+    assert {(task, item) for _, task, item, _ in monitor} == {
+        (r['task'], r['item']) for r in rows if r['batch_id'].split('/')[2] == '0'}  # fmt: skip
+    rows = [r for r in rows if r['method'] != timing.MONITOR]
     keys = [records.row_key(r) for r in rows]
     assert 0 < at_kill < len(expected)  # The kill landed mid-run.
     assert len(keys) == len(set(keys)) == len(expected)
@@ -77,7 +82,9 @@ def test_rows_hold_text_score_and_counters(tiny_run):
     rows = read_rows(tiny_run[0])
     for r in rows:
         assert r['num_tokens'] >= 1 and isinstance(r['text'], str)
-        assert (r['correct'] is None) == r['task'].startswith('speed_')
+        assert (r['correct'] is None) == (r['task'].startswith('speed_')
+                                          or r['method'] == timing.MONITOR)  # fmt: skip
+        assert 0 < r['batch']['prefill_s'] < r['batch']['seconds']
         st = r['stats']
         assert st['metered'] == st['emitted'] + 1  # Every emitted token and the first.
         if r['method'] == 'ar':
@@ -90,7 +97,8 @@ def test_metrics_and_report_of_the_run(tiny_run, tmp_path):
     workdir, _, stdout = tiny_run
     assert 'evaluation throughput / decode throughput' in stdout
     assert 'report:' in stdout and 'score % [interval]' in stdout
-    assert 'AR tokens/s on the first and last batch of each timing group' in stdout  # Drift.
+    assert 'Drift monitor (AR on the same rows at the start and the end' in stdout
+    assert ', 0 timed calls overlapped by scoring' in stdout
     c = tiny_config()
     methods = runner.methods_of(c)
     rows = metrics.aggregate(read_rows(workdir), methods)
@@ -222,7 +230,7 @@ def test_a_tree_experiment_runs(tmp_path):
     store, methods, _ = runner.run(c, str(tmp_path))  # Resumed: everything is there.
     assert [m.name for m in methods] == ['ar', 'lossless', 'lenience:l=0.5',
                                          'minp_verify:rho=0.3', 'baseline[min_p=0.3]']  # fmt: skip
-    assert len(store.rows) == 2 * len(methods)
+    assert len(store.rows) == 2 * (len(methods) + 1)  # The drift monitor's AR again.
     for row in store.rows:
         assert row['stats']['blocks'] >= 1 and row['num_tokens'] >= 1
         if row['method'] != 'ar':
