@@ -28,6 +28,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.chip = ''  # A spec_jax.jobs.chips name for the predictions ('' = the device's own).
     c.budget_s = 60.0 if tiny else 180.0  # Steps that would overrun it are skipped.
     c.first_compile_s = 2.0 if tiny else 40.0  # The budget's guess until a compile is seen.
+    # Layers under one scan: a compile a fraction of the unrolled one's (32 layers), for a
+    # budget the unrolled compiles would not fit; the timing is then the scanned program's.
+    c.scan_layers = False
     c.guess_step_s = 0.01  # The budget's guess of one timed call.
     c.rounds = 3 if tiny else 5
     c.prompt_len = 16 if tiny else 128

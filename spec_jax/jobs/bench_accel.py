@@ -4,8 +4,9 @@
 Weights are drawn on the device at the preset's own shapes and vocabulary (no checkpoint,
 no tokenizer, nothing drawn on the host), an EAGLE-3 head beside them for the chain and
 tree rounds. Steps run most valuable first, and a step whose expected seconds (its
-compiles at the slowest compile seen so far, plus its timed calls) would overrun
-`c.budget_s` is skipped and recorded as skipped:
+compiles at its kind's last compile time, else the slowest seen, plus its timed calls)
+would overrun `c.budget_s` is skipped and recorded as skipped (`c.scan_layers` compiles
+the layers under one scan: a fraction of the unrolled compile, for a tight budget):
 
 1. `ar`: the on-device AR decode loop at each batch of `c.ar_batches`: a step is the
    rounds call's seconds / `c.ar_new_tokens` (`decoding.generate` times the prefill apart);
@@ -67,7 +68,8 @@ def device_params(shapes, seed: int, std: float = 0.02, dtype: str = '') -> dict
 
 def build_models(c: ml_collections.ConfigDict):
     """(target cfg, target params, EAGLE-3 drafter, draft params), drawn on the device."""
-    cfg = preset(c.preset).replace(dtype=c.dtype, param_dtype=c.dtype)
+    cfg = preset(c.preset).replace(dtype=c.dtype, param_dtype=c.dtype,
+                                   scan_layers=bool(c.scan_layers))  # fmt: skip
     params = device_params(jax.eval_shape(init_params, cfg, jax.random.PRNGKey(0)), c.seed)
     head_cfg = e3.Eagle3Config.for_target(cfg, draft_vocab_size=c.draft_vocab or cfg.vocab_size)
     head_cfg = head_cfg.replace(dtype=c.dtype)
@@ -79,19 +81,23 @@ def build_models(c: ml_collections.ConfigDict):
 
 
 class Budget:
-    """Seconds left of `budget_s`, and whether a step of `compiles` compiles and `calls`
-    timed calls of about `call_s` each still fits (compiles at the slowest seen)."""
+    """Seconds left of `budget_s`, and whether a step of `compiles` compiles of its kind and
+    `calls` timed calls of about `call_s` each still fits: a compile of a kind takes what
+    that kind's last took, a kind not yet seen the slowest seen (`first_compile_s` before
+    any)."""
 
     def __init__(self, budget_s: float, first_compile_s: float):
-        self.start, self.budget_s, self.compile_s = time.perf_counter(), budget_s, first_compile_s
+        self.start, self.budget_s, self.first = time.perf_counter(), budget_s, first_compile_s
+        self.compile_s: dict[str, float] = {}
 
-    def fits(self, compiles: int, calls: int, call_s: float) -> bool:
+    def fits(self, kind: str, compiles: int, calls: int, call_s: float) -> bool:
         left = self.budget_s - (time.perf_counter() - self.start)
-        return compiles * self.compile_s + calls * call_s <= left
+        each = self.compile_s.get(kind, max(self.compile_s.values(), default=self.first))
+        return compiles * each + calls * call_s <= left
 
-    def saw(self, span, compiles: int) -> None:
+    def saw(self, kind: str, span, compiles: int) -> None:
         if compiles and span.seconds:
-            self.compile_s = max(self.compile_s, span.seconds / compiles)
+            self.compile_s[kind] = span.seconds / compiles
 
 
 def record(step: str, shapes: dict, measured_s, plan: memory.Plan | None, chip, compile_s,
@@ -190,18 +196,18 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
 
     for batch in c.ar_batches:
         shapes = dict(batch=batch, T=1, prompt=c.prompt_len, new_tokens=c.ar_new_tokens)
-        if not budget.fits(1, 2 * c.rounds, 2 * c.ar_new_tokens * c.guess_step_s):
+        if not budget.fits('ar', 1, c.rounds + 1, c.ar_new_tokens * c.guess_step_s):
             skip('ar', shapes)
             continue
         with clock.measure() as span:
             step_s, compile_s, slots = ar_loop(c, cfg, params, batch, clock)
-        budget.saw(span, 1)
+        budget.saw('ar', span, 1)
         plan = memory.Plan(cfg, batch, c.prompt_len, slots, 1)
         report(record('ar', dict(shapes, slots=slots), step_s, plan, chip, span.seconds,
                       tokens_per_s=batch / step_s))  # fmt: skip
     for batch in c.verify_batches:
         fitted = [t for i, t in enumerate(c.verify_tokens)
-                  if budget.fits(i + 1, c.rounds * (i + 1), c.guess_step_s)]  # fmt: skip
+                  if budget.fits('verify', i + 1, c.rounds * (i + 1), c.guess_step_s)]  # fmt: skip
         for t in c.verify_tokens:
             if t not in fitted:
                 skip('verify', dict(batch=batch, T=t, slots=c.slots))
@@ -209,7 +215,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
             continue
         with clock.measure() as span:
             curve = verify_curve(c, cfg, params, batch, tuple(fitted), clock)
-        budget.saw(span, len(fitted))
+        budget.saw('verify', span, len(fitted))
         base = curve[fitted[0]][0]
         for t, (seconds, compile_s) in curve.items():
             plan = memory.Plan(cfg, batch, c.prompt_len, c.slots, t)
@@ -235,7 +241,7 @@ def _round(c, mode, cfg, params, drafter, draft_params, chip, clock, budget, ski
     shapes = dict(batch=batch, T=width, prompt=c.prompt_len)
     if tree:
         shapes['tree'] = list(c.tree)
-    if not budget.fits(4, 3 * c.rounds * 5, 2 * c.guess_step_s):  # init + 3 parts.
+    if not budget.fits(mode, 4, 3 * c.rounds * 5, 2 * c.guess_step_s):  # init + 3 parts.
         skip(mode, shapes)
         return
     settings = decoding.DecodeSettings(max_new_tokens=c.ar_new_tokens, prompt_bucket=c.prompt_len,
@@ -249,7 +255,7 @@ def _round(c, mode, cfg, params, drafter, draft_params, chip, clock, budget, ski
             parts = bench_tree.tree_overhead(engine, both, ids, c.rounds)
         else:
             parts = bench_chain.round_overhead(engine, both, ids, c.rounds)
-    budget.saw(span, 4)
+    budget.saw(mode, span, 4)
     if tree:
         calls = (tree.path_len + 1,) + (tree.branch,) * (tree.levels_drafted - 1)
     else:
