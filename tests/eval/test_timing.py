@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from spec_jax.eval import machine, metrics, paired, records, runner, timing
+from spec_jax.eval import findings, machine, metrics, paired, records, runner, timing
 from spec_jax.jobs import evaluate, runtime
 
 CONFIG = os.path.join(os.path.dirname(__file__), '..', '..', 'configs', 'experiments',
@@ -216,6 +216,19 @@ def test_decode_speedup_takes_the_prefill_out(fake_runs):
         r = rows[method]
         assert r['decode_speedup'] == pytest.approx(expected, rel=1e-9)
         assert 0 < r['prefill_share'] < 1
+
+
+def test_the_speed_cap_note_names_both_causes_with_measured_shares(fake_runs):
+    """Lossless SD below 1.5x: the note names verification's cost and the prefill, with the
+    run's end-to-end and decode-only speedups and the prefill's share of AR's seconds."""
+    _, _, runs = fake_runs
+    rows = list(runs['undisturbed'][1].values())
+    (note,) = [line for line in findings.untestable(rows, 'chain') if 'prefill' in line]
+    lossless, ar = runs['undisturbed'][1]['lossless'], runs['undisturbed'][1]['ar']
+    assert 'verifying T tokens costs' in note
+    assert (f"gsm8k: lossless SD {lossless['speedup']:.2f}x end to end, "
+            f"{lossless['decode_speedup']:.2f}x after the prefill, which takes "
+            f"{100 * ar['prefill_share']:.0f}% of AR's seconds") in note  # fmt: skip
 
 
 def test_drift_for_every_method_stays_within_the_interval(fake_runs):
