@@ -12,8 +12,9 @@ made pair by pair, never between pools:
                 fast cancel), and the geometric mean of method/AR is the reciprocal of that
                 of AR/method, so the direction of the ratio cannot change the answer; t,
                 because a run has few batches (5-20). Drift that moves a batch's methods
-                alike cancels in its ratio; drift within a batch's round averages out over
-                the rotation.
+                alike cancels in its ratio; drift linear in time within rounds cancels
+                over the group's balanced design (`spec_jax.eval.timing.design`).
+                decode_speedup: the same after each batch's prefill call.
   Δ (score, BE, TV)  method minus matched baseline over the shared (item, seed) keys only
                 (a partial or mixed run compares the same items), with n, a 95% interval
                 and the p-value of the test the verdict is drawn from (`spec_jax.eval.

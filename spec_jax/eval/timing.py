@@ -3,12 +3,16 @@ plan and the interleaved schedule (docs/eval.md, timing).
 
 A shared machine's speed drifts (other work starts and stops), so methods run one after
 another would each meet a different machine. The runner therefore decodes one batch of rows
-with every method (AR included) before the next batch starts, in an order that rotates from
-batch to batch: drift lands on every method alike, and each method's seconds on a batch can
-be set against AR's seconds on the very same rows (`spec_jax.eval.paired.batch_speedup`).
+with every method (AR included) before the next batch starts, in an order its task group's
+design sets (`design`: every method's places sum alike over the group, AR mid-round): drift
+lands on every method alike, and each method's seconds on a batch can be set against AR's
+seconds on the very same rows (`spec_jax.eval.paired.speedup`).
 
   batch_plan(...)     the deterministic batches of one seed: rows of one task group each
-  interleave(...)     (batch, method) in the order they run, skipping what is done
+  design, order       the method orders of a group's batches
+  interleave(...)     (batch, method) in the order they run, skipping what is done, and
+                      the drift monitor (AR again on a group's first batch, `MONITOR`)
+  drift(rows)         the monitor's reading: AR on the same rows at a group's start and end
   CompileClock        what JAX spends compiling (kept out of the decode seconds)
 
 A batch holds rows of one task group (`task_group`: a task, or the family of the 2-prompt

@@ -262,7 +262,7 @@ def sweep_compiles(c, engine: decoding.Engine, params, ids) -> dict:
     with runtime.compilation_cache_off():  # Measure compiles, not loads.
         per_value = sweep(clear_each=True)
         traced = sweep(clear_each=False)
-        compiles = eng.decode_loop._cache_size()
+        compiles = eng.rounds_call._cache_size()  # generate: prefill_call, then this.
     print(
         f'sweep of {c.sweep_rule} {c.sweep_param} over {list(c.sweep_values)} + its matched '
         f'baseline ({len(runs)} runs of {len(ids)} prompts): {traced:.1f} s with {compiles} '
