@@ -126,3 +126,29 @@ def test_tv_per_block_offset():
     rows = [row('minp_verify:rho=0.3', str(i), True, s, 1.0) for i, s in enumerate(stats)]
     (out,) = metrics.aggregate(rows, methods)
     assert out['tv_at_offset'] == pytest.approx([0.5 / 3, 0.6, None])
+
+
+def test_decode_speedup_from_batch_records():
+    """Two batches of two rows: AR 2 s a batch (prefill 0.8 s), the method 1 s (the same
+    0.8 s prefill); 10 tokens a row, the first drawn by the prefill. End to end 2x, decode
+    alone (18 tokens over 1.2 s against over 0.2 s) 6x, as the batch records say; a row
+    of the method missing from one batch pairs that batch on the shared row alone."""
+    methods = plan.plan(['minp_verify:rho=0.3'], 'chain')
+    rows = []
+    for method, seconds in (('ar', 2.0), ('minp_verify:rho=0.3', 1.0)):
+        for batch in range(2):
+            record = dict(seconds=seconds, prefill_s=0.8)
+            rows += [dict(row(method, f'{batch}.{k}', True, counters(9, 0, 0, 9, 0),
+                              seconds / 2), batch_id=f's0/gsm8k/{batch}', batch=record)
+                     for k in range(2)]  # fmt: skip
+    by = {r['method']: r for r in metrics.aggregate(rows, methods)}
+    m, a = by['minp_verify:rho=0.3'], by['ar']
+    assert m['speedup'] == pytest.approx(2.0) and m['decode_speedup'] == pytest.approx(6.0)
+    assert a['decode_speedup'] == pytest.approx(1.0) and m['decode_speedup_n_batches'] == 2
+    assert m['prefill_share'] == pytest.approx(0.8) and a['prefill_share'] == pytest.approx(0.4)
+    one = [r for r in rows if (r['method'], r['item']) != ('minp_verify:rho=0.3', '1.1')]
+    m = {r['method']: r for r in metrics.aggregate(one, methods)}['minp_verify:rho=0.3']
+    assert m['decode_speedup'] == pytest.approx(6.0) and m['decode_speedup_n_batches'] == 2
+    old = [dict(r, batch={}) for r in rows]  # Records without a prefill: no decode speedup.
+    m = {r['method']: r for r in metrics.aggregate(old, methods)}['minp_verify:rho=0.3']
+    assert m['decode_speedup'] is None and m['speedup'] == pytest.approx(2.0)
