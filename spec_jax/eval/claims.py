@@ -188,14 +188,14 @@ def c4(data: dict) -> dict:
         if r is not None:
             pairs.append(f'{r["method"]} BE {tables.fmt(r.get("block_efficiency"), ".3f")} TV '
                          f'{tables.fmt(r.get("tv"), ".3f")} overshoot '
-                         f'{tables.fmt(_overshoot(r), ".2f")}')  # fmt: skip
+                         f'{tables.fmt(_overshoot(r), ".3g")}')  # fmt: skip
     test = verdicts.Test('c4', 0.0, None, int(n))
     return dict(
         status=_status(ok, [test]),
         text=(
             f'max overshoot (metered pi/p, every emitted position): {len_row["method"]} '
             f'{tables.fmt(_overshoot(len_row), ".3f")} <= 1/l {ceiling:.3f}; {cos_row["method"]} '
-            f'{tables.fmt(_overshoot(cos_row), ".2f")} (infinite at '
+            f'{tables.fmt(_overshoot(cos_row), ".3g")} (infinite at '
             f'{tables.pct(cos_row.get("overshoot_inf_fraction"))}% of positions); ablations at '
             f'equal acceptance: {"; ".join(pairs)}; their quality needs a target above floor (C6)'
         ),
