@@ -245,6 +245,20 @@ def evaluate(data: dict, workdir: str) -> dict:
                 budget=frontier.budget_rows(chain_rows), floors=data['floors'])  # fmt: skip
 
 
+def summary_lines(out: dict) -> list[str]:
+    """The frontier's gap per rule and the budget set beside lenience, printed before the
+    claim lines."""
+    gaps = '; '.join(f'{m} {fmt_ci(v["gap"], "+.4f")} (n {v["gap"]["n"]})'
+                     for m, v in out['frontier'].items())  # fmt: skip
+    lines = [f'frontier gap (TV(pi, p) - acceptance gain over lossless SD, per prompt): {gaps}']
+    if out['budget']:
+        lines.append(
+            f'tv_budget nearest lenience in mean TV: {out["budget"]["nearest"]} '
+            '(claims.md: its BE, mean and worst per-offset TV beside lenience, CoS)'
+        )
+    return lines
+
+
 def markdown(out: dict, title: str, wall_s: float) -> str:
     """claims.md: the lines, the frontier table and figure, the budgeted rule, the floors."""
     lines = [

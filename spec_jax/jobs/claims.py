@@ -152,7 +152,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     with open(os.path.join(workdir, 'claims.json'), 'w') as f:
         json.dump(dict(claims=out['claims'], wall_s=wall), f, indent=1, default=_plain)
     print(f'\nclaims: {os.path.join(workdir, "claims.md")} (wall clock {wall:.0f} s)')
-    for line in out['lines']:
+    for line in claims.summary_lines(out) + out['lines']:
         print(line)
     return dict(out, wall_s=wall)
 

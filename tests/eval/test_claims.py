@@ -17,7 +17,9 @@ STATUSES = ('shown', 'not shown', 'cannot be tested here')
 
 def test_tiny_job_prints_one_line_per_claim(tmp_path, capsys):
     out = claims.run(runtime.load_config(CONFIG, 'tiny'), str(tmp_path))
-    lines = [line for line in capsys.readouterr().out.splitlines() if line[:1] == 'C']
+    printed = capsys.readouterr().out.splitlines()
+    lines = [line for line in printed if line[:1] == 'C']
+    assert any(line.startswith('frontier gap') and 'lenience:l=0.5' in line for line in printed)
     assert [line[:3] for line in lines] == [f'C{i}:' for i in range(1, 7)]
     for line in lines:
         assert line.split(': ')[1].startswith(STATUSES), line
