@@ -14,6 +14,8 @@ M - 1 best candidates of the whole pool (branch + (depth - 1) * branch^2 of them
 tree. A child's score is at most its parent's (log-probabilities are <= 0) and a parent
 precedes its children in the pool, so ranking by (score descending, pool index ascending)
 puts every parent before its children, ties included: the selection is ancestor-closed.
+`grow` builds one from any proposer's expansions (the EAGLE-3 head's; the target's own,
+`drafters.SelfDrafter`).
 Static trees (EAGLE-1, Medusa) fix the parents: node i is the r-th best child of its parent,
 r its rank among its siblings. Sampled static trees draw each node's children from the
 head's processed law q there, i.i.d. (SpecInfer, docs/laws.md §2.3) or without replacement
@@ -193,6 +195,65 @@ def select(score_bw: jax.Array, parent_bw: jax.Array, num: int):
     parents_bm = jnp.where((parent_pool_bm >= 0) & known_bm, found_bm + 1, 0)
     root_b1 = jnp.zeros((score_bw.shape[0], 1), jnp.int32)
     return chosen_bm, jnp.concatenate([root_b1, parents_bm], axis=-1)
+
+
+def grow(shape: TreeShape, score_by, token_by, carry_by, expand, state):
+    """A dynamic tree (module docstring) from a proposer's expansions, the pool kept in
+    the order `select` reads.
+
+    Args:
+      shape: a dynamic TreeShape; Y = C = shape.branch.
+      score_by, token_by: [B, Y] the root's `branch` best children (log-probabilities <= 0,
+        token ids), best first: the first frontier.
+      carry_by: a pytree of [B, Y, ...] arrays, what each frontier node is expanded from
+        (an EAGLE-3 head: its parent's output hidden), or None.
+      expand: (state, level, offset, token_by, carry_by, seen_byz) -> (state, logp_byc,
+        child_byc, out_by): runs the proposer on the frontier of depth `level` written at
+        scratch slots offset + y, each seeing the scratch entries `seen_byz` [B, Y, Z]
+        marks (its ancestors and itself); returns each node's `branch` best children
+        (log-probabilities <= 0, ids) and its output (the next carry of its children).
+      state: threaded through `expand` (a cache).
+
+    Returns:
+      (state, tokens [B, M] (entry 0, the root, left 0 for the caller), parents [B, M]).
+    """
+    k, batch = shape.branch, score_by.shape[0]
+    pool_score, pool_token = [score_by], [token_by]
+    pool_parent = [jnp.full((batch, k), -1, jnp.int32)]
+    front_pool_by = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (batch, k))
+    seen_byz = jnp.zeros((batch, k, shape.scratch), bool)
+    start = k  # Pool index of the level's first candidate.
+    for level in range(1, shape.levels_drafted):
+        offset = (level - 1) * k
+        seen_byz = seen_byz | (jnp.arange(shape.scratch)[None, :]
+                               == offset + jnp.arange(k)[:, None])  # fmt: skip
+        state, logp_byc, child_byc, out_by = expand(state, level, offset, token_by, carry_by,
+                                                    seen_byz)  # fmt: skip
+        child_score_bw = (score_by[..., None] + logp_byc).reshape(batch, k * k)
+        child_token_bw = child_byc.reshape(batch, k * k)
+        pool_score.append(child_score_bw)
+        pool_token.append(child_token_bw)
+        pool_parent.append(jnp.repeat(front_pool_by, k, axis=1))
+        if level < shape.levels_drafted - 1:  # The next frontier: the level's k best.
+            best_by = rank(child_score_bw)[:, :k]
+            parent_by = best_by // k
+
+            def pick(x, parent_by=parent_by):
+                index = parent_by.reshape(parent_by.shape + (1,) * (x.ndim - 2))
+                return jnp.take_along_axis(x, index, 1)
+
+            score_by = jnp.take_along_axis(child_score_bw, best_by, 1)
+            token_by = jnp.take_along_axis(child_token_bw, best_by, 1)
+            carry_by = jax.tree.map(pick, out_by)
+            seen_byz = pick(seen_byz)
+            front_pool_by = start + best_by
+        start += k * k
+    chosen_bm, parents_bm = select(
+        jnp.concatenate(pool_score, 1), jnp.concatenate(pool_parent, 1), shape.nodes - 1
+    )
+    drafted_bm = jnp.take_along_axis(jnp.concatenate(pool_token, 1), chosen_bm, 1)
+    tokens_bm = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), drafted_bm], 1)
+    return state, tokens_bm.astype(jnp.int32), parents_bm
 
 
 def ancestors(parents_bm: jax.Array, depth: int) -> jax.Array:

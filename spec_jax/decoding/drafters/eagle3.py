@@ -228,44 +228,20 @@ class Eagle3Drafter:
         return jnp.minimum(logp_byc, 0.0), params['draft_ids_u'][ids_byc]
 
     def _dynamic_tree(self, params, state, committed_b, shape):
-        k, batch = shape.branch, committed_b.shape[0]
-        kv = (state.cache_k, state.cache_v)
-        root_logp_b1u = jax.nn.log_softmax(state.logits_bu, -1)[:, None]
-        score_by, token_by = (x[:, 0] for x in self._children(params, root_logp_b1u, k))
-        pool_score, pool_token = [score_by], [token_by]
-        pool_parent = [jnp.full((batch, k), -1, jnp.int32)]
-        front_pool_by = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (batch, k))
-        hidden_byd = jnp.repeat(state.hidden_bd[:, None], k, axis=1)
-        seen_byz = jnp.zeros((batch, k, shape.scratch), bool)
-        start = k  # Pool index of the level's first candidate.
-        for level in range(1, shape.levels_drafted):
-            offset = (level - 1) * k
-            own_yz = jnp.arange(shape.scratch)[None, :] == offset + jnp.arange(k)[:, None]
-            seen_byz = seen_byz | own_yz
+        k = shape.branch
+
+        def expand(kv, level, offset, token_by, hidden_byd, seen_byz):
             logits_byu, out_byd, kv = self._expand(
                 params, kv, token_by, hidden_byd, seen_byz, committed_b, level, offset
             )
             logp_byc, child_byc = self._children(params, jax.nn.log_softmax(logits_byu, -1), k)
-            child_score_bw = (score_by[..., None] + logp_byc).reshape(batch, k * k)
-            child_token_bw = child_byc.reshape(batch, k * k)
-            pool_score.append(child_score_bw)
-            pool_token.append(child_token_bw)
-            pool_parent.append(jnp.repeat(front_pool_by, k, axis=1))
-            if level < shape.levels_drafted - 1:  # The next frontier: the level's k best.
-                best_by = trees.rank(child_score_bw)[:, :k]
-                parent_by = best_by // k
-                score_by = jnp.take_along_axis(child_score_bw, best_by, 1)
-                token_by = jnp.take_along_axis(child_token_bw, best_by, 1)
-                hidden_byd = jnp.take_along_axis(out_byd, parent_by[..., None], 1)
-                seen_byz = jnp.take_along_axis(seen_byz, parent_by[..., None], 1)
-                front_pool_by = start + best_by
-            start += k * k
-        chosen_bm, parents_bm = trees.select(
-            jnp.concatenate(pool_score, 1), jnp.concatenate(pool_parent, 1), shape.nodes - 1
-        )
-        drafted_bm = jnp.take_along_axis(jnp.concatenate(pool_token, 1), chosen_bm, 1)
-        tokens_bm = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), drafted_bm], 1)
-        return kv, tokens_bm.astype(jnp.int32), parents_bm
+            return kv, logp_byc, child_byc, out_byd
+
+        root_logp_b1u = jax.nn.log_softmax(state.logits_bu, -1)[:, None]
+        score_by, token_by = (x[:, 0] for x in self._children(params, root_logp_b1u, k))
+        hidden_byd = jnp.repeat(state.hidden_bd[:, None], k, axis=1)
+        return trees.grow(shape, score_by, token_by, hidden_byd, expand,
+                          (state.cache_k, state.cache_v))  # fmt: skip
 
     def _static_tree(self, params, state, committed_b, shape, key_b, probs_fn):
         tree, batch = shape.tree, committed_b.shape[0]

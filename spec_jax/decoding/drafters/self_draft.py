@@ -161,46 +161,22 @@ class SelfDrafter:
                 f'SelfDrafter builds dynamic trees (EAGLE top-k); got a {shape.describe()}'
             )
         self._check_round(shape.path_len + 1, f'a {shape.describe()}')
-        k, batch = shape.branch, committed_b.shape[0]
         base_b = committed_b + 1  # Scratch slots start past s_C.
-        cache = state.cache
-        score_by, token_by = top_children(state.logits_bv[:, None], k)
-        score_by, token_by = score_by[:, 0], token_by[:, 0]
-        pool_score, pool_token = [score_by], [token_by]
-        pool_parent = [jnp.full((batch, k), -1, jnp.int32)]
-        front_pool_by = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (batch, k))
-        seen_byz = jnp.zeros((batch, k, shape.scratch), bool)
-        start = k  # Pool index of the level's first candidate.
-        for level in range(1, shape.levels_drafted):
-            offset = (level - 1) * k
-            seen_byz = seen_byz | (jnp.arange(shape.scratch)[None, :]
-                                   == offset + jnp.arange(k)[:, None])  # fmt: skip
+
+        def expand(cache, level, offset, token_by, carry_by, seen_byz):
+            del carry_by
             logits_byv, _, cache = forward(
                 self.cfg, params, token_by,
                 jnp.broadcast_to((committed_b + level)[:, None], token_by.shape),
-                cache.set_lengths(base_b + offset),
-                tree_mask(base_b, seen_byz, cache.max_len),
+                cache.set_lengths(base_b + offset), tree_mask(base_b, seen_byz, cache.max_len),
             )  # fmt: skip
-            logp_byc, child_byc = top_children(logits_byv, k)
-            child_score_bw = (score_by[..., None] + logp_byc).reshape(batch, k * k)
-            child_token_bw = child_byc.reshape(batch, k * k)
-            pool_score.append(child_score_bw)
-            pool_token.append(child_token_bw)
-            pool_parent.append(jnp.repeat(front_pool_by, k, axis=1))
-            if level < shape.levels_drafted - 1:  # The next frontier: the level's k best.
-                best_by = trees.rank(child_score_bw)[:, :k]
-                score_by = jnp.take_along_axis(child_score_bw, best_by, 1)
-                token_by = jnp.take_along_axis(child_token_bw, best_by, 1)
-                seen_byz = jnp.take_along_axis(seen_byz, (best_by // k)[..., None], 1)
-                front_pool_by = start + best_by
-            start += k * k
-        chosen_bm, parents_bm = trees.select(
-            jnp.concatenate(pool_score, 1), jnp.concatenate(pool_parent, 1), shape.nodes - 1
+            return (cache, *top_children(logits_byv, shape.branch), None)
+
+        score_b1c, token_b1c = top_children(state.logits_bv[:, None], shape.branch)
+        cache, tokens_bm, parents_bm = trees.grow(
+            shape, score_b1c[:, 0], token_b1c[:, 0], None, expand, state.cache
         )
-        drafted_bm = jnp.take_along_axis(jnp.concatenate(pool_token, 1), chosen_bm, 1)
-        tokens_bm = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), drafted_bm], 1)
-        state = state.replace(cache=cache.set_lengths(base_b))
-        return state, tokens_bm.astype(jnp.int32), parents_bm, None
+        return state.replace(cache=cache.set_lengths(base_b)), tokens_bm, parents_bm, None
 
 
 def top_children(logits_byv: jax.Array, branch: int) -> tuple[jax.Array, jax.Array]:
