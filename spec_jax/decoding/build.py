@@ -99,8 +99,9 @@ def tree_of(c: ml_collections.ConfigDict, drafter, target) -> trees.TreeShape:
     t = c.spec.tree
     if not t.get('sized'):
         return tree_shape(t)
-    if not isinstance(drafter, drafters.Eagle3Drafter):
-        raise ValueError(f'spec.tree.sized={t.sized!r} sizes an EAGLE-3 head\'s tree')
+    if c.spec.drafter != 'eagle3':
+        raise ValueError(f'spec.tree.sized={t.sized!r} sizes an EAGLE-3 head\'s tree; '
+                         f'set spec.drafter to \'eagle3\' (got {c.spec.drafter!r})')
     verify_s, draft_s = calibration.tree_costs(
         chips.chip(t.sized), target, drafter.cfg, int(c.get('batch_size', 1)),
         c.max_prompt_len + c.max_new_tokens,

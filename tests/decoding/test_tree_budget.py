@@ -80,7 +80,8 @@ def test_a_tree_block_sized_on_a_chip_takes_the_chosen_tree():
     drafter = Eagle3Drafter(e3.Eagle3Config.for_target(target, draft_vocab_size=67),
                             sharding.draft_rules('batch'))  # fmt: skip
     c = ml_collections.ConfigDict(dict(batch_size=64, max_prompt_len=64, max_new_tokens=32,
-                                       spec=dict(tree=tree_config(nodes=6))))  # fmt: skip
+                                       spec=dict(drafter='eagle3',
+                                                 tree=tree_config(nodes=6))))  # fmt: skip
     assert tree_of(c, drafter, target) == TreeShape(6, 4, 2)
     verify_s, draft_s = calibration.tree_costs(chips.CHIPS['h200'], target, drafter.cfg, 64, 96)
     c.spec.tree.sized = 'h200'
@@ -90,6 +91,7 @@ def test_a_tree_block_sized_on_a_chip_takes_the_chosen_tree():
                                   64).shape  # fmt: skip
         assert (want is None) == (acceptance == '0.05')
         assert tree_of(c, drafter, target) == (want or TreeShape(1, 1, 1))
+    c.spec.drafter = 'self'
     with pytest.raises(ValueError, match="spec.tree.sized='h200' sizes an EAGLE-3 head's"):
         tree_of(c, None, target)
 

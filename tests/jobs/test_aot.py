@@ -161,11 +161,12 @@ def test_argument_bytes_are_the_sharded_weights_and_rows(runs, mode):
 
 def test_estimate_agrees_with_the_compiled_numbers(runs):
     """Weights: the estimate's logical bytes, padded by the chip's tiles (TILE_PAD). Temps
-    within 4x either way: the estimate counts the caches, one layer's transients and the
-    round's laws; XLA's temp also holds what the estimate does not model (on TPU the fp32
-    tiny model's bf16 copies of its weights for default-precision matmuls, double buffers of
-    the loop carry) and reuses buffers it does (measured: 0.3-1.1x on the tiny configs;
-    Llama-3.1-8B bf16 on v5e-8: 0.8x, docs/performance.md)."""
+    at most 4x the estimate, which counts the caches, one layer's transients and the round's
+    laws. No lower bound on these tiny loops: XLA:TPU's temp of them held only the bf16
+    copies of the fp32 weights that default-precision dots made (3.77 MB for AR, the
+    weights' size); with fp32 dots at 'highest' (models.precision) and in bf16 alike it is
+    0, so a lower bound tested those copies, not the estimate. Llama-3.1-8B bf16 on v5e-8,
+    whose transients dominate: 0.8x (docs/performance.md)."""
     for mode in ('ar', 'chain', 'tree'):
         _, report, _ = runs[mode]
         est = report['modes'][mode]['estimate']
@@ -173,7 +174,7 @@ def test_estimate_agrees_with_the_compiled_numbers(runs):
         weights = est['weights'] + est['draft_weights']
         assert weights <= mem['argument_size_in_bytes'] <= TILE_PAD * weights, mode
         transient = est['kv_cache'] + est['draft_cache'] + est['activations']
-        assert transient / 4 <= mem['temp_size_in_bytes'] <= 4 * transient, (mode, transient, mem)
+        assert mem['temp_size_in_bytes'] <= 4 * transient, (mode, transient, mem)
 
 
 def test_a_plan_over_the_chips_memory_is_refused():

@@ -21,7 +21,7 @@ def test_forward_and_ar_benches_report_bound_and_ratios(tmp_path):
     assert ar['ar_tokens_per_s_b1'] > 0
     assert os.path.exists(os.path.join(tmp_path, 'bench.json'))
     c.kinds = ('forward', 'beam')
-    with pytest.raises(ValueError, match=r"unknown bench kinds \['beam'\]; valid: \['ar', "):
+    with pytest.raises(ValueError, match=r"unknown bench kinds \['beam'\]; valid: \['accel', "):
         bench.run(c)
 
 
