@@ -9,7 +9,7 @@ behind prompt lookup (configs/smollm2_135m_chain.py), T = 0.7, one seed. A small
 curves appear and not points: min-p verification at rho 0.1, 0.3 and 0.5, each with its
 matched baseline (min-p sampling + lossless SD), lenience at l 0.2, 0.4 and 0.6, and CoS at
 lambda 0.2, 0.4 and 0.6 (both matched by lossless SD), with AR and lossless SD: 14 methods,
-their order rotating from batch to batch (docs/eval.md).
+in a balanced order within each task group, AR mid-round (docs/eval.md).
 
 What the embedded default can show leads: block efficiency and speedup gained against
 distortion paid (TV and the mass outside the allowed set, against the matched baseline),

@@ -7,9 +7,9 @@ Modules:
               (multiple choice); speed (the speed sets, unscored); the registry (`make`)
   sandbox/    one contained process per code sample (namespaces, mounts, rlimits, uid drop)
   plan        a rule grid -> methods: AR, lossless SD, the rules, their matched baselines
-  timing      the batch plan (one task group a batch), the rotating method order, the
-              compile clock
-  runner      run(config, workdir): batches -> every method -> score (threads) -> store
+  timing      the batch plan (one task group a batch), the balanced method orders
+              (timing.design), AR's drift monitor, the compile clock
+  runner      run(config, workdir): batches -> every method -> score (after the round) -> store
   records     results.jsonl (a line per sample; per process, merged by process 0), run.json
   metrics     aggregate(rows, methods): score and interval, block efficiencies, speed, meter;
               paired (per-batch speedups, Δs on shared samples, their intervals); outcomes

@@ -391,8 +391,9 @@ def write_report(
         'acceptance is accepted / drafted, per-position acceptance accepted / reached '
         '(comparable between chain and tree); scores are percentages with their intervals, '
         'failed scorings counted as wrong; speedup is the geometric mean over batches of '
-        "tokens/s over AR's on the same rows (every method decodes each batch, in an order "
-        'rotating from batch to batch), with its 95% t-interval from 5 batches on and the '
+        "tokens/s over AR's on the same rows (every method decodes each batch, in a "
+        'balanced order with AR mid-round: timing.design), with its 95% t-interval from 5 '
+        'batches on and the '
         'batches counted; TV, JS (Jensen-Shannon, nats, at most ln 2), KL (KL(p_A || pi)), outside '
         '(mass outside the allowed set) and overshoot (max pi/p) are metered against the '
         'matched baseline law; KL and the overshoot are means over the positions where they '

@@ -1,5 +1,5 @@
 """Interleaved timing: the batch plan (one task group per batch, ids a resumed run
-rebuilds), the rotating schedule, the per-batch speedup estimator against drift (pure, on
+rebuilds), the balanced schedule, the per-batch speedup estimator against drift (pure, on
 constructed rows), and the runner end to end with a fake clock injected (no real sleeps):
 a method slowed on purpose shows it in its own speedup only, and a clock that drifts for
 every method leaves each speedup within its interval of the undisturbed one."""
