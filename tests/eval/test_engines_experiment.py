@@ -10,7 +10,7 @@ import os
 import pytest
 
 from spec_jax import rules
-from spec_jax.eval import engine_rules, metrics, plan, runner
+from spec_jax.eval import engine_rules, metrics, plan, runner, timing
 from spec_jax.jobs import evaluate, runtime
 
 ROOT = os.path.join(os.path.dirname(__file__), '..', '..')
@@ -143,14 +143,16 @@ def test_the_flattery_is_the_baselines_own_gain_over_lossless_sd():
 
 def test_the_tiny_run_writes_the_section(tmp_path):
     """The ':tiny' config end to end (random tiny models, every method of the plan): one
-    result per sample, and the report's "Rules the engines ship" with a row per lossy method
-    and the flattery of the set-matched rules."""
+    result per sample (AR's drift-monitor rows apart), and the report's "Rules the engines
+    ship" with a row per lossy method and the flattery of the set-matched rules."""
     c = config('tiny')
     c.progress = False
     out = evaluate.run(c, str(tmp_path))
     methods = runner.methods_of(c)
     store, _, _ = runner.run(c, str(tmp_path))  # Resumed: everything is there.
-    assert len(store.rows) == 4 * len(methods)
+    samples = [r for r in store.rows if r['method'] != timing.MONITOR]
+    assert len(samples) == 4 * len(methods)
+    assert {r['method'] for r in store.rows} - {m.name for m in methods} == {timing.MONITOR}
     with open(out['paths']['report']) as f:
         md = f.read()
     part = md[md.index('## Rules the engines ship'):]
