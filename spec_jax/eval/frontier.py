@@ -159,7 +159,7 @@ def budget_rows(rows: Sequence[dict]) -> dict:
                 tables.interval(r, 'd_be', '+.3f'),
                 tables.fmt(r.get('tv'), '.4f'),
                 tables.fmt(worst, '.4f'),
-                tables.fmt(r.get('overshoot_max'), '.2f'),
+                tables.fmt(r.get('overshoot_max'), '.3g'),
             ]
         )
     header = ('rule', 'BE', 'ΔBE vs lossless SD', 'mean TV', 'worst offset mean TV',
