@@ -91,7 +91,8 @@ def test_the_aot_dry_run_prints_every_speedup_with_what_it_is(capsys):
     c = load_config(os.path.join(EXPERIMENTS, 'llama31_8b_eagle3.py'), 'h100')
     report = aot.run(c, device='h200', dry_run=True, block_efficiency=4.0)
     text = capsys.readouterr().out
-    assert 'predicted speedup 1.84x (analytic roofline: upper bound)' in text
+    assert ('predicted speedup 1.84x (analytic roofline ratio: each round at its bound, not a '
+            'forecast)') in text
     assert 'predicted speedup 1.02x (calibrated on h200)' in text
     assert report['speedup_calibrated']['tree'] == pytest.approx(1.02, abs=0.005)
     assert 'predicted round: upper bound 8.765 ms; 22.404 ms calibrated on h200' in text
