@@ -185,7 +185,8 @@ def run(
                                      collectives_s=pred['collectives_s'])  # fmt: skip
         print(f'{mode}: batch {plan.batch}, prompt bucket {plan.prompt_len}, {plan.slots} '
               f'slots, {where}; estimate per chip:\n{est.table(chip)}\n'
-              f'  analytic round: {line}\n  predicted round: {calibration.line(pred)}')  # fmt: skip
+              f'  analytic round (upper bound on speed): {line}\n'
+              f'  predicted round: {calibration.line(pred)}')  # fmt: skip
         if not force:
             memory.check_fits(est.total, chip, f'{mode} on {where} (estimate)', est.table(chip))
         if compile_it:
@@ -240,7 +241,8 @@ def compile_mode(ab: Abstract, chip: chips.Chip, where: str, mode: str, rounds: 
     cost = round_cost(ab)
     r = roofline.Cost(cost['flops'], cost['bytes_accessed']).on(chip)
     tokens = ab.plan.batch / r['seconds'] / ab.mesh.size if mode == 'ar' else None
-    print(f'  one round, compiled: {_roofline_line(r, chip, ab.plan.batch, mode, ab.plan.mesh)}')
+    line = _roofline_line(r, chip, ab.plan.batch, mode, ab.plan.mesh)
+    print(f'  one round, compiled (upper bound on speed): {line}')
     return loop, dict(numbers, round=dict(cost, **r, ar_tokens_per_s_per_chip=tokens))
 
 

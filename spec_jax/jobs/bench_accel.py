@@ -190,7 +190,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
         bound = '' if p['upper_bound'] is None else (
             f'; predicted {p["upper_bound"]:.3f} ms upper bound, ' + (
                 'uncalibrated' if p['calibrated'] is None else f'{p["calibrated"]:.3f} calibrated')
-            + f' ({r["fraction_of_bound"]:.2f} of the bound)')  # fmt: skip
+            + f'; measured at {r["fraction_of_bound"]:.2f} of the bound\'s speed')  # fmt: skip
         print(f'  {r["step"]} {r["shapes"]}: measured {r["measured_ms"]:.3f} ms{bound}; '
               f'compiles {r["compile_s"]:.1f} s')  # fmt: skip
 

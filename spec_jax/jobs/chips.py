@@ -76,7 +76,7 @@ CHIPS = {
     # cloud.google.com/tpu/docs/v5p: 459 TFLOPs bf16, 95 GiB HBM2e, 2765 GBps, ICI 1200 GBps
     # bidirectional per chip.
     'v5p': Chip('v5p', 95 * GIB, 459e12, 2765e9, 'tpu', 'cloud.google.com/tpu/docs/v5p',
-                600e9, ('TPU v5p')),  # fmt: skip
+                600e9, ('TPU v5p',)),  # fmt: skip
     # cloud.google.com/tpu/docs/v6e (Trillium): 918 TFLOPs bf16, 32 GiB, 1640 GBps, ICI
     # 800 GBps bidirectional per chip.
     'v6e': Chip('v6e', 32 * GIB, 918e12, 1640e9, 'tpu', 'cloud.google.com/tpu/docs/v6e',

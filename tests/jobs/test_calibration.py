@@ -85,6 +85,14 @@ def test_chips_as_devices_report_them():
     assert chips.of_device(Device()) is chips.CHIPS['h200']
     Device.device_kind = 'cpu'
     assert chips.of_device(Device()) is None
+    for kind in ('', 'TPU', 'v5'):  # Pieces of a kind name are not that kind.
+        Device.device_kind = kind
+        assert chips.of_device(Device()) is None, kind
+    for name, c in chips.CHIPS.items():
+        assert isinstance(c.device_kinds, tuple), name
+        for kind in c.device_kinds:
+            Device.device_kind = kind
+            assert chips.of_device(Device()) is c, kind
 
 
 def test_the_aot_dry_run_prints_every_speedup_with_what_it_is(capsys):
