@@ -12,11 +12,13 @@ claim is "not shown: too few items to judge"), and one Holm family over the job'
   C3  each truncation rule's tree/chain TV ratio (the geometric mean of per-prompt ratios,
       same prompts and seeds) is above 1, beside the tree law's theory ratio
       (`rules.theory.parameter_curve`); and at q = p (`SelfDrafter`) the metered TV is
-      above 0 in both forms, higher in the tree, beside the derived floors (`eval.floors`)
+      above 0 in both forms, beside the derived floors (`eval.floors`); whether the tree's
+      is the higher is printed from the two means, not tested (the forms are not paired)
   C4  lenience's overshoot stays under 1/l and CoS's and lenience_flat's (no ceiling) do
-      not; the ablation pairs at equal acceptance side by side (BE, TV, overshoot)
+      not; the ablation pairs (equal acceptance by construction) side by side (BE, TV,
+      overshoot)
   C5  the plain-SD comparison's excess ΔBE over the matched one is above 0, per
-      truncation rule (`eval.engine_rules`' flattery, paired)
+      truncation rule (`eval.engine_rules`' flattery, paired; in the Holm family)
   C6  cannot be tested on a target at floor: its score is printed with its interval
 """
 
@@ -36,8 +38,11 @@ LOSSLESS_TOL = 1e-6
 # The embedded target's one score above zero, with AR at T 0.7 (the main job's docstring,
 # configs/experiments/smollm2_135m.py, measured 2026-12-02): MBPP, 2 of 20 items.
 FLOOR_SCORE = ('MBPP', 2, 20)
+FLOOR_SCORE_DATE = '2026-12-02'
 # docs/paper.md: the task-score amplification trees show over chains.
 PAPER_AMPLIFICATION = '4x-20x'
+# The draft quality of C3's closed-form tree/chain ratio on the synthetic family.
+THEORY_QUALITY = 0.5
 SHOWN, NOT_SHOWN, UNTESTABLE = 'shown', 'not shown', 'cannot be tested here'
 
 
@@ -114,11 +119,13 @@ def _ratio_test(data: dict, method: str) -> tuple[verdicts.Test, dict]:
 
 def theory_ratio(method: str, branch: int) -> float | None:
     """The tree/chain TV ratio of the closed-form laws on the synthetic family
-    (`theory.parameter_curve`, draft quality t 0.5; tree: top-`branch` siblings)."""
+    (`theory.parameter_curve`, draft quality t `THEORY_QUALITY`; tree: top-`branch`
+    siblings)."""
     rule = rules.make(method)
     name, value = next((f, getattr(rule, f)) for f in ('rho', 'eta', 'l') if hasattr(rule, f))
     curve = {mode: theory.parameter_curve(rule.name, name, [value], mode=mode,
-                                          num_siblings=branch if mode == 'tree' else 1)
+                                          num_siblings=branch if mode == 'tree' else 1,
+                                          quality_t=THEORY_QUALITY)
              for mode in ('chain', 'tree')}  # fmt: skip
     chain = curve['chain']['tv'][0]
     return curve['tree']['tv'][0] / chain if chain > 0 else None
@@ -144,9 +151,12 @@ def c3(data: dict, family: verdicts.Family) -> dict:
         tests.append(test)
         verdict = family.verdicts[test.key]
         ok &= verdict.startswith('above')
-        th = theory_ratio(r['method'], data['tree_branch'])
-        parts.append(f'{r["method"]} tree/chain TV {fmt_ci(g, ".2f")}x ({verdict}; '
-                     f'theory {tables.fmt(th, ".2f")}x), TV {tables.fmt(r.get("tv"), ".3f")} -> '
+        branch = data['tree_branch']
+        th = theory_ratio(r['method'], branch)
+        parts.append(f'{r["method"]} tree/chain TV {fmt_ci(g, ".2f")}x ({verdict}; closed form '
+                     f'on synthetic laws (q quality {THEORY_QUALITY}, {branch} siblings): '
+                     f'{tables.fmt(th, ".2f")}x), pooled point values chain -> tree: TV '
+                     f'{tables.fmt(r.get("tv"), ".3f")} -> '
                      f'{tables.fmt(tree_rows[r["method"]].get("tv"), ".3f")}, outside '
                      f'{tables.fmt(r.get("outside"), ".3f")} -> '
                      f'{tables.fmt(tree_rows[r["method"]].get("outside"), ".3f")}')  # fmt: skip
@@ -158,9 +168,12 @@ def c3(data: dict, family: verdicts.Family) -> dict:
         parts.append(f'q = p {f["rule"]} {f["form"]}: TV {fmt_ci(f["measured_ci"], ".4f")} '
                      f'({family.verdicts[test.key]}), derived floor '
                      f'{fmt_ci(f["derived_ci"], ".4f")}')  # fmt: skip
-    for forms in floors.values():  # The tree's floor is the higher one.
+    for rule, forms in floors.items():  # Printed, not judged: the two forms are not paired.
         if {'chain', 'tree'} <= set(forms):
-            ok &= forms['tree']['measured_ci']['mean'] > forms['chain']['measured_ci']['mean']
+            tree, chain = (forms[f]['measured_ci']['mean'] for f in ('tree', 'chain'))
+            higher = 'higher' if None not in (tree, chain) and tree > chain else 'not higher'
+            parts.append(f'q = p {rule}: tree TV {higher} than chain (point estimates, not '
+                         'tested)')  # fmt: skip
     ok &= bool(tests)
     parts.append(f"the paper's task-score amplification ({PAPER_AMPLIFICATION}) needs a target "
                  'above floor: not shown here (C6)')  # fmt: skip
@@ -196,22 +209,30 @@ def c4(data: dict) -> dict:
             f'max overshoot (metered pi/p, every emitted position): {len_row["method"]} '
             f'{tables.fmt(_overshoot(len_row), ".3f")} <= 1/l {ceiling:.3f}; {cos_row["method"]} '
             f'{tables.fmt(_overshoot(cos_row), ".3g")} (infinite at '
-            f'{tables.pct(cos_row.get("overshoot_inf_fraction"))}% of positions); ablations at '
-            f'equal acceptance: {"; ".join(pairs)}; their quality needs a target above floor (C6)'
+            f'{tables.pct(cos_row.get("overshoot_inf_fraction"))}% of positions; n {n} items); '
+            f'ablation pairs at equal acceptance by construction (not measured), pooled point '
+            f'values: {"; ".join(pairs)}; their quality needs a target above floor (C6)'
         ),
     )
 
 
-def c5(data: dict) -> dict:
+def _c5_tests(data: dict) -> list[tuple[dict, verdicts.Test]]:
+    return [(r, verdicts.t_test(('c5', r['method']), r.get('flattery_be'),
+                                r.get('flattery_be_lo'), r.get('flattery_be_hi'),
+                                r.get('pair_n_items') or r.get('pair_n')))
+            for r in _lossy(data['arms']['chain']['rows'])]  # fmt: skip
+
+
+def c5(data: dict, family: verdicts.Family) -> dict:
     parts, tests, ok = [], [], True
-    for r in _lossy(data['arms']['chain']['rows']):
-        n = r.get('pair_n') or 0
-        verdict = verdicts.judge_interval(r.get('flattery_be_lo'), r.get('flattery_be_hi'), n)
-        tests.append(verdicts.Test(('c5', r['method']), r.get('flattery_be'), None, int(n)))
+    for r, test in data['_c5']:
+        tests.append(test)
+        verdict = family.verdicts[test.key]
         ok &= verdict.startswith('above')
         parts.append(f'{r["method"]} ΔBE vs lossless SD {tables.interval(r, "sd_d_be", "+.3f")}'
                      f' vs matched {tables.interval(r, "d_be", "+.3f")}: excess '
-                     f'{tables.interval(r, "flattery_be", "+.3f")} ({verdict})')  # fmt: skip
+                     f'{tables.interval(r, "flattery_be", "+.3f")} ({verdict}; n {test.n} '
+                     'items)')  # fmt: skip
     ok &= bool(tests)
     return dict(status=_status(ok, tests), text='; '.join(parts or ['no truncation rule']))
 
@@ -221,7 +242,8 @@ def c6() -> dict:
     lo, hi = metrics.wilson(k, n)
     return dict(status=UNTESTABLE, text=(
         f'the target is at floor: {task} {k}/{n} = {100 * k / n:.0f}% [Wilson {100 * lo:.1f}, '
-        f'{100 * hi:.1f}] with AR at T 0.7 (the main job); a gap the paper puts at 1-4 points '
+        f"{100 * hi:.1f}] with AR at T 0.7 (the main job's measurement of {FLOOR_SCORE_DATE}, "
+        'not this run); a gap the paper puts at 1-4 points '
         'on hard tasks cannot be separated from easy ones here'))  # fmt: skip
 
 
@@ -231,11 +253,13 @@ def evaluate(data: dict, workdir: str) -> dict:
     chain_rows = data['arms']['chain']['rows']
     data['_ratio'] = {r['method']: _ratio_test(data, r['method']) for r in _lossy(chain_rows)}
     data['_floors'] = _floor_tests(data)
+    data['_c5'] = _c5_tests(data)
     tests = [t for _, t, _ in data['_tv']['chain']]
     tests += [t for t, _ in data['_ratio'].values()] + [t for _, t in data['_floors']]
+    tests += [t for _, t in data['_c5']]
     family = verdicts.judge(tests)
     claims = {'C1': c1(data), 'C2': c2(data, family), 'C3': c3(data, family),
-              'C4': c4(data), 'C5': c5(data), 'C6': c6()}  # fmt: skip
+              'C4': c4(data), 'C5': c5(data, family), 'C6': c6()}  # fmt: skip
     lossy = [r['method'] for r in chain_rows if r.get('kind') == 'lossy']
     pts = frontier.points(data['arms']['chain']['results'], lossy,
                           data['arms']['chain']['num_draft'])  # fmt: skip

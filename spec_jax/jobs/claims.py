@@ -32,6 +32,17 @@ from spec_jax.jobs import evaluate
 from spec_jax.sampling import Sampler
 
 ARM_MODES = {'chain': 'chain', 'tree': 'tree'}
+# The rule the floors are derived for (`eval.floors`: min-p's allowed set, from its rho).
+FLOOR_RULE = 'minp_verify'
+
+
+def check_floor_rules(specs) -> None:
+    """Raises ValueError at the first of `specs` that is not a min-p rule: the floors are
+    derived for min-p verification only."""
+    for spec in specs:
+        if rules.make(spec).name != FLOOR_RULE:
+            raise ValueError(f'floor_rules: {spec!r} is not a {FLOOR_RULE} rule; the floors are '
+                             f"derived for min-p only (e.g. '{FLOOR_RULE}:rho=0.1')")  # fmt: skip
 
 
 def arm_config(c: ml_collections.ConfigDict, arm: str) -> ml_collections.ConfigDict:
@@ -124,6 +135,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     """Runs every arm (resuming the evaluations), writes claims.md; returns the claims and
     the wall clock."""
     start = time.perf_counter()
+    check_floor_rules(c.floor_rules)
     os.makedirs(workdir, exist_ok=True)
     arms, phases = {}, {}
     for arm in c.arms:

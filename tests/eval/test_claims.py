@@ -6,7 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from spec_jax.eval import floors, frontier
+from spec_jax.eval import claims as eval_claims
+from spec_jax.eval import floors, frontier, verdicts
 from spec_jax.jobs import claims, runtime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -89,3 +90,46 @@ def test_budget_rows_pick_the_budget_nearest_lenience():
     assert out['nearest'] == 'tv_budget:eps=0.05,l=0.5'
     assert len(out['table']) == 2 + 4 and '0.0600' in out['table'][2]
     assert frontier.budget_rows(rows[:2]) == {}
+
+
+def test_budget_table_reads_delta_be_against_lossless_sd():
+    rows = [dict(method='lenience:l=0.5', rule='lenience', tv=0.05, d_be=0.456, sd_d_be=0.123),
+            dict(method='tv_budget:eps=0.05,l=0.5', rule='tv_budget', tv=0.045)]  # fmt: skip
+    table = frontier.budget_rows(rows)['table']
+    assert 'ΔBE vs lossless SD' in table[0]
+    assert '+0.123' in table[2] and '+0.456' not in table[2]
+
+
+def test_fmt_ci_and_bonus_law():
+    m = frontier.mean_interval([1.0, 2.0, 3.0])
+    assert frontier.fmt_ci(m, '.2f') == '2.00 [-0.48, 4.48]'
+    assert frontier.fmt_ci(frontier.mean_interval([]), '.2f') == '-'
+    assert frontier.bonus_is_target('minp_verify:rho=0.1')
+    assert not frontier.bonus_is_target('greedy')  # Its bonus is the argmax, not p.
+
+
+def test_floor_rules_must_be_min_p():
+    claims.check_floor_rules(('minp_verify:rho=0.1', 'minp_verify:rho=0.3'))
+    with pytest.raises(ValueError, match="'eta_verify:eta=0.05' is not a minp_verify rule"):
+        claims.check_floor_rules(('minp_verify:rho=0.1', 'eta_verify:eta=0.05'))
+
+
+def _c5_row(method):
+    # 12 items (24 item-seed pairs); the interval excludes 0 just: p a little under 0.05.
+    return dict(method=method, kind='lossy', rule=method.split(':')[0], flattery_be=0.05,
+                flattery_be_lo=0.001, flattery_be_hi=0.099, pair_n=24, pair_n_items=12)  # fmt: skip
+
+
+def test_c5_is_judged_in_the_holm_family(tmp_path):
+    """Two C5 tests each at p just under 0.05: above 0 alone, not under Holm over both
+    (and the other claims' tests); n is the items, not the item-seed pairs."""
+    rows = [_c5_row('minp_verify:rho=0.1'), _c5_row('eta_verify:eta=0.05')]
+    arm = dict(rows=rows, results=[], num_draft=3)
+    data = dict(arms=dict(chain=arm, tree=dict(arm, rows=[])), floors=[], tree_branch=2,
+                greedy=dict(tokens=dict(ar=[], chain=[], tree=[]), n=0))  # fmt: skip
+    out = eval_claims.evaluate(data, str(tmp_path))
+    c5 = out['claims']['C5']
+    assert c5['status'] == 'not shown' and 'above' not in c5['text'], c5
+    assert c5['text'].count('not distinguishable from 0; n 12 items') == 2, c5
+    alone = verdicts.judge([data['_c5'][0][1]])
+    assert alone.verdicts[('c5', 'minp_verify:rho=0.1')] == 'above 0'
