@@ -162,7 +162,8 @@ def _speed_lines(group: str, sel: list[dict], fam: verdicts.Family) -> list[str]
     if lossless:
         decode = ''
         if tables.num(lossless.get('decode_speedup')):
-            decode = f', decode-only {tables.interval(lossless, "decode_speedup", ".2f")}x'
+            decode = (f', decode-only {tables.interval(lossless, "decode_speedup", ".2f")}x '
+                      f'({_batches(lossless.get("decode_speedup_n_batches"))}, not judged)')
         lines.append(
             f'{group}: lossless SD runs at BE {tables.fmt(lossless.get("block_efficiency"))}, '
             f'speedup {tables.interval(lossless, "speedup", ".2f")}x over AR end to end'
@@ -319,8 +320,9 @@ def untestable(rows: Sequence[dict], mode: str) -> list[str]:
     if any(r['speedup'] < 1.5 for r in lossless):
         out.append(
             "speedups of the paper's size (2-3x on GPUs): two causes cap them here: verifying T "
-            'tokens costs 1.2-2.3 one-token steps on this CPU (docs/performance.md), and the '
-            'prefill, which no rule shortens' + _prefill_shares(rows, lossless)
+            'tokens costs 1.2-2.3 one-token steps on a 2-core CPU (measured in '
+            'docs/performance.md, not in this run), and the prefill, which no rule shortens'
+            + _prefill_shares(rows, lossless)
         )
     return out
 

@@ -47,7 +47,7 @@ MATCHED_FIELDS = ('pair_n', 'pair_n_items', 'd_score', 'd_score_lo', 'd_score_hi
                   'd_be_hi', 'd_tv', 'd_tv_lo', 'd_tv_hi', 'd_tv_plain', 'd_tv_plain_lo',
                   'd_tv_plain_hi', 'speedup_vs_matched', 'speedup_vs_matched_lo',
                   'speedup_vs_matched_hi', 'speedup_vs_matched_n_batches')  # fmt: skip
-MIN_BATCHES = 5  # An interval from this many batches on (none below: too few to judge).
+MIN_BATCHES = verdicts.MIN_BATCHES  # An interval from this many batches on (none below).
 
 
 def sample_key(row: dict) -> tuple:

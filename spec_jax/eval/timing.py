@@ -222,8 +222,8 @@ def interleave(
     whole batch, so its seconds stay those of these rows), in its group's design (`order`),
     before the next batch; then, with a `monitor` (AR under its own name), the group's
     first batch again at place len(methods): AR's seconds on the same rows at the group's
-    start (its first batch runs AR first) and at its end, the machine's drift over the
-    group on like rows."""
+    start (its first batch runs AR at the middle place, as every batch) and at its end,
+    the machine's drift over the group on like rows."""
     out = []
     for k, b in enumerate(batches):
         out += [(b, m, place) for place, m in enumerate(order(methods, b)) if needs(b, m)]
@@ -272,6 +272,7 @@ def drift_lines(rows: Sequence[dict]) -> dict[str, str]:
     """`drift` as header items: {'drift_<seed>/<group>': text}."""
     return {f'drift {key}': (
         f"AR {d['start']:.1f} tokens/s at the start, {d['end']:.1f} at the end on the same "
-        f"rows (x{d['ratio']:.3f}, {d['calls']} calls apart"
+        f"rows (x{d['ratio']:.3f}, one batch timed at each end: no interval; "
+        f"{d['calls']} calls apart"
         + ('' if d['same_invocation'] else '; two invocations') + ')')
         for key, d in drift(rows).items()}  # fmt: skip

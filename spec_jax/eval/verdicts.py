@@ -49,7 +49,7 @@ ALPHA = 0.05
 # so that "too few items to judge" means the same thing in every row.
 MIN_ITEMS = 10
 # Speed ratios are judged per batch: a t-interval on log ratios from 5 batches on
-# (paired.MIN_BATCHES); their noise is close to lognormal, where t covers at small n.
+# (paired.py reads it); their noise is close to lognormal, where t covers at small n.
 MIN_BATCHES = 5
 TOO_FEW = 'too few items to judge'
 NO_TEST = 'no interval'
