@@ -322,15 +322,18 @@ def chain_round(
         raw = raw_inputs(engine.sampler, logits_btv, q_bav, s.history_bs, s.committed_b + 1)
         extra = {'raw': raw}
     out = rules.verify_chain(verification, k_verify_b, p_btv, q_bav, x_ba, **extra)
-    metered = None
+    metered = overlap_ba = None
     if engine.meter_distortion:
         # The law each offset emitted against the matched baseline's law of the same p.
         pi = verification.emitted_law(raw_btv, q_bav, x_ba, raw)
         metered = verification.meter(pi, raw_btv, None if raw is None else logits_btv)
+        # Lossless SD's acceptance at each drafted position: the frontier's reference.
+        overlap_ba = jnp.minimum(raw_btv[:, :a_round], q_bav).sum(-1)
     start_b = s.committed_b
     stops = engine.decode.stop_tokens  # The paper's full blocks: drafts no stop or limit cut.
     full_b = uncut_draft(x_ba, stops, s.limit_b - s.num_out_b, engine.num_draft)
-    s = s.replace(cache=cache, key_b=key_b, stats=s.stats.update(out, live_b, metered, full_b))
+    stats = s.stats.update(out, live_b, metered, full_b, overlap_ba)
+    s = s.replace(cache=cache, key_b=key_b, stats=stats)
     s = s.commit(out.tokens, out.num_emitted, stops)
     draft = drafter.observe(draft_params, draft, s.history_bs, start_b, s.committed_b, taps_bted)
     return s.replace(draft=draft)

@@ -59,6 +59,10 @@ class Stats:
         all its drafts, whatever its width).
       tv_at_bt: [B, T] TV summed at block offset t.
       overshoot_at_bt: [B, T] the largest finite overshoot at block offset t.
+      overlap: sum over the drafted positions reached (`reached_at_ba`'s) of
+        sum_v min(p, q), p the processed target, q the law the draft was drawn from:
+        lossless SD's acceptance probability at the rule's own drafted positions, the
+        frontier's reference (`rules.frontier_gap`; chain rounds when metering, else 0).
     """
 
     blocks: jax.Array
@@ -83,6 +87,7 @@ class Stats:
     metered_at_bt: jax.Array
     tv_at_bt: jax.Array
     overshoot_at_bt: jax.Array
+    overlap: jax.Array
 
     @classmethod
     def zeros(cls, batch: int, num_draft: int, max_blocks: int) -> Stats:
@@ -112,6 +117,7 @@ class Stats:
             metered_at_bt=bt,
             tv_at_bt=bt.astype(jnp.float32),
             overshoot_at_bt=bt.astype(jnp.float32),
+            overlap=f,
         )
 
     def update(
@@ -120,13 +126,15 @@ class Stats:
         live_b: jax.Array,
         metered: rules.Metered | None = None,
         full_b: jax.Array | None = None,
+        overlap_ba: jax.Array | None = None,
     ) -> Stats:
         """Adds one round of the live rows: its verification `out` (a round of A' <= A
         drafts) and, when metering, `metered` [B, A' + 1] at each offset of the block (the
         emitted ones, offsets 0..n, are kept). `full_b` [B] bool: the rows whose draft was
         not cut (no stop token drafted, room for A + 1 tokens; `engine.chain_round`); the
         round is a full block of a row iff it verified all A drafts and full_b holds (None:
-        every row's)."""
+        every row's). `overlap_ba` [B, A']: sum_v min(p, q) at each drafted position (kept
+        where reached, when metering)."""
         live = live_b.astype(jnp.int32)
         rows_b = jnp.arange(live_b.shape[0])
         block_col_b = jnp.where(live_b, self.blocks, self.block_accepted_bo.shape[1])
@@ -158,6 +166,9 @@ class Stats:
             return jnp.concatenate([_widen(x_bt[:, :-1], a), x_bt[:, -1:]], axis=1)
 
         finite = jnp.where(jnp.isfinite(metered.overshoot), metered.overshoot, 0.0)
+        if overlap_ba is not None:
+            kept_ba = out.reached.astype(bool) & live_b[:, None]
+            st = st.replace(overlap=st.overlap + jnp.where(kept_ba, overlap_ba, 0.0).sum(-1))
         return st.replace(
             metered_at_bt=st.metered_at_bt + by_offset(mask_bt.astype(jnp.int32)),
             tv_at_bt=st.tv_at_bt + by_offset(metered.tv),
@@ -260,6 +271,7 @@ def summarize(stats: Stats) -> dict:
         per_row['max_overshoot'] = s.overshoot_max.tolist()
         per_row['metered_at_offset'] = s.metered_at_bt.tolist()
         per_row['tv_at_offset'] = s.tv_at_bt.tolist()
+        per_row['overlap_sum'] = s.overlap.tolist()
         # None for rows without a metered position.
         per_row['mean_tv'] = _where_none(s.metered > 0, s.tv / np.maximum(s.metered, 1))
     return summary

@@ -57,7 +57,7 @@ PER_ROW_STATS = ('blocks', 'drafted', 'accepted', 'emitted', 'full_blocks', 'ful
                  'full_drafted', 'reached')  # fmt: skip
 METER_SUMS = ('metered', 'tv_sum', 'kl_sum', 'outside_sum', 'overshoot_sum', 'kl_inf',
               'overshoot_inf', 'max_overshoot', 'metered_at_offset', 'tv_at_offset',
-              'js_sum', 'tv_plain_sum')  # fmt: skip
+              'js_sum', 'tv_plain_sum', 'overlap_sum')  # fmt: skip
 Items = dict[str, tuple[Task, list[Item]]]  # Task name -> (the task, its items).
 # AR re-timed on a group's first batch at the group's end (`timing.interleave`).
 MONITOR = plan_lib.Method(timing.MONITOR, 'ar', 'lossless')

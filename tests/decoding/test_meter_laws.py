@@ -207,6 +207,11 @@ def test_chain_meter_equals_the_enumerated_law(soft_models, spec):
             want.append(positions)
             for field in FIELDS:
                 totals[field] += sum(pos[field] for pos in positions if np.isfinite(pos[field]))
+            # The frontier's reference at the same drafted positions: sum min(p, q).
+            overlap = sum(np.minimum(p_rows[b][k], q_rows[b][k]).sum()
+                          for k, kind in enumerate(kinds) if kind == 'draft')  # fmt: skip
+            got = short.stats['per_row']['overlap_sum'][b]
+            np.testing.assert_allclose(got, overlap, rtol=BOUND, atol=BOUND, err_msg=f'row {b}')
         check_sums(short, want)
     assert {('draft', True), ('bonus', True)} <= kinds_seen  # Drafts and bonus tokens metered.
     assert totals['tv'] > 0.05 and totals['js'] > 0.005  # The rule distorts: sums not 0.
