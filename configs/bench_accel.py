@@ -25,7 +25,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.preset = arg
     c.dtype = 'float32' if tiny else 'bfloat16'
     c.seed = 0
-    c.chip = ''  # A spec_jax.jobs.chips name for the predictions ('' = the device's own).
+    c.chip = ''  # A spec_jax.costs.chips name for the predictions ('' = the device's own).
     c.budget_s = 60.0 if tiny else 180.0  # Steps that would overrun it are skipped.
     c.first_compile_s = 2.0 if tiny else 40.0  # The budget's guess until a compile is seen.
     # Layers under one scan: a compile a fraction of the unrolled one's (32 layers), for a

@@ -17,7 +17,8 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from spec_jax.jobs import aot, memory
+from spec_jax.costs import memory
+from spec_jax.jobs import aot
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'A decode config.', lock_config=True)
 _TOPOLOGY = flags.DEFINE_string('topology', 'v5e:2x2', 'TPU topology: v5e:2x2, v5p:2x2x1, ...')

@@ -6,7 +6,7 @@ T 0.7, max_new_tokens 2048, one run; MATH, MBPP+, INCLUDE and BFCL parallel_mult
     python launch/aot.py --config configs/experiments/llama31_8b_eagle3.py:v5e8 --topology v5e:2x4
 
 The argument picks the hardware (batch 8, prompts and outputs up to 2048 tokens: 4,156
-cache slots a row; per-chip memory from `launch/aot.py --dry_run`, spec_jax/jobs/memory.py,
+cache slots a row; per-chip memory from `launch/aot.py --dry_run`, spec_jax/costs/memory.py,
 and docs/performance.md "Compiled for TPU"), bf16 throughout:
 
   ''     one device, as the paper's single GPU (the same as h100)

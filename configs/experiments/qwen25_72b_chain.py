@@ -10,7 +10,7 @@ MBPP+, INCLUDE and BFCL parallel_multiple with the paper's grids.
         --topology v5e:4x8
 
 The argument picks the hardware (batch 8, prompts and outputs up to 2048 tokens: 4,107
-cache slots a row; per-chip memory from `launch/aot.py --dry_run`, spec_jax/jobs/memory.py,
+cache slots a row; per-chip memory from `launch/aot.py --dry_run`, spec_jax/costs/memory.py,
 and docs/performance.md "Compiled for TPU"):
 
   ''          one device (the weights alone are 145 GB in bf16: no single chip holds them)

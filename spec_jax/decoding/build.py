@@ -17,11 +17,11 @@ from typing import NamedTuple
 import ml_collections
 
 from spec_jax import checkpoints, rules, sharding
+from spec_jax.costs import calibration, chips
 from spec_jax.decoding import drafters, tree_budget, trees
 from spec_jax.decoding.engine import MODES, Engine
 from spec_jax.decoding.host import Params
 from spec_jax.decoding.state import DecodeSettings
-from spec_jax.jobs import calibration, chips
 from spec_jax.sampling import Sampler
 
 

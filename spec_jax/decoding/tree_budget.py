@@ -21,7 +21,7 @@ allowed answer, so the choice is never predicted below AR; a chain is branch 1.
 
 The costs come from a bench's measured curve (`launch/bench.py --config
 configs/bench_accel.py`: `bench_accel.verify_costs`, then `interpolated`) or the calibrated
-model (`spec_jax.jobs.calibration.tree_costs`); the profile is given (`Acceptance.parse`)
+model (`spec_jax.costs.calibration.tree_costs`); the profile is given (`Acceptance.parse`)
 or its top rank per depth read from a chain run's statistics (`Acceptance.from_chain`);
 measuring the lower ranks, or adapting online, is not built. Paper setups
 keep EAGLE's fixed tree for fidelity; a tree block's `sized` asks for this one

@@ -1,6 +1,6 @@
 """A config's decoding run in shapes only: the engine, `jax.ShapeDtypeStruct` weights with
 their shardings on a mesh, and the loop's inputs, with no checkpoint read
-(spec_jax/jobs/aot.py compiles them for a TPU topology; spec_jax/jobs/memory.py sizes them).
+(spec_jax/jobs/aot.py compiles them for a TPU topology; spec_jax/costs/memory.py sizes them).
 
 The engine is built as `decoding.build` builds it, from a generate block (`c.spec`) or an
 experiment config (`runner.decoding_block`), with the weights replaced by
@@ -28,13 +28,13 @@ from jax.sharding import PartitionSpec as P
 from spec_jax import rules, sharding
 from spec_jax.checkpoints import eagle_formats, hf, sources
 from spec_jax.checkpoints.convert import config_from_dict, param_shapes
+from spec_jax.costs import memory
+from spec_jax.costs.memory import Plan
 from spec_jax.decoding import batching, drafters
 from spec_jax.decoding.build import sampler_from_config, tree_shape
 from spec_jax.decoding.engine import MODES, Engine
 from spec_jax.decoding.state import DecodeSettings
 from spec_jax.eval import runner
-from spec_jax.jobs import memory
-from spec_jax.jobs.memory import Plan
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.config import ModelConfig, preset
 

@@ -11,9 +11,9 @@ machine, from abstract weights, and what the compiled programs say (launch/aot.p
 Per mode (AR and the config's chain or tree mode), on the config's mesh (`c.mesh`, -1
 filled from the topology's chips):
 
-1. the dry run (spec_jax/jobs/memory.py): weights, KV cache and activations per chip;
+1. the dry run (spec_jax/costs/memory.py): weights, KV cache and activations per chip;
    a plan over the chip's HBM is refused here, before anything compiles (`force` skips it);
-   and the analytic roofline of one round (spec_jax/jobs/roofline.py: the weights and
+   and the analytic roofline of one round (spec_jax/costs/roofline.py: the weights and
    cache it reads, the FLOPs it computes), for any chip, GPUs included;
 2. `engine.decode_loop` lowered and compiled for the topology's devices, the weights
    `jax.ShapeDtypeStruct`s with the rules' NamedShardings (no checkpoint read): the
@@ -22,11 +22,11 @@ filled from the topology's chips):
    optimized HLO (spec_jax/jobs/hlo.py: kind, count, bytes per round);
 3. one round compiled on its own (`chain_round` / `tree_round` on the state the compiled
    `init_state` hands the loop, with its shardings): `cost_analysis()`'s flops and bytes
-   accessed give the round's roofline on the chip (spec_jax/jobs/chips.py): predicted AR
+   accessed give the round's roofline on the chip (spec_jax/costs/chips.py): predicted AR
    tokens/s per chip, and the chain or tree speedup at `block_efficiency` tokens a round
    (speedup = block efficiency x AR round time / SD round time);
 4. beside each upper bound, the calibrated prediction where the chip has measured
-   efficiencies (spec_jax/jobs/calibration.py: the compiled loop body's collective bytes
+   efficiencies (spec_jax/costs/calibration.py: the compiled loop body's collective bytes
    at the chip's interconnect bandwidth), else its upper bound labelled uncalibrated; every
    printed speedup says which it is.
 
@@ -59,8 +59,9 @@ from jax.experimental import topologies
 from jax.sharding import Mesh
 
 from spec_jax import sharding
+from spec_jax.costs import calibration, chips, memory, roofline
 from spec_jax.decoding import engine as eng
-from spec_jax.jobs import aot_train, calibration, chips, hlo, memory, roofline, runtime
+from spec_jax.jobs import aot_train, hlo, runtime
 from spec_jax.jobs.abstract import Abstract, build_abstract, decode_block, plan_of
 
 MEMORY_FIELDS = (

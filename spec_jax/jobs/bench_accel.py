@@ -18,7 +18,7 @@ the layers under one scan: a fraction of the unrolled compile, for a tight budge
    draft forwards.
 
 Each record: step, shapes, measured_ms, predicted_ms {upper_bound, calibrated} (the
-analytic roofline at the chip's peaks, and spec_jax/jobs/calibration.py's where the chip is
+analytic roofline at the chip's peaks, and spec_jax/costs/calibration.py's where the chip is
 calibrated; None where no chip is known, e.g. a CPU), fraction_of_bound (upper bound /
 measured), compile_s (JAX's own compile clock over the step), and per step kind its extras.
 Written to `<workdir>/bench_accel.json` with the device, chip and jax version.
@@ -36,9 +36,10 @@ import ml_collections
 import numpy as np
 
 from spec_jax import decoding, sharding
+from spec_jax.costs import calibration, chips, memory
 from spec_jax.decoding.drafters import Eagle3Drafter
 from spec_jax.decoding.trees import TreeShape
-from spec_jax.jobs import bench_chain, bench_tree, calibration, chips, memory
+from spec_jax.jobs import bench_chain, bench_tree
 from spec_jax.jobs.timing import CompileClock, interleaved_medians
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.cache import KVCache

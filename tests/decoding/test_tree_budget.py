@@ -6,11 +6,12 @@ import ml_collections
 import pytest
 
 from spec_jax import sharding
+from spec_jax.costs import calibration, chips
 from spec_jax.decoding import tree_budget
 from spec_jax.decoding.build import tree_config, tree_of
 from spec_jax.decoding.drafters import Eagle3Drafter
 from spec_jax.decoding.trees import TreeShape
-from spec_jax.jobs import abstract, calibration, chips
+from spec_jax.jobs import abstract
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.config import ModelConfig
 

@@ -20,7 +20,8 @@ import pytest
 
 from spec_jax import sharding
 from spec_jax.checkpoints.convert import param_shapes
-from spec_jax.jobs import abstract, aot, chips, memory
+from spec_jax.costs import chips, memory
+from spec_jax.jobs import abstract, aot
 from spec_jax.jobs.runtime import load_config
 from spec_jax.models import eagle3 as e3
 

@@ -1,4 +1,4 @@
-"""The calibrated estimate (spec_jax/jobs/calibration.py): fitted on the H200's decode steps
+"""The calibrated estimate (spec_jax/costs/calibration.py): fitted on the H200's decode steps
 and forwards only, it predicts the held-out tree round and tree-over-AR within 15 %, while
 the upper bound stays below every measured time; chips as devices report them."""
 
@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from spec_jax.jobs import abstract, aot, calibration, chips
+from spec_jax.costs import calibration, chips
+from spec_jax.jobs import abstract, aot
 from spec_jax.jobs.runtime import load_config
 
 EXPERIMENTS = os.path.join(os.path.dirname(__file__), '..', '..', 'configs', 'experiments')

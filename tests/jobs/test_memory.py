@@ -1,4 +1,4 @@
-"""The dry run's memory estimate (spec_jax/jobs/memory.py): int8 bytes, KV heads replicated
+"""The dry run's memory estimate (spec_jax/costs/memory.py): int8 bytes, KV heads replicated
 where the model axis does not divide them, and the paper setups on their named hardware
 (nothing compiled, no libtpu)."""
 
@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from spec_jax.jobs import abstract, aot, chips, memory
+from spec_jax.costs import chips, memory
+from spec_jax.jobs import abstract, aot
 from spec_jax.jobs.runtime import load_config
 from spec_jax.models import attention
 from spec_jax.models.config import ModelConfig

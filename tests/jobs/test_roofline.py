@@ -1,4 +1,4 @@
-"""The analytic roofline (spec_jax/jobs/roofline.py) against XLA's own count of the compiled
+"""The analytic roofline (spec_jax/costs/roofline.py) against XLA's own count of the compiled
 call on this CPU, and a round's parts against the memory estimate."""
 
 import dataclasses
@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import pytest
 
 from spec_jax import sharding
-from spec_jax.jobs import abstract, chips, memory, roofline
+from spec_jax.costs import chips, memory, roofline
+from spec_jax.jobs import abstract
 from spec_jax.jobs.runtime import load_config
 from spec_jax.models import cache as cache_lib
 from spec_jax.models.config import ModelConfig

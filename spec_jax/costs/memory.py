@@ -42,7 +42,7 @@ import numpy as np
 
 from spec_jax import sharding
 from spec_jax.checkpoints.convert import param_shapes
-from spec_jax.jobs.chips import GIB, Chip
+from spec_jax.costs.chips import GIB, Chip
 from spec_jax.models import attention
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.config import ModelConfig
@@ -74,7 +74,7 @@ class Plan:
       head: an EAGLE-3 head's Eagle3Config, or None.
       draft_sharding: how the draft (or head) splits (`sharding.DRAFT_SHARDINGS`).
       draft_calls: tokens a row of each call of the draft (or head) in a round (the
-        roofline's, spec_jax/jobs/roofline.py; none for n-grams and prompt lookup).
+        roofline's, spec_jax/costs/roofline.py; none for n-grams and prompt lookup).
     """
 
     target: ModelConfig

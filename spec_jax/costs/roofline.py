@@ -19,7 +19,7 @@ prompt lookup: none); a tree round the target over the M nodes and the head's wi
 over the accepted path and its calls on each drafted level's frontier.
 
 `round_calls` lists the calls one by one (the calibrated estimate times each:
-spec_jax/jobs/calibration.py) with the bytes each all-reduces under tensor parallelism.
+spec_jax/costs/calibration.py) with the bytes each all-reduces under tensor parallelism.
 
 Not counted: activations' traffic (at decode widths small beside the weights), sampling
 and the laws (vocabulary-wide, rows x T x V), collectives (counted apart: `Call.all_reduce`),
@@ -35,8 +35,8 @@ from __future__ import annotations
 import dataclasses
 
 from spec_jax import sharding
-from spec_jax.jobs import memory
-from spec_jax.jobs.chips import Chip
+from spec_jax.costs import memory
+from spec_jax.costs.chips import Chip
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.config import ModelConfig
 

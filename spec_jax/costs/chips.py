@@ -1,6 +1,6 @@
 """The accelerators spec_jax plans for: memory, peak bf16 compute, HBM and interconnect
 bandwidth per chip, and the roofline of a program on one (spec_jax/jobs/aot.py,
-spec_jax/jobs/memory.py; measured efficiencies: spec_jax/jobs/calibration.py).
+spec_jax/costs/memory.py; measured efficiencies: spec_jax/costs/calibration.py).
 
 Figures are the vendors' published per-chip numbers (dense bf16, no sparsity); memories are
 in bytes as the device reports them where one has been seen (nvidia-smi's MiB), else the
@@ -88,7 +88,7 @@ CHIPS = {
                  450e9, ('NVIDIA H100 80GB HBM3',)),  # fmt: skip
     # NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200): HBM3e at 4.8 TB/s (nvidia-smi:
     # 143,771 MiB), 989 TFLOPS bf16 dense, NVLink 900 GB/s bidirectional. Calibrated
-    # (spec_jax/jobs/calibration.py, 2026-12-04).
+    # (spec_jax/costs/calibration.py, 2026-12-04).
     'h200': Chip('h200', 143_771 * MIB, 989e12, 4.8e12, 'gpu', 'NVIDIA H200 datasheet (SXM)',
                  450e9, ('NVIDIA H200',)),  # fmt: skip
     # NVIDIA DGX B200 datasheet: 1,440 GB for 8 GPUs (180 GB each; no device seen), HBM3e at

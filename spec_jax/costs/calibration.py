@@ -1,4 +1,4 @@
-"""Attainable time of a round: the analytic roofline's calls (spec_jax/jobs/roofline.py) at
+"""Attainable time of a round: the analytic roofline's calls (spec_jax/costs/roofline.py) at
 efficiencies measured on a chip kind, beside the upper bound at its published peaks.
 
 A calibration of a chip holds two fractions fitted from timed single calls (a decode step,
@@ -32,7 +32,7 @@ import math
 
 import numpy as np
 
-from spec_jax.jobs import chips, memory, roofline
+from spec_jax.costs import chips, memory, roofline
 from spec_jax.models.config import ModelConfig
 
 LAW_PASSES = 4  # logits, p, its transform, q: memory.py's laws of a round.
