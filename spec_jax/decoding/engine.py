@@ -392,11 +392,14 @@ def tree_round(engine: Engine, params: dict, draft_params, s: DecodeState) -> De
             tokens_bm[:, None], jnp.maximum(kids_btc, 0), axis=-1), -1)  # fmt: skip
         logits_btv = jnp.take_along_axis(logits_bmv, out.path[..., None], axis=1)
         raw_btv = engine.sampler.probs(logits_btv)
+        # Sampled siblings: the law the walk emits over the draws, from each node's q.
+        q_btv = None if q_bmv is None else jnp.take_along_axis(q_bmv, out.path[..., None], 1)
         if verification.needs_logits:  # The node laws and baseline sets read the logits.
-            pi = verification.tree_node_law(raw_btv, sibs_btc, logits_btv)
+            pi = verification.tree_node_law(raw_btv, sibs_btc, logits_btv, q_btv)
             metered = verification.meter(pi, raw_btv, logits_btv)
         else:
-            metered = verification.meter(verification.tree_node_law(raw_btv, sibs_btc), raw_btv)
+            pi = verification.tree_node_law(raw_btv, sibs_btc, q_btv=q_btv)
+            metered = verification.meter(pi, raw_btv)
     start_b = s.committed_b
     s = s.replace(key_b=key_b, stats=s.stats.update(path_result(out, kids_bmc), live_b, metered))
     s = s.commit(out.tokens, out.num_emitted, engine.decode.stop_tokens)

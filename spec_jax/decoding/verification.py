@@ -165,12 +165,28 @@ class Verification:
         return jnp.where(self.baseline, residual, self.rule.tree_final_raw(residual, p, node))
 
     def tree_node_law(
-        self, p_btv: jax.Array, siblings_btc: jax.Array, logits_btv: jax.Array | None = None
+        self,
+        p_btv: jax.Array,
+        siblings_btc: jax.Array,
+        logits_btv: jax.Array | None = None,
+        q_btv: jax.Array | None = None,
     ) -> jax.Array:
         """The law [B, T, V] of the token emitted at the T nodes of a path, with
         temperature-processed target p_btv and ordered siblings [B, T, C] (-1 padded; none:
         the bonus law), given that the walk reached them; a baseline emits its truncated
-        target p_A. `logits_btv`: the nodes' raw target logits, for rules that read them."""
+        target p_A. `logits_btv`: the nodes' raw target logits, for rules that read them.
+
+        `q_btv`: for sampled siblings, the law [B, T, V] each node's children were drawn
+        from. The walk is then lossless against the rule's `tree_target(p, siblings, q)`
+        (p for lossless SD, the chain law pi(p, q) for tv_budget), so over the draws that is
+        the law emitted, not the deterministic-sibling law of the drawn set (docs/laws.md
+        §8.2; tests/rules/test_tree_meter.py checks it against `verify_node`)."""
+        if q_btv is not None:
+            has_kids = (siblings_btc >= 0).any(-1, keepdims=True)
+            target = self.rule.tree_target(p_btv, siblings_btc, q_btv)
+            pi = jnp.where(has_kids, target, self.rule.bonus(p_btv))
+            law = rules.matched_baseline(self.rule).law(p_btv, logits_btv)
+            return jnp.where(self.baseline, law, pi)
         if logits_btv is None:
             pi = self.rule.induced_tree_node(p_btv, siblings_btc)
             return jnp.where(self.baseline, rules.matched_baseline(self.rule).law(p_btv), pi)
