@@ -1,178 +1,188 @@
-"""Attainable time of a round: the analytic roofline's calls (spec_jax/costs/roofline.py) at
-efficiencies measured on a chip kind, beside the upper bound at its published peaks.
+"""Calibrated chips, and the cost of a tier (AR, a chain, a tree) at batch B, T verified
+tokens a row and a context of S cache slots on a chip: what the adaptive engine, the tree
+sizer, the AOT job and the accelerator bench read.
 
-A calibration of a chip holds two fractions fitted from timed single calls (a decode step,
-one forward over T tokens) and nothing else:
+The API (H47A's adaptive engine reads it):
 
-- the HBM fraction h: the share of the published bandwidth a memory-bound call reaches
-  (the geometric mean of (bytes / bandwidth) / measured over the calls whose roofline is
-  memory bound);
-- the matmul fraction e(M) of the peak bf16 FLOP/s at M = rows x T tokens a call: one point
-  per compute-bound call (FLOPs / peak / measured). Between measured points e is linear in
-  log M; below the smallest and above the largest measured M it is the nearest point's
-  (flat: no curve is assumed where nothing was measured), so one point holds everywhere.
+    from spec_jax.costs import calibration as cal
+    m = cal.for_chip('h200', target_cfg, head=head_cfg)  # or draft=; a Chip; 'cpu' too
+    m.round_s(cal.Tier.ar(), batch=8, context=4096)       # seconds of one AR round
+    m.round_s(cal.Tier.chain(5, 'eagle3'), 8, 4096)       # a chain of A 5 (T 6); 'lm', 'ngram'
+    m.round_s(cal.Tier.tree(TreeShape(17, 6, 4)), 8, 4096)  # a dynamic tree (T 17)
+    m.verify_s(8, 17, 4096); m.draft_s(tier, 8, 4096); m.engine_s('tree')  # its parts
+    m.unknown   # what the chip's fit could not identify, and what it assumed instead
 
-A call then takes max(bytes / (h x bandwidth), FLOPs / (e(M) x peak)) plus its laws'
-traffic (`LAW_PASSES` passes over [rows, T, V] in fp32, at the calibrated bandwidth) plus
-its all-reduces at the chip's interconnect bandwidth (`Chip.all_reduce_seconds`, not
-overlapped); a round is the sum of its calls (no overlap between calls). Launches, the host
-and the engine's own work (tree masks, top-k, sorting) are not counted: on the H200 they
-are ~10 % of the tree round (docs/performance.md, "Calibrated predictions").
+A round costs the target's call over T tokens a row (its laws included), the drafter's calls
+(`Tier.draft_calls`: tokens a row of each), their all-reduces on a mesh, and the engine's own
+work of a round of its mode (spec_jax/costs/efficiency.py: the form and the fractions).
+`context` is S, the cache slots attention reads: the engine's static shapes read all of
+them (`Engine.slots`), so within a run the cost does not change as the context fills; a
+caller whose attention reads only the filled part passes the context length. Costs are
+cached per (model, tier, batch, context): microseconds a call after its first.
 
-The upper bound keeps its meaning: it uses the peaks (h = e = 1), the round's FLOPs and
-bytes summed before taking the max, and no collectives, so it is never above a calibrated
-prediction. A chip without a calibration gets its upper bound only, labelled uncalibrated.
+A chip is calibrated when `CALIBRATED` names its measurement file (spec_jax/assets/costs/,
+each with its source; fitted by spec_jax/costs/fit.py); `for_chip` refuses another, naming
+the calibrated ones. The upper bound at a chip's peaks needs no calibration (`predict`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
-import numpy as np
-
-from spec_jax.costs import chips, memory, roofline
+from spec_jax.costs import chips, fit, memory, points, roofline
+from spec_jax.costs.efficiency import Calibration, collective_seconds
+from spec_jax.models import eagle3 as e3
 from spec_jax.models.config import ModelConfig
 
-LAW_PASSES = 4  # logits, p, its transform, q: memory.py's laws of a round.
-
-
-@dataclasses.dataclass(frozen=True)
-class Measurement:
-    """One timed call at known shapes: `plan` (target only, `width` = T) took `ms`."""
-
-    what: str
-    ms: float
-    plan: memory.Plan
-
-
-@dataclasses.dataclass(frozen=True)
-class Calibration:
-    """Measured efficiencies of one chip kind (module docstring).
-
-    Attributes:
-      chip: the chip.
-      hbm_fraction: h.
-      matmul: ((M, e), ...) ascending in M.
-      date, jax, shapes: when, under which jax version, at which shapes it was measured.
-      fitted_on: the measurements' names.
-    """
-
-    chip: chips.Chip
-    hbm_fraction: float
-    matmul: tuple[tuple[int, float], ...]
-    date: str
-    jax: str
-    shapes: str
-    fitted_on: tuple[str, ...] = ()
-
-    def efficiency(self, tokens: int) -> float:
-        """e(M) at M = `tokens` (rows x T), interpolated as the module says."""
-        ms = np.log([m for m, _ in self.matmul])
-        es = [e for _, e in self.matmul]
-        return float(np.interp(math.log(max(tokens, 1)), ms, es))
-
-    def call_seconds(self, call: roofline.Call, vocab: int = 0) -> float:
-        """Seconds of one call on the chip, its all-reduces aside (module docstring)."""
-        c = self.chip
-        bandwidth = self.hbm_fraction * c.hbm_bandwidth
-        laws = LAW_PASSES * call.rows * call.tokens * vocab * 4 / bandwidth
-        compute = call.cost.flops / (self.efficiency(call.rows * call.tokens) * c.peak_flops)
-        return max(call.cost.bytes_accessed / bandwidth, compute) + laws
-
-    def round_seconds(self, plan: memory.Plan, collective_bytes: float | None = None) -> dict:
-        """The calibrated time of one round of `plan`: {seconds, collectives_s (None: the
-        interconnect is not at hand), calls: [(what, T, seconds)]}. `collective_bytes`
-        (per chip, per round: a compiled program's count) replaces the analytic all-reduces."""
-        calls = roofline.round_calls(plan)
-        vocabs = {'target': plan.target.vocab_size,
-                  'draft': plan.draft.vocab_size if plan.draft else 0,
-                  'head': plan.head.draft_vocab_size if plan.head else 0}  # fmt: skip
-        timed = [(c.what, c.tokens, self.call_seconds(c, vocabs[c.what])) for c in calls]
-        coll = collective_seconds(self.chip, plan, calls, collective_bytes)
-        return dict(seconds=sum(s for *_, s in timed) + (coll or 0.0), collectives_s=coll,
-                    calls=timed)  # fmt: skip
-
-    def describe(self) -> str:
-        points = ', '.join(f'{e:.2f} at M {m}' for m, e in self.matmul)
-        return (f'calibrated on {self.chip.name} {self.date} (jax {self.jax}; {self.shapes}): '
-                f'HBM {self.hbm_fraction:.2f} of peak, matmul {points}')  # fmt: skip
-
-
-def fit(chip: chips.Chip, measurements, date: str, jax: str, shapes: str) -> Calibration:
-    """A Calibration of `chip` from single-call `measurements` (module docstring).
-    ValueError for a measurement of several calls, or none memory bound."""
-    hbm, points = [], {}
-    for m in measurements:
-        calls = roofline.round_calls(m.plan)
-        if len(calls) != 1:
-            raise ValueError(f'measurement {m.what!r} has {len(calls)} calls: fit single calls')
-        (call,) = calls
-        flops, num_bytes = call.cost.flops, call.cost.bytes_accessed
-        if chip.bound(flops, num_bytes) == 'memory':
-            hbm.append(num_bytes / chip.hbm_bandwidth / (m.ms / 1e3))
-        else:
-            points.setdefault(call.rows * call.tokens, []).append(
-                flops / chip.peak_flops / (m.ms / 1e3))
-    if not hbm:
-        raise ValueError('a calibration needs at least one memory-bound call (a decode step)')
-    h = math.exp(sum(map(math.log, hbm)) / len(hbm))
-    matmul = tuple(sorted((m, sum(v) / len(v)) for m, v in points.items())) or ((1, h),)
-    names = tuple(m.what for m in measurements)
-    return Calibration(chip, h, matmul, date, jax, shapes, names)
-
-
-def _llama8b(batch: int, slots: int, width: int) -> memory.Plan:
-    cfg = ModelConfig.llama3_1_8b().replace(dtype='bfloat16', param_dtype='bfloat16')
-    return memory.Plan(cfg, batch, 128, slots, width)
-
-
-def h200_measurements() -> tuple[Measurement, ...]:
-    """The H200's fitted measurements (/work/shared/data/gpu/h200_2026-12-04.md; Llama-3.1-8B
-    shapes, bf16, random weights): decode steps and forwards only; the tree round and the
-    tree over AR are held out (tests/jobs/test_calibration.py)."""
-    return (
-        Measurement('AR decode loop, batch 8, 256 slots (prefill included)', 4.66,
-                    _llama8b(8, 256, 1)),
-        Measurement('AR round, batch 8, 4096 slots', 5.65, _llama8b(8, 4096, 1)),
-        Measurement('forward T 1, batch 8, 4096 slots', 5.55, _llama8b(8, 4096, 1)),
-        Measurement('forward T 60, batch 8, 4156 slots', 20.3, _llama8b(8, 4156, 60)),
-    )  # fmt: skip
+# chip -> its measurement file in spec_jax/assets/costs/ (with the form its held-out errors
+# chose: `fit.compare_forms`; tests/jobs/test_calibration.py checks the choice).
+CALIBRATED = {'h200': 'h200_2026-12-04'}
+DRAFTERS = ('eagle3', 'lm', 'ngram')
 
 
 @functools.cache
 def calibration(name: str) -> Calibration | None:
-    """The calibration of chip `name`, or None (uncalibrated)."""
-    if name == 'h200':
-        return fit(chips.CHIPS['h200'], h200_measurements(), '2026-12-04', '0.11.2 (CUDA 13)',
-                   'Llama-3.1-8B bf16, batch 8, 256-4156 slots, T 1 and 60')  # fmt: skip
-    return None
+    """The calibration of chip `name` from its measurement file, or None (uncalibrated)."""
+    if name not in CALIBRATED:
+        return None
+    meta, pts = points.load(CALIBRATED[name])
+    shapes = f'{meta["preset"]} {meta["dtype"]}, {len(pts)} points'
+    return fit.fit(chips.CHIPS[name], [p for p in pts if p.role == 'fit'], meta['form'],
+                   meta['date'], meta['jax'], shapes)  # fmt: skip
 
 
-def collective_seconds(chip: chips.Chip, plan: memory.Plan, calls: list[roofline.Call],
-                       collective_bytes: float | None = None) -> float | None:  # fmt: skip
-    """A round's all-reduces at the chip's interconnect: the calls' own (analytic), or
-    `collective_bytes` per chip (a compiled program's count) over the model axis; None where
-    the chip's interconnect bandwidth is not at hand."""
-    if collective_bytes is not None:
-        return chip.all_reduce_seconds(collective_bytes, plan.mesh[1])
-    parts = [chip.all_reduce_seconds(c.all_reduce, c.model) for c in calls]
-    return None if None in parts else sum(parts)
+@dataclasses.dataclass(frozen=True)
+class Tier:
+    """A round's size: `mode` ('ar', 'chain', 'tree'), T verified a row (`tokens`), and the
+    drafter's calls (tokens a row of each)."""
+
+    mode: str
+    tokens: int = 1
+    draft_calls: tuple[int, ...] = ()
+
+    @classmethod
+    def ar(cls) -> Tier:
+        return cls('ar')
+
+    @classmethod
+    def chain(cls, num_draft: int, drafter: str = 'eagle3') -> Tier:
+        """A chain of A = `num_draft`: an EAGLE-3 head's window over the A + 1 tokens the
+        target processed, then A - 1 steps; a draft LM's 2-token window and A - 1 steps;
+        n-grams and prompt lookup nothing."""
+        if drafter not in DRAFTERS or num_draft < 1:
+            raise ValueError(f'chain tier ({num_draft}, {drafter!r}): give num_draft >= 1 and '
+                             f'a drafter of {DRAFTERS}')  # fmt: skip
+        first = {'eagle3': num_draft + 1, 'lm': 2}.get(drafter)
+        calls = () if first is None else (first,) + (1,) * (num_draft - 1)
+        return cls('chain', num_draft + 1, calls)
+
+    @classmethod
+    def tree(cls, shape) -> Tier:
+        """A dynamic tree (`decoding.trees.TreeShape`: nodes, path_len, branch,
+        levels_drafted): the head's window over the accepted path, then a call on each
+        further drafted level's frontier."""
+        calls = (shape.path_len + 1,) + (shape.branch,) * (shape.levels_drafted - 1)
+        return cls('tree', shape.nodes, calls)
 
 
-def predict(plan: memory.Plan, chip: chips.Chip, collective_bytes: float | None = None) -> dict:
-    """Both predictions of one round of `plan` on `chip`: {upper_bound_s, calibrated_s (None:
-    uncalibrated), collectives_s, label}."""
+@dataclasses.dataclass(frozen=True)
+class CostModel:
+    """A target (and its drafter) on one calibrated chip (module docstring)."""
+
+    cal: Calibration
+    target: ModelConfig
+    head: e3.Eagle3Config | None = None
+    draft: ModelConfig | None = None
+    mesh: tuple[int, int] = (1, 1)
+
+    @property
+    def chip(self) -> chips.Chip:
+        return self.cal.chip
+
+    @property
+    def unknown(self) -> tuple[str, ...]:
+        return self.cal.unknown
+
+    def plan(self, tier: Tier, batch: int, context: int) -> memory.Plan:
+        drafted = dict(head=self.head, draft=self.draft, draft_calls=tier.draft_calls)
+        return memory.Plan(self.target, batch, 1, context, tier.tokens, self.mesh,
+                           **(drafted if tier.draft_calls else {}))  # fmt: skip
+
+    def round_s(self, tier: Tier, batch: int, context: int) -> float:
+        """Seconds of one round of `tier` at `batch` rows and `context` slots."""
+        return _round_s(self, tier, batch, context)
+
+    def verify_s(self, batch: int, tokens: int, context: int) -> float:
+        """Seconds of the target's call over `tokens` a row inside a round (laws included)."""
+        return _round_s(self, Tier('', tokens), batch, context)
+
+    def draft_s(self, tier: Tier, batch: int, context: int) -> float:
+        """Seconds of the drafter's calls of a round of `tier`."""
+        return (_round_s(self, tier, batch, context) - self.engine_s(tier.mode)
+                - self.verify_s(batch, tier.tokens, context))  # fmt: skip
+
+    def engine_s(self, mode: str) -> float:
+        """The engine's own work of a round of `mode` (fitted, or 0 where not measured)."""
+        return self.cal.engine_s(mode)
+
+
+@functools.lru_cache(maxsize=4096)
+def _round_s(m: CostModel, tier: Tier, batch: int, context: int) -> float:
+    plan = m.plan(tier, batch, context)
+    vocab = dict(target=m.target.vocab_size, draft=m.draft.vocab_size if m.draft else 0,
+                 head=m.head.draft_vocab_size if m.head else 0)  # fmt: skip
+    calls = [(c, 1.0, vocab[c.what]) for c in roofline.round_calls(plan)]
+    return m.cal.calls_seconds(calls, tier.mode or 'verify')
+
+
+def for_chip(
+    chip: str | chips.Chip, target: ModelConfig, *, head: e3.Eagle3Config | None = None,
+    draft: ModelConfig | None = None, mesh: tuple[int, int] = (1, 1),
+) -> CostModel:  # fmt: skip
+    """The cost model of `target` with its EAGLE-3 `head` or draft LM `draft` on `chip` (a
+    name or a Chip). ValueError for an uncalibrated chip, naming the calibrated ones."""
+    name = chip if isinstance(chip, str) else chip.name
+    chips.chip(name)  # A ValueError naming the known chips first.
+    cal = calibration(name)
+    if cal is None:
+        raise ValueError(f'chip {name!r} is uncalibrated; calibrated chips: {sorted(CALIBRATED)}')
+    return CostModel(cal, target, head, draft, mesh)
+
+
+def predict(plan: memory.Plan, chip: chips.Chip, collective_bytes: float | None = None,
+            mode: str = '') -> dict:  # fmt: skip
+    """Both predictions of one round of `plan` (a round of `mode`: `Calibration.round_seconds`)
+    on `chip`: {upper_bound_s, calibrated_s (None: uncalibrated), collectives_s, label}."""
     upper = roofline.round_cost(plan).on(chip)['seconds']
     cal = calibration(chip.name)
     if cal is None:
         coll = collective_seconds(chip, plan, roofline.round_calls(plan), collective_bytes)
         return dict(upper_bound_s=upper, calibrated_s=None, collectives_s=coll,
                     label=f'{chip.name} uncalibrated')  # fmt: skip
-    r = cal.round_seconds(plan, collective_bytes)
+    r = cal.round_seconds(plan, mode, collective_bytes)
     return dict(upper_bound_s=upper, calibrated_s=r['seconds'], collectives_s=r['collectives_s'],
                 label=f'calibrated on {chip.name} {cal.date}')  # fmt: skip
+
+
+def tree_costs(chip: chips.Chip, target: ModelConfig, head: e3.Eagle3Config, batch: int,
+               slots: int):  # fmt: skip
+    """The cost curves `decoding.tree_budget.choose` reads, for `target` with EAGLE-3 head
+    `head` at `batch` rows and `slots` cache slots on one `chip`: (verify_s(T): the target's
+    call over T tokens a row plus AR's engine work, draft_s(levels, branch): the head's
+    window over the accepted path, a call on each further level's frontier, and the tree
+    round's engine work beyond AR's). ValueError for an uncalibrated chip."""
+    m = for_chip(chip, target, head=head)
+    extra = m.engine_s('tree') - m.engine_s('ar')
+
+    def verify_s(tokens: int) -> float:
+        return m.verify_s(batch, tokens, slots) + m.engine_s('ar')
+
+    def draft_s(levels: int, branch: int) -> float:
+        tier = Tier('tree', 1, (levels + 1,) + (branch,) * (levels - 1))
+        return m.draft_s(tier, batch, slots) + extra
+
+    return verify_s, draft_s
 
 
 def line(pred: dict) -> str:
@@ -187,34 +197,3 @@ def line(pred: dict) -> str:
     elif pred['collectives_s'] is None:
         text += ' (collectives not timed: no interconnect bandwidth for the chip)'
     return text
-
-
-
-def tree_costs(chip: chips.Chip, target: ModelConfig, head, batch: int, slots: int):
-    """The calibrated cost curves `tree_budget.choose` reads, for `target` with EAGLE-3 head
-    `head` at `batch` rows and `slots` cache slots on one `chip`: (verify_s(T): the target's
-    forward over T tokens a row, draft_s(levels, branch): the head's window over the accepted
-    path, then a call on each further level's frontier). ValueError for an uncalibrated chip.
-    A call's FLOPs and all-reduced bytes are linear in T and its bytes read constant, so each
-    model is costed once, at T 1."""
-    cal = calibration(chip.name)
-    if cal is None:
-        calibrated = sorted(n for n in chips.CHIPS if calibration(n))
-        raise ValueError(f'chip {chip.name!r} is uncalibrated; calibrated chips: {calibrated}')
-    plan = memory.Plan(target, batch, 1, slots, 1, head=head, draft_calls=(1,))
-    (one, head_one) = roofline.round_calls(plan)
-
-    def seconds(call: roofline.Call, tokens: int, vocab: int) -> float:
-        cost = roofline.Cost(call.cost.flops * tokens, call.cost.bytes_accessed)
-        scaled = dataclasses.replace(call, tokens=tokens, cost=cost,
-                                     all_reduce=call.all_reduce * tokens)  # fmt: skip
-        return cal.call_seconds(scaled, vocab)
-
-    def verify_s(tokens: int) -> float:
-        return seconds(one, tokens, target.vocab_size)
-
-    def draft_s(levels: int, branch: int) -> float:
-        calls = (levels + 1,) + (branch,) * (levels - 1)
-        return sum(seconds(head_one, t, head.draft_vocab_size) for t in calls)
-
-    return verify_s, draft_s

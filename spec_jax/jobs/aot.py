@@ -181,7 +181,7 @@ def run(
         analytic = roofline.round_cost(plan).on(chip)
         numbers = dict(estimate=est.as_dict(), analytic=analytic)
         line = _roofline_line(analytic, chip, plan.batch, mode, mesh_shape)
-        pred = calibration.predict(plan, chip)
+        pred = calibration.predict(plan, chip, mode=mode)
         numbers['calibrated'] = dict(seconds=pred['calibrated_s'], label=pred['label'],
                                      collectives_s=pred['collectives_s'])  # fmt: skip
         print(f'{mode}: batch {plan.batch}, prompt bucket {plan.prompt_len}, {plan.slots} '
@@ -196,7 +196,7 @@ def run(
             numbers.update(more)
             coll_bytes = sum(v['bytes'] for v in more['collectives'].values())
             if coll_bytes:  # The compiled loop body's collectives replace the analytic ones.
-                pred = calibration.predict(plan, chip, coll_bytes)
+                pred = calibration.predict(plan, chip, coll_bytes, mode)
                 numbers['calibrated'] = dict(seconds=pred['calibrated_s'], label=pred['label'],
                                              collectives_s=pred['collectives_s'])  # fmt: skip
                 print(f'  predicted round with the compiled collectives '

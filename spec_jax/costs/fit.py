@@ -1,0 +1,155 @@
+"""Fitting a chip's calibration (spec_jax/costs/calibration.py) on measured points
+(spec_jax/costs/points.py), and the report of what it knows: per point, fitted or held out,
+and the error.
+
+The fit: h and e on a grid of fractions (`GRID`, log-spaced from 0.01 to 1), the engine's
+work a round of each measured mode in closed form at each (h, e), minimizing the summed
+squared relative error over the points whose role is 'fit'. What the points cannot decide
+is not guessed silently:
+
+- e is identified only when a fitted point is compute-heavy (its calls' FLOPs at the peak
+  take at least `COMPUTE_SHARE` of their bytes' time at the peak bandwidth; an AR loop's
+  prefill, 1/128 of its steps, is not); otherwise e = h is assumed and said
+  (`Calibration.unknown`); h likewise needs a memory-heavy point;
+- a mode's engine work needs a fitted round of that mode; otherwise 0 is assumed and said.
+
+`held_out` predicts every point from a fit that leaves out the point itself and every point
+sharing one of its calls (`Point.shares_a_call`): leave-one-out over the fitted points, and
+for a 'test' point (a round) a fit on the others without its own target call. That is held
+out by construction: no point's own measurement, nor its target call's, ever enters the
+fit that predicts it. `compare_forms` runs it for each form: the form a chip's calibration
+uses is the one whose held-out errors are smallest, where the points decide it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from spec_jax.costs import chips
+from spec_jax.costs.efficiency import FORMS, LAW_PASSES, ROUND_MODES, Calibration
+from spec_jax.costs.points import Point
+
+GRID = np.logspace(-2, 0, 161)  # Fractions of a peak, 0.01 to 1 (a step of 2.9 %).
+COMPUTE_SHARE = 0.25  # A call is compute-heavy (identifies e) from this FLOP/byte time ratio.
+
+
+def _terms(chip: chips.Chip, p: Point) -> list[tuple[float, float, float, float]]:
+    """[(count, memory s, compute s, all-reduce s, laws s)] of a point's calls, the first
+    two and the laws (inside a round only) at the chip's peaks."""
+    out = []
+    for call, count, vocab in p.calls():
+        laws = LAW_PASSES * call.rows * call.tokens * vocab * 4 if p.mode else 0
+        reduce = chip.all_reduce_seconds(call.all_reduce, call.model) or 0.0
+        out.append((count, call.cost.bytes_accessed / chip.hbm_bandwidth,
+                    call.cost.flops / chip.peak_flops, reduce, laws / chip.hbm_bandwidth))
+    return out
+
+
+def _predict(terms, h, e, beta):
+    """Seconds of a point's calls at fractions h, e (arrays broadcast), no engine work."""
+    total = 0.0
+    for count, m, c, fixed, laws in terms:
+        mt, ct = m / h, c / e
+        total = total + count * (np.maximum(mt, ct) + beta * np.minimum(mt, ct) + fixed
+                                 + laws / h)  # fmt: skip
+    return total
+
+
+def fit(chip: chips.Chip, points, form: str = 'additive', date: str = '', jax: str = '',
+        shapes: str = '') -> Calibration:  # fmt: skip
+    """The Calibration of `chip` fitted on `points` (module docstring). ValueError for no
+    points or an unknown form."""
+    if form not in FORMS:
+        raise ValueError(f'form {form!r} is not one of {sorted(FORMS)}')
+    points = list(points)
+    if not points:
+        raise ValueError('a fit needs at least one measured point')
+    beta = FORMS[form]
+    terms = [_terms(chip, p) for p in points]
+    time_at_peak = [(sum(n * m for n, m, *_ in t), sum(n * c for n, _, c, *_ in t))
+                     for t in terms]  # fmt: skip
+    knows_e = any(c >= COMPUTE_SHARE * m for m, c in time_at_peak)
+    knows_h = any(m >= COMPUTE_SHARE * c for m, c in time_at_peak)
+    unknown = []
+    if knows_e and knows_h:
+        h, e = GRID[:, None], GRID[None, :]
+    else:
+        h = e = GRID
+        unknown.append('matmul fraction not identified (no compute-heavy point fitted): e = h '
+                       'assumed' if knows_h else 'HBM fraction not identified (no memory-heavy '
+                       'point fitted): h = e assumed')  # fmt: skip
+    y = np.array([p.ms / 1e3 for p in points])
+    pred = [_predict(t, h, e, beta) for t in terms]
+    engine = {}
+    for mode in ROUND_MODES:
+        idx = [i for i, p in enumerate(points) if p.mode == mode]
+        if not idx:
+            unknown.append(f'engine work of a {mode} round not measured: 0 assumed')
+            continue
+        w = sum(1 / y[i] ** 2 for i in idx)
+        k = np.maximum(sum((y[i] - pred[i]) / y[i] ** 2 for i in idx) / w, 0.0)
+        engine[mode] = k
+        for i in idx:
+            pred[i] = pred[i] + k
+    loss = sum((pred[i] / y[i] - 1) ** 2 for i in range(len(points)))
+    best = np.unravel_index(np.argmin(loss), np.shape(loss))
+    pick = lambda a: float(np.broadcast_to(a, np.shape(loss))[best])  # noqa: E731
+    return Calibration(chip, pick(h), pick(e), form,
+                       tuple((m, pick(k)) for m, k in engine.items()), date, jax, shapes,
+                       tuple(p.name for p in points), tuple(unknown))  # fmt: skip
+
+
+def seconds(cal: Calibration, p: Point) -> float:
+    """The calibrated seconds of a measured point."""
+    return cal.calls_seconds(p.calls(), p.mode)
+
+
+def held_out(chip: chips.Chip, points, form: str = 'additive') -> list[dict]:
+    """Per point: {name, role, measured_ms, fitted (in the full calibration), in_sample_ms,
+    in_sample_err (the full calibration's), held_out_ms, held_out_err (from the fit without
+    it and without any point sharing a call with it; None for an excluded point or when
+    nothing is left to fit), held_out_fitted_on, held_out_unknown}. Errors are predicted /
+    measured - 1."""
+    fitted = [p for p in points if p.role == 'fit']
+    full = fit(chip, fitted, form)
+    rows = []
+    for p in points:
+        row = dict(name=p.name, role=p.role, mode=p.mode, measured_ms=p.ms, fitted=p in fitted,
+                   in_sample_ms=seconds(full, p) * 1e3, held_out_ms=None, held_out_err=None,
+                   held_out_fitted_on=(), held_out_unknown=())  # fmt: skip
+        row['in_sample_err'] = row['in_sample_ms'] / p.ms - 1
+        others = [q for q in fitted if q is not p and not q.shares_a_call(p)]
+        if not p.role.startswith('excluded') and others:
+            cal = fit(chip, others, form)
+            row.update(held_out_ms=seconds(cal, p) * 1e3, held_out_fitted_on=cal.fitted_on,
+                       held_out_unknown=cal.unknown)  # fmt: skip
+            row['held_out_err'] = row['held_out_ms'] / p.ms - 1
+        rows.append(row)
+    return rows
+
+
+def compare_forms(chip: chips.Chip, points) -> dict[str, float]:
+    """{form: root-mean-square held-out relative error over the points held out}."""
+    out = {}
+    for form in FORMS:
+        errs = [r['held_out_err'] for r in held_out(chip, points, form)
+                if r['held_out_err'] is not None]  # fmt: skip
+        out[form] = math.sqrt(sum(x * x for x in errs) / len(errs)) if errs else math.nan
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    """The held-out report as text: one line a point (ms; errors in %)."""
+    lines = []
+    for r in rows:
+        held = ('not held out' if r['held_out_ms'] is None else
+                f'held out {r["held_out_ms"]:.2f} ms ({r["held_out_err"]:+.0%}; fitted on '
+                f'{len(r["held_out_fitted_on"])} others)')  # fmt: skip
+        role = 'fitted' if r['fitted'] else r['role']
+        lines.append(f'{r["name"]}: measured {r["measured_ms"]:.2f} ms; {role}, in sample '
+                     f'{r["in_sample_ms"]:.2f} ms ({r["in_sample_err"]:+.0%}); {held}')
+        lines += [f'    held-out fit: {u}' for u in r['held_out_unknown']
+                  if 'fraction' in u or f'a {r["mode"]} round' in u]
+    return '\n'.join(lines)
