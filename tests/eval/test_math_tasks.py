@@ -311,6 +311,8 @@ def test_answers_without_a_box():
     assert gsm8k.score(janet, 'I cannot tell.') == Score(False, None, none)
     item = by_gold('math500', '\\frac{14}{3}')
     score = math500.score(item, 'Therefore the final answer is $\\frac{14}{3}$.')
+    assert score.correct and score.detail['method'] == 'answer is' and score.extracted
+    score = math500.score(item, 'Therefore $x = \\frac{14}{3}$.')
     assert score.correct and score.detail['method'] == 'math_verify' and score.extracted
     assert not math500.score(item, 'Therefore the final answer is $\\frac{13}{3}$.').correct
     assert aime25.score(items('aime25')[0], 'The sum of the bases is 21 + 49 = 70.').correct

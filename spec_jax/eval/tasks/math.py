@@ -53,18 +53,19 @@ from typing import Any, ClassVar
 from spec_jax.eval.tasks import fast_hsd, timeouts
 from spec_jax.eval.tasks.base import Item, Score
 from spec_jax.eval.tasks.math_answers import (
+    MARKERS,
     MAX_SPAN,
-    NUMBER,
+    answer_span,
     clip,
     extract_answer,
     final_boxes,
     hedges,
     last_boxed,
-    marker_answer,
+    marker_hedges,
     markers,
-    no_thousands,
     normal,
 )
+from spec_jax.eval.tasks.math_numbers import no_thousands, read_number
 
 __all__ = ['extract_answer', 'last_boxed']  # Re-exported: the extraction lives in math_answers.
 from spec_jax.eval.tasks.sources import load_hub, task_rows
@@ -117,46 +118,76 @@ def _integer_valued(value: Any) -> bool:
         return False
 
 
-def _gsm8k_prediction(span: str, method: str) -> tuple[list, str | None]:
-    """math-verify's parse of a GSM8K answer span when it is a number, else the span's last
-    (for a box) or first (after '####' / 'answer is') number."""
-    clean = no_thousands(span)
-    parsed = _parse(f'\\boxed{{{clean}}}', 'boxed')
-    if parsed and _is_number(parsed[0]):
-        return parsed, span
-    numbers = NUMBER.findall(clean)
-    if not numbers:
-        return [], None
-    number = numbers[-1] if method in ('boxed', 'last number') else numbers[0]
-    return _parse(f'${number}$', 'latex'), number
+def _shown(value: Any) -> str | None:
+    """str(value), None where Python refuses it (an integer over its 4,300-digit limit)."""
+    try:
+        return str(value)
+    except ValueError:
+        return None
 
 
-def _judge(kind: str, gold: str, span: str, method: str) -> tuple[bool, str | None, dict]:
-    """(correct, extracted, detail) for one answer span (see `extract_answer`).
+def _number_prediction(span: str) -> list:
+    """math-verify's parse of a GSM8K span that is one expression with a number's value, or
+    an equation whose last side is one ('9 \\times 2 = 18'); else []."""
+    parsed = _parse(f'\\boxed{{{no_thousands(span)}}}', 'boxed')
+    if parsed and type(parsed[0]).__name__ == 'Equality' and _is_number(parsed[0].rhs):
+        return [parsed[0].rhs]
+    return parsed if parsed and _is_number(parsed[0]) else []
+
+
+def _prediction(kind: str, gold: str, span: str, method: str) -> tuple[list, Any, list]:
+    """(math-verify's parse, extracted, hedges) of one answer span (see `extract_answer`).
+
+    A span that hedges, or whose number a word or sign after it changes ('18 (or 19)',
+    '18²'), has no parse. A span that is one number (`read_number`: units, currency and
+    thousands allowed, '18 thousand' is 18000) is that number (a percentage on MATH and
+    AIME goes to math-verify); any other span is read by math-verify as one expression
+    (GSM8K: one with a number's value, or an equation whose last side is one), never as a
+    number picked out of it. Without a box or marker (MATH, AIME) math-verify extracts.
+    """
+    if method == 'boxed':
+        found = hedges(span, gold)
+    elif method in MARKERS:
+        found = marker_hedges(span, gold)
+    else:
+        found = []
+    number = read_number(span if method != 'math_verify' else '', kind != 'number')
+    if found or number.changed:
+        return [], span, found
+    if number.value is not None and (kind == 'number' or '%' not in span):
+        shown = number.value if kind == 'number' or number.scaled else span
+        return _parse(f'${number.value}$', 'latex'), shown, found
+    if kind == 'number':
+        return _number_prediction(span), span, found
+    if method != 'math_verify':  # The whole span, one expression (not a number picked out).
+        return _parse(f'\\boxed{{{span}}}', 'boxed'), span, found
+    pred = _parse(span, 'all')
+    extracted = pred[-1] if pred and isinstance(pred[-1], str) else None
+    return pred, extracted, hedges(extracted, gold) if extracted is not None else []
+
+
+def _judge(kind: str, gold: str, span: str, method: str) -> tuple[bool, Any, dict, list]:
+    """(correct, extracted, detail, hedges) for one answer span (see `extract_answer`): a
+    span that hedges is incorrect.
 
     kind: 'latex' (MATH, MATH-500), 'integer' (AIME) or 'number' (GSM8K).
     """
     from math_verify import verify  # noqa: PLC0415 - optional, in the worker only
 
     gold_parsed = _gold(gold)
-    if kind == 'number':
-        pred, extracted = _gsm8k_prediction(span, method)
-    elif method == 'boxed':
-        pred, extracted = _parse(f'\\boxed{{{span}}}', 'boxed') or _parse(span, 'all'), span
-    else:
-        pred = _parse(span, 'all')
-        extracted = pred[-1] if pred and isinstance(pred[-1], str) else None
+    pred, extracted, found = _prediction(kind, gold, span, method)
     detail = {
         'method': method,
-        'gold_parsed': str(gold_parsed[0]),
-        'pred_parsed': str(pred[0]) if pred else None,
+        'gold_parsed': _shown(gold_parsed[0]),
+        'pred_parsed': _shown(pred[0]) if pred else None,
     }
-    if not pred:
-        return False, extracted, detail
+    if not pred or found:
+        return False, extracted, detail, found
     correct = verify(list(gold_parsed), pred, timeout_seconds=None)
     if correct and kind == 'integer':  # AIME answers are integers: 73.0001 is not 73.
-        correct = _integer_valued(pred[0])
-    return bool(correct), extracted, detail
+        value = pred[0].rhs if type(pred[0]).__name__ == 'Equality' else pred[0]
+        correct = _integer_valued(value)
+    return bool(correct), extracted, detail, found
 
 
 def _same_answer(a: str, b: str) -> bool:
@@ -169,26 +200,26 @@ def _same_answer(a: str, b: str) -> bool:
     return bool(pa and pb and verify(pa, pb, timeout_seconds=None))
 
 
-def _strict(kind: str, gold: str, text: str, span: str, method: str, extracted) -> list:
-    """The hedges of a text (`math_answers.hedges` of every final answer, then whether the
-    final answers are one answer), as [{'kind', 'answer'}]."""
-    found = []
+def _strict(kind: str, gold: str, text: str, span: str, method: str, found: list) -> list:
+    """The hedges of a text: the verdict span's (`found`), every final box's, every answer
+    marker's (GSM8K, or a text answered by a marker), then whether the final answers are one
+    answer; as [{'kind', 'answer'}]."""
+    found = list(found)
     boxed = final_boxes(text)
     for answer in dict.fromkeys(boxed):
         found += hedges(answer, gold)
     answers = list(boxed)
-    if kind == 'number':
+    if kind == 'number' or method in MARKERS:
         for _, rest in markers(text):
-            value, hedged = marker_answer(rest)
-            if value is not None:
-                answers.append(value)
-                found += hedged
-    elif method == 'math_verify' and isinstance(extracted, str):
-        found += hedges(extracted, gold)
+            answer = answer_span(rest)
+            hedged = marker_hedges(answer, gold)
+            found += hedged
+            if not hedged:
+                answers.append(read_number(answer, kind != 'number').value or answer)
     if method == 'boxed':
         reference = boxed[-1]
-    elif method in ('####', 'answer is'):
-        reference = marker_answer(span)[0] or answers[-1]
+    elif method in MARKERS:
+        reference = read_number(span, kind != 'number').value or span
     else:
         reference = answers[-1] if answers else ''
     distinct = {normal(a): a for a in answers}
@@ -210,14 +241,13 @@ def _score_text(kind: str, gold: str, text: str) -> tuple[bool, str | None, dict
         return False, None, {'method': method, 'strict': False, 'hedges': []}
     if method == 'math_verify':
         span = span[-MAX_TEXT:]
-    extracted = span if method != 'math_verify' else None
     if len(span) > MAX_SPAN and method != 'math_verify':
         detail = {'method': method, 'too_long': len(span), 'strict': False, 'hedges': []}
         return False, clip(span), detail
-    correct, extracted, detail = _judge(kind, gold, span, method)
-    found = _strict(kind, gold, text, span, method, extracted)
+    correct, extracted, detail, found = _judge(kind, gold, span, method)
+    found = _strict(kind, gold, text, span, method, found)
     detail.update(strict=bool(correct and not found), hedges=found)
-    return correct, extracted, detail
+    return correct, _shown(extracted) if extracted is not None else None, detail
 
 
 def _warmup() -> None:

@@ -28,6 +28,13 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from spec_jax.eval.tasks.math_numbers import (
+    MAX_DIGITS,
+    TEXT_CMD,
+    no_thousands,
+    second_number,
+)
+
 MAX_SPAN = 1000  # Longer answer spans are not parsed (no gold is this long; sympy would stall).
 
 _BOXED = re.compile(r'\\(?:boxed|fbox)(?![A-Za-z])')
@@ -36,13 +43,9 @@ _SPACES = re.compile(r' *')
 _TOKEN = re.compile(r'[^\s$]+')
 # A number; its minus sign only where it cannot be a subtraction ('20-18' holds 20 and 18).
 NUMBER = re.compile(r'(?:(?<![\w)}])-)?(?:\d+(?:\.\d+)?|\.\d+)')
-_THOUSANDS = re.compile(r'(?<=\d),(?=\d{3}(?!\d))')
 _MARKER = re.compile(r'####\s*|answer\s+is\s*:?\s*', re.IGNORECASE)
-
-
-def no_thousands(s: str) -> str:
-    """`s` without thousands separators ('70,000' -> '70000'; '1, 2' is kept)."""
-    return _THOUSANDS.sub('', s)
+_SENTENCE_END = re.compile(r'[.!?](?=\s|$)')
+MARKERS = ('####', 'answer is')  # `extract_answer`'s methods for a marker's span.
 
 
 # --------------------------------------------------------------------------- boxes
@@ -95,15 +98,17 @@ def last_boxed(text: str) -> str | None:
     """The content of the complete box that starts last in `text` (stripped), None if none.
 
     In \\boxed{\\boxed{5}} that is the inner box; an unclosed last box gives way to the box
-    before it. One scan of the text's braces: linear time.
+    before it. One scan of the text's braces: linear time. (MATH's gold; a model's answer is
+    the last of `final_boxes`.)
     """
     found = boxes(text)
     return _content(text, max(found)) if found else None
 
 
 def final_boxes(text: str) -> list[str]:
-    """The content of each outermost complete box, inner box wrappers dropped, in order
-    (\\boxed{x = \\boxed{5}} gives 'x = 5')."""
+    """The content of each outermost complete box, inner box wrappers dropped (a space where
+    each was, so \\boxed{19\\boxed{18}} gives '19 18', two numbers, not 1918), in order
+    (\\boxed{x = \\boxed{5}} gives 'x =  5')."""
     found = boxes(text)
     out, i = [], 0
     while i < len(found):
@@ -122,7 +127,7 @@ def final_boxes(text: str) -> list[str]:
                 pieces.append(text[at:a])
                 at = b
         pieces.append(text[at:hi])
-        out.append(''.join(pieces).strip())
+        out.append(' '.join(pieces).strip())
     return out
 
 
@@ -130,8 +135,8 @@ def final_boxes(text: str) -> list[str]:
 
 
 def markers(text: str) -> list[tuple[int, str]]:
-    """(position, what follows up to the line's end or the next marker) of each '####' and
-    'answer is' that a number follows there."""
+    """(position, what follows up to the line's end or the next marker, at most MAX_SPAN + 1
+    characters) of each '####' and 'answer is' that a number follows there."""
     found, spans = [], list(_MARKER.finditer(text))
     line_end = -1
     for i, m in enumerate(spans):
@@ -139,30 +144,37 @@ def markers(text: str) -> list[tuple[int, str]]:
             line_end = text.find('\n', m.end())
             line_end = len(text) if line_end < 0 else line_end
         end = min(line_end, spans[i + 1].start()) if i + 1 < len(spans) else line_end
-        rest = text[m.end() : end]
+        rest = text[m.end() : min(end, m.end() + MAX_SPAN + 1)]
         if NUMBER.search(rest):
             found.append((m.start(), rest))
     return found
 
 
+def answer_span(rest: str) -> str:
+    """A marker's answer span: `rest` up to its first sentence end ('.', '!' or '?' before
+    white space or the end; '18.5' is one number), stripped."""
+    end = _SENTENCE_END.search(rest)
+    return (rest[: end.start()] if end else rest).strip()
+
+
 def extract_answer(text: str, gsm8k: bool = False) -> tuple[str | None, str]:
     """The answer span of a model's text and how it was found.
 
-    Returns (span, method): method 'boxed' (span = the last box's content); for GSM8K then
-    '####' or 'answer is', whichever marker comes last in the text (span = what follows it
-    on its line, up to another marker), and 'last number' only when there is no marker;
-    otherwise 'math_verify' (span = the whole text, for math-verify's own extraction).
-    (None, 'none') when a GSM8K text has no number at all.
+    Returns (span, method): method 'boxed' (span = the last outermost box's content, inner
+    box wrappers dropped: `final_boxes`); then '####' or 'answer is', whichever marker comes
+    last in the text (span = `answer_span` of what follows it on its line, up to another
+    marker); then, for GSM8K, 'last number', otherwise 'math_verify' (span = the whole text,
+    for math-verify's own extraction). (None, 'none') when a GSM8K text has no number at all.
     """
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed, 'boxed'
-    if not gsm8k:
-        return text, 'math_verify'
+    boxed = final_boxes(text)
+    if boxed:
+        return boxed[-1], 'boxed'
     found = markers(text)
     if found:
         position, rest = found[-1]
-        return rest.strip(), '####' if text.startswith('####', position) else 'answer is'
+        return answer_span(rest), '####' if text.startswith('####', position) else 'answer is'
+    if not gsm8k:
+        return text, 'math_verify'
     numbers = NUMBER.findall(no_thousands(text))
     if numbers:
         return numbers[-1], 'last number'
@@ -175,20 +187,21 @@ _LEADING = re.compile(r'\s*' + _LEAD_NUM + r'((?:' + _LEAD_SEP + _LEAD_NUM + r')
 _LEAD_PART = re.compile('(' + _LEAD_SEP + ')' + _LEAD_NUM)
 
 
-def marker_answer(rest: str) -> tuple[str | None, list[tuple[str, str]]]:
-    """The number a marker's line starts with, and its hedges ('#### 18 or 19')."""
+def _leading_list(rest: str) -> list[tuple[str, str]]:
+    """The hedge of a span that starts with a list of numbers ('18 or 19', '18, 19',
+    '18 = 19'): [(kind, the list clipped)], [] if one number or none leads it."""
     m = _LEADING.match(no_thousands(rest))
     if not m:
-        return None, []
+        return []
     values, seps = [m.group(1)], []
     for part in _LEAD_PART.finditer(m.group(2)):
         seps.append(part.group(1).strip())
         values.append(part.group(2))
-    distinct = {_number(v) for v in values}
+    distinct = {_number(v) if _number(v) is not None else v for v in values}
     if len(distinct) < 2:
-        return values[0], []
+        return []
     kind = 'equation' if '=' in seps else 'alternatives'
-    return values[0], [(kind, clip(m.group(0)))]
+    return [(kind, clip(m.group(0)))]
 
 
 # --------------------------------------------------------------------------- hedges
@@ -196,11 +209,10 @@ def marker_answer(rest: str) -> tuple[str | None, list[tuple[str, str]]]:
 _SIZING = (
     r'\\(?:left|right|[bB]ig{1,2}[lr]?|middle|displaystyle|textstyle|!|,|;|:)(?![A-Za-z])'
 )
-_TEXT_CMD = r'\\(?:text|textrm|textnormal|textbf|textit|mbox|mathrm|mathbf|mathit)\s*\{'
 _TOKENS = re.compile(
     '|'.join([
         r'(?P<size>' + _SIZING + ')',
-        r'(?P<text>' + _TEXT_CMD + ')',
+        r'(?P<text>' + TEXT_CMD + ')',
         r'(?P<open>\\\{|\\langle(?![A-Za-z])|[(\[{])',
         r'(?P<close>\\\}|\\rangle(?![A-Za-z])|[)\]}])',
         r'(?P<alt>\\lor(?![A-Za-z])|\\vee(?![A-Za-z])|(?<![A-Za-z])or(?![A-Za-z]))',
@@ -224,9 +236,10 @@ def clip(s: str, n: int = 120) -> str:
 
 
 def _number(s: str):
-    """The value of a bare number ('18', '-0.5', '\\frac{1}{2}'), else None."""
+    """The value of a bare number ('18', '-0.5', '\\frac{1}{2}'), else None (also for one with
+    over `MAX_DIGITS` digits, which Python's int conversion may refuse)."""
     s = normal(s)
-    if not _BARE.fullmatch(s):
+    if len(s) > MAX_DIGITS + 12 or not _BARE.fullmatch(s):
         return None
     if 'frac' in s:
         sign = -1 if s.startswith('-') else 1
@@ -307,6 +320,8 @@ def hedges(answer: str, gold: str) -> list[tuple[str, str]]:
         found.append('values')
     if a.tuple and not g.tuple and g.values == 1:
         found.append('tuple')
+    if second_number(answer) and not second_number(gold):
+        found.append('second_number')
     if a.sides:
         last = _number(a.sides[-1])
         for side in a.sides[:-1]:
@@ -315,3 +330,17 @@ def hedges(answer: str, gold: str) -> list[tuple[str, str]]:
                 found.append('equation')
                 break
     return [(kind, clip(answer)) for kind in found]
+
+
+def marker_hedges(span: str, gold: str) -> list[tuple[str, str]]:
+    """The hedges of a marker's answer span (`answer_span`) against its gold: a leading list
+    of numbers ('alternatives' / 'equation': '18 or 19', '18, 19', '18 = 19') and a second
+    number joined by words ('second_number': '18 (maybe 19)'), each where the gold has none;
+    'too_long' over `MAX_SPAN` characters."""
+    if len(span) > MAX_SPAN:
+        return [('too_long', clip(span))]
+    shape = _Shape(no_thousands(gold))
+    found = _leading_list(span) if shape.values == 1 and not shape.alternatives else []
+    if second_number(span) and not second_number(gold):
+        found.append(('second_number', clip(span)))
+    return found
