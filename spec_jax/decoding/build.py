@@ -7,7 +7,8 @@ The block (configs built on `spec_jax.jobs.generate.default_config` carry it):
   sampling                           `sampling_config()`: temperature and truncations
   spec                               `spec_config()`: mode ('ar', 'chain' or 'tree'),
                                      drafter, draft, num_draft, ngram, lookup, rule,
-                                     baseline, meter_distortion, tree (the tree's shape)
+                                     baseline, meter_distortion, tree (the tree's shape),
+                                     adaptive (draft lengths sized online)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import ml_collections
 from spec_jax import checkpoints, rules, sharding
 from spec_jax.costs import calibration, chips
 from spec_jax.decoding import drafters, tree_budget, trees
+from spec_jax.decoding.adaptive import Adaptive, TierCosts
 from spec_jax.decoding.engine import MODES, Engine
 from spec_jax.decoding.host import Params
 from spec_jax.decoding.state import DecodeSettings
@@ -112,6 +114,54 @@ def tree_of(c: ml_collections.ConfigDict, drafter, target) -> trees.TreeShape:
     return choice.shape or trees.TreeShape(1, 1, 1)  # One node: every round an AR step.
 
 
+def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDict:
+    """The adaptive block of `spec_config` (chain mode; decoding/adaptive.py)."""
+    return ml_collections.ConfigDict(
+        dict(
+            # Draft lengths compiled once, one chosen each round on device: '' off, 'auto'
+            # (0, the powers of two below num_draft, num_draft) or '0,1,3' (0 = an AR step;
+            # the last one num_draft).
+            tiers=tiers,
+            # Seconds of a round of each tier at context 0, one per tier ('1,1.3,1.6,2.2',
+            # any unit: a bench's measurements); '' uses the relative model below.
+            costs=costs,
+            per_token='',  # Seconds each tier's round adds per context token ('' = 0).
+            # The relative model (units of an AR step): tier k costs 1 + verify k +
+            # draft max(k, 1), plus context (k + 1) per context token.
+            verify=0.18,
+            draft=0.15,
+            context=0.0,
+            prior=0.7,  # Acceptance assumed at depth 1 before any round.
+            weight=4.0,  # Rounds the prior (and per row the batch's rate) counts as.
+            explore=16,  # Every explore-th round runs the tier above the choice (0: never).
+        )
+    )
+
+
+def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int) -> Adaptive | None:
+    """The engine's `Adaptive` from an adaptive block (None when `tiers` is '')."""
+    if not c.tiers:
+        return None
+    if mode != 'chain':
+        raise ValueError(f'spec.adaptive.tiers={c.tiers!r} sizes chain rounds: set spec.mode '
+                         f"to 'chain' (got {mode!r}) or tiers to ''")
+    tiers = Adaptive.parse_tiers(c.tiers, num_draft)
+    if not c.costs:
+        costs = TierCosts.relative(tiers, c.verify, c.draft, c.context)
+    else:
+        try:
+            base = [float(v) for v in c.costs.split(',')]
+            per = [float(v) for v in c.per_token.split(',')] if c.per_token else None
+        except ValueError:
+            raise ValueError(f'spec.adaptive.costs={c.costs!r}, per_token={c.per_token!r}: give '
+                             "one number per tier, comma separated ('1,1.3,1.6')") from None
+        if len(base) != len(tiers) or (per is not None and len(per) != len(tiers)):
+            raise ValueError(f'spec.adaptive.costs={c.costs!r}, per_token={c.per_token!r}: '
+                             f'give one number per tier {tiers}')
+        costs = TierCosts.table(base, per)
+    return Adaptive(tiers, costs, c.prior, c.weight, c.explore)
+
+
 def spec_config(mode: str = 'ar', draft: str = '') -> ml_collections.ConfigDict:
     """The decoding-mode block (see configs/smollm2_135m_chain.py)."""
     return ml_collections.ConfigDict(
@@ -136,6 +186,7 @@ def spec_config(mode: str = 'ar', draft: str = '') -> ml_collections.ConfigDict:
             baseline=False,  # Run the rule's matched baseline (truncation + lossless) instead.
             meter_distortion=False,  # Per-position TV / overshoot against the matched baseline.
             tree=tree_config(),
+            adaptive=adaptive_config(),  # Each round's draft length chosen online (chain).
             # How a draft LM's or head's weights and cache split on a mesh
             # (sharding.DRAFT_SHARDINGS): 'batch' (rows over 'data', weights on every device)
             # or 'heads' (its attention split over 'model' as the target's, when its
@@ -202,6 +253,7 @@ def build(c: ml_collections.ConfigDict) -> Built:
         sampler,
         bool(s.meter_distortion),
         tree_of(c, draft.drafter, target.cfg) if s.mode == 'tree' else None,
+        adaptive_of(s.adaptive, s.mode, s.num_draft) if 'adaptive' in s else None,
     )
     engine.check()
     params = Params(target.params, sharding.shard(draft.params, mesh, draft.drafter.rules))

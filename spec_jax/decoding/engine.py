@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax import categorical, rules, sharding
+from spec_jax.decoding import adaptive as adaptive_lib
 from spec_jax.decoding import trees
 from spec_jax.decoding.drafters import Drafter, NoDrafter
 from spec_jax.decoding.state import (
@@ -76,6 +77,8 @@ class Engine:
       meter_distortion: also meter, at every emitted position (drafts, replacement and
         bonus tokens, the first token), the emitted law's distortion from the matched
         baseline's law (`rules.Metered`: TV, KL, JS, outside mass, overshoot).
+      adaptive: each chain round's draft length chosen on device from the run's acceptance
+        and the tiers' costs (`adaptive.Adaptive`; its costs and prior are leaves).
     """
 
     cfg: ModelConfig
@@ -87,10 +90,13 @@ class Engine:
     sampler: Sampler = Sampler(temperature=0.0)
     meter_distortion: bool = False
     tree: trees.TreeShape | None = None
+    adaptive: adaptive_lib.Adaptive | None = None
 
     def __post_init__(self):
         if self.drafter is None:
             object.__setattr__(self, 'drafter', NoDrafter(self.cfg.vocab_size))
+        if self.adaptive is not None:
+            self.adaptive.check(self.num_draft, self.drafter, self.tree)
         if self.tree is not None:  # num_draft follows the tree (so `replace` may change it).
             object.__setattr__(self, 'num_draft', self.tree.path_len)
             return
@@ -157,7 +163,7 @@ class Engine:
         static = (
             self.cfg, self.decode, self.drafter, self.num_draft, self.meter_distortion, self.tree
         )  # fmt: skip
-        return (self.rule, self.baseline, self.sampler), static
+        return (self.rule, self.baseline, self.sampler, self.adaptive), static
 
     @classmethod
     def tree_unflatten(cls, static, children):
@@ -165,7 +171,7 @@ class Engine:
         names = ('cfg', 'decode', 'drafter', 'num_draft', 'meter_distortion', 'tree')
         for name, value in zip(names, static):
             object.__setattr__(engine, name, value)
-        for name, value in zip(('rule', 'baseline', 'sampler'), children):
+        for name, value in zip(('rule', 'baseline', 'sampler', 'adaptive'), children):
             object.__setattr__(engine, name, value)
         return engine
 
@@ -281,6 +287,9 @@ def rounds(
         body = partial(tree_round, engine, params, draft_params)
     elif drafter.narrows:
         body = sized_round
+    elif engine.adaptive is not None:  # Each round's width chosen on device (adaptive.py).
+        tiers = [partial(chain, a_round=k, keep_draft=True) for k in engine.adaptive.tiers]
+        body = lambda s: jax.lax.switch(engine.adaptive.tier(s), tiers, s)  # noqa: E731
     else:
         body = partial(chain, a_round=a)
     state = jax.lax.while_loop(lambda s: ~jnp.all(s.done_b), body, state)
@@ -289,9 +298,12 @@ def rounds(
 
 
 def chain_round(
-    engine: Engine, params: dict, draft_params, s: DecodeState, a_round: int
+    engine: Engine, params: dict, draft_params, s: DecodeState, a_round: int,
+    keep_draft: bool = False,
 ) -> DecodeState:
-    """One round with `a_round` drafts (0: a plain one-token AR step)."""
+    """One round with `a_round` drafts (0: a plain one-token AR step; with `keep_draft`,
+    an adaptive engine's AR tier, the drafter's state follows the text: one draft asked
+    for and dropped, so a draft LM re-feeds its window)."""
     cfg, drafter = engine.cfg, engine.drafter
     verification = Verification(engine.rule, engine.baseline)
     processed = probs_fn(engine, verification)
@@ -304,6 +316,9 @@ def chain_round(
             draft_params, draft, s.history_bs, s.committed_b, k_draft_b, a_round, processed
         )
     else:
+        if keep_draft:
+            draft = drafter.propose(draft_params, draft, s.history_bs, s.committed_b,
+                                    k_draft_b, 1, processed)[0]  # fmt: skip
         x_ba = jnp.zeros((batch, 0), jnp.int32)
         q_bav = jnp.zeros((batch, 0, cfg.vocab_size), jnp.float32)
     verify_bt = jnp.concatenate([s.pending_b()[:, None], x_ba], axis=1)

@@ -1,0 +1,239 @@
+"""Adaptive draft lengths (decoding/adaptive.py): the tier choice against hand-computed optima,
+greedy equality with AR, the target's law by Monte Carlo, one compile for every cost table."""
+
+import types
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spec_jax import decoding, rules
+from spec_jax.decoding import adaptive, engine
+from spec_jax.decoding.adaptive import Adaptive, TierCosts
+from spec_jax.decoding.build import adaptive_config, adaptive_of
+from spec_jax.decoding.drafters import LMDrafter
+from spec_jax.decoding.host import loop_rows
+from spec_jax.decoding.state import DecodeSettings
+from spec_jax.decoding.stats import Stats, summarize
+from spec_jax.sampling import Sampler
+from spec_jax.testing import random_params, tiny
+from tests.decoding.test_speculative import PROMPT, N, assert_follows, token_laws
+
+TIERS = (0, 1, 2, 4)
+COSTS = TierCosts.table([1.0, 1.3, 1.6, 2.4])
+
+
+# ---- the choice, by hand ---------------------------------------------------------------------
+def choice(alpha_a, costs=COSTS, context=0.0, batch=1, room=100):
+    """The tier index `adaptive` picks for one live row of flat per-depth acceptance."""
+    alpha_ba = jnp.asarray([alpha_a], jnp.float32)
+    tokens_k = adaptive.expected_tokens(alpha_ba, TIERS, jnp.array([True]), jnp.array([room]))
+    return int(adaptive.choose(tokens_k, costs.seconds(batch, jnp.float32(context))))
+
+
+def test_expected_tokens_by_hand():
+    """Acceptance 0.8 at every depth: tier k emits 1 + 0.8 + ... + 0.8^k; a row with room
+    for 2 tokens gets at most 1.8 from any tier; a done row nothing."""
+    alpha_ba = jnp.full((3, 4), 0.8)
+    got = adaptive.expected_tokens(alpha_ba, TIERS, jnp.array([True, True, False]),
+                                   jnp.array([100, 2, 100]))  # fmt: skip
+    want = [1 + 1, 1.8 + 1.8, 2.44 + 1.8, 3.3616 + 1.8]
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+
+
+def test_choice_against_the_hand_computed_optimum():
+    """Costs (1, 1.3, 1.6, 2.4) per round for draft lengths (0, 1, 2, 4):
+    - acceptance 0.8: tokens (1, 1.8, 2.44, 3.3616), per second (1, 1.385, 1.525, 1.401):
+      draft length 2, an interior optimum;
+    - acceptance 0.2: tokens (1, 1.2, 1.24, 1.2496), per second (1, 0.923, 0.775, 0.521):
+      AR wins;
+    - acceptance 0.8 and 2e-4, 4e-4, 8e-4 s per context token on the three speculative tiers:
+      at context 1,000 (costs 1, 1.5, 2.0, 3.2; per second 1, 1.2, 1.22, 1.05) still draft
+      length 2; at context 4,000 (1, 2.1, 3.2, 5.6; per second 1, 0.857, 0.763, 0.600) AR;
+    - a compute-bound batch: costs (1, 2, 3, 5) at batch 8 and the first table at batch 1;
+      at batch 8 AR (1, 0.9, 0.81, 0.67), at batch 1 length 2, and batch 4 interpolated
+      (4/7 of the way: 1, 1.71, 2.37, 3.90; per second 1, 1.05, 1.03, 0.86) length 1."""
+    assert choice([0.8] * 4) == 2
+    assert choice([0.2] * 4) == 0
+    long = TierCosts.table([1.0, 1.3, 1.6, 2.4], [0.0, 2e-4, 4e-4, 8e-4])
+    assert choice([0.8] * 4, long, context=1000) == 2
+    assert choice([0.8] * 4, long, context=4000) == 0
+    by_batch = TierCosts.table([[1.0, 1.0], [1.3, 2.0], [1.6, 3.0], [2.4, 5.0]], batch_n=(1, 8))
+    assert [choice([0.8] * 4, by_batch, batch=b) for b in (1, 4, 8)] == [2, 1, 0]
+    # Depth-varying acceptance: 0.95 then 0.3 -> tokens (1, 1.95, 2.235, 2.33): length 1.
+    assert choice([0.95, 0.3, 0.3, 0.3]) == 1
+
+
+def test_acceptance_estimate_by_hand():
+    """Counts [[3, 1], [0, 0]] accepted of [[4, 3], [0, 0]] examined, prior 0.5, weight 2:
+    pooled depth 1 (3 + 1) / 6 = 2/3, depth 2 (1 + 4/3) / 5 = 7/15; row 0 (3 + 4/3) / 6 and
+    (1 + 14/15) / 5; row 1 (nothing seen) the pooled rates."""
+    got = adaptive.acceptance(jnp.array([[3, 1], [0, 0]]), jnp.array([[4, 3], [0, 0]]), 0.5, 2.0)
+    want = [[(3 + 4 / 3) / 6, (1 + 14 / 15) / 5], [2 / 3, 7 / 15]]
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+
+
+def fake_state(committed, blocks=0, accepted=0, reached=0):
+    """What `Adaptive.tier` reads of a DecodeState: one live row, room for 100 tokens."""
+    stats = Stats.zeros(1, 4, 8).replace(
+        blocks=jnp.array([blocks]), accepted_at_ba=jnp.full((1, 4), accepted),
+        reached_at_ba=jnp.full((1, 4), reached))  # fmt: skip
+    return types.SimpleNamespace(
+        stats=stats, committed_b=jnp.array([committed]), limit_b=jnp.array([200]),
+        num_out_b=jnp.array([100]), done_b=jnp.array([False]))  # fmt: skip
+
+
+def test_tier_from_the_run_and_its_context():
+    """`Adaptive.tier` on a state: 40 of 50 examined accepted at each depth (with the prior
+    0.8 the estimate is 0.8) gives length 2 at context 1,000 and AR at 4,000; with
+    nothing seen it follows the prior (0.2: AR); every 4th round explores one tier up."""
+    long = TierCosts.table([1.0, 1.3, 1.6, 2.4], [0.0, 2e-4, 4e-4, 8e-4])
+    run = Adaptive(TIERS, long, prior=0.8, weight=4.0, explore=0)
+    assert int(run.tier(fake_state(1000, 9, 40, 50))) == 2
+    assert int(run.tier(fake_state(4000, 9, 40, 50))) == 0
+    low = Adaptive(TIERS, COSTS, prior=0.2, explore=4)
+    assert int(low.tier(fake_state(10, blocks=2))) == 0
+    assert int(low.tier(fake_state(10, blocks=3))) == 1  # Round 4: one tier up.
+
+
+def test_settings_are_checked():
+    cfg = tiny.TARGET
+    with pytest.raises(ValueError, match='the last one num_draft'):
+        decoding.Engine(cfg, tiny.DECODE, LMDrafter(tiny.DRAFT), 3,
+                        adaptive=Adaptive(TIERS, COSTS))  # fmt: skip
+    with pytest.raises(ValueError, match='one per tier'):
+        decoding.Engine(cfg, tiny.DECODE, LMDrafter(tiny.DRAFT), 4,
+                        adaptive=Adaptive(TIERS, TierCosts.table([1.0, 2.0])))  # fmt: skip
+    c = adaptive_config(tiers='auto')
+    got = adaptive_of(c, 'chain', 5)
+    assert got.tiers == (0, 1, 2, 4, 5) and np.shape(got.costs.base_kn) == (5, 1)
+    c.tiers, c.costs = '0,2', '1,1.5'
+    assert adaptive_of(c, 'chain', 2).tiers == (0, 2)
+    with pytest.raises(ValueError, match='one number per tier'):
+        adaptive_of(adaptive_config(tiers='0,2', costs='1'), 'chain', 2)
+    with pytest.raises(ValueError, match="set spec.mode to 'chain'"):
+        adaptive_of(c, 'tree', 2)
+
+
+# ---- the engine ------------------------------------------------------------------------------
+# One compiled loop for every run below: costs, prior, weight, explore and the sampler are
+# leaves of the engine pytree (a second trace fails the test that causes it).
+_LOOP = jax.jit(chex.assert_max_traces(engine.decode_loop.__wrapped__, n=1))
+LOOP_TIERS = (0, 1, 3)
+ENGINE = decoding.Engine(tiny.TARGET, tiny.DECODE, LMDrafter(tiny.DRAFT), 3,
+                         adaptive=Adaptive(LOOP_TIERS, TierCosts.relative(LOOP_TIERS)))
+# Tier k costs 1 + 0.1 k per context token: at prior 0.7 and tiny.PROMPTS' mean context 4.33
+# (costs 1, 1.43, 2.30; per second 1, 1.19, 1.10) length 1 wins, and at a mean context above
+# 10 no length can pay even if every draft passes ((k + 1) / cost < 1).
+LONG = TierCosts.table([1.0, 1.0, 1.0], [0.0, 0.1, 0.3])
+# Prompts in tiny.PROMPTS' bucket (16), 12 tokens each: a mean context of 12 from round 1.
+LONG_PROMPTS = [list(range(1, 13)), [8] * 12, [9, 3] * 6]
+
+
+@pytest.fixture(scope='module')
+def models():
+    return tiny.target_params(), tiny.draft_params()
+
+
+@pytest.fixture(scope='module')
+def greedy_ar(models):
+    dec = tiny.DECODE
+    return {
+        key: decoding.generate(decoding.Engine(tiny.TARGET, dec), decoding.Params(models[0]),
+                               prompts).tokens  # fmt: skip
+        for key, prompts in (('mixed', tiny.PROMPTS), ('long', LONG_PROMPTS))
+    }  # fmt: skip
+
+
+def run(models, prompts, engine_=ENGINE, seed=0, **changes):
+    """The compiled loop on `prompts`: (token lists, summarized stats)."""
+    settings = dict(costs=ENGINE.adaptive.costs, prior=0.7, weight=4.0, explore=16)
+    eng = engine_.replace(adaptive=Adaptive(LOOP_TIERS, **{**settings, **changes}))
+    rows = loop_rows(eng, prompts)
+    args = (*(jnp.asarray(x) for x in rows), jax.random.PRNGKey(seed))
+    tokens_bo, num_b, stats = _LOOP(eng, *models, *args)
+    tokens = [list(map(int, t[:n])) for t, n in zip(np.asarray(tokens_bo), np.asarray(num_b))]
+    return tokens, summarize(stats)
+
+
+def test_greedy_adaptive_equals_greedy_ar(models, greedy_ar):
+    """Rows of different prompt lengths that diverge; the relative costs mix tiers: some
+    round drafted (drafted > 0) and some round drafted fewer than 3 (drafted < 3 rounds)."""
+    tokens, stats = run(models, tiny.PROMPTS)
+    assert tokens == greedy_ar['mixed']
+    rows = stats['per_row']
+    assert sum(rows['drafted']) > 0
+    assert any(d < 3 * b for d, b in zip(rows['drafted'], rows['blocks']))
+    # The prior and the weight are leaves too: a confident prior, same loop, same tokens.
+    assert run(models, tiny.PROMPTS, prior=0.99, weight=50.0)[0] == greedy_ar['mixed']
+
+
+def test_ar_wins_then_the_engine_runs_ar_steps(models, greedy_ar):
+    """Drafting costs 10x an AR step: every round is AR's (nothing drafted, one token a
+    round after the prefill's), the tokens are AR's."""
+    tokens, stats = run(models, tiny.PROMPTS, costs=TierCosts.table([1.0, 10.0, 10.0]),
+                        explore=0)  # fmt: skip
+    assert tokens == greedy_ar['mixed']
+    assert stats['per_row']['drafted'] == [0, 0, 0]
+    assert stats['per_row']['blocks'] == [len(t) - 1 for t in tokens]
+
+
+def test_long_context_turns_speculation_off(models, greedy_ar):
+    """`LONG`: tiny.PROMPTS start drafting; prompts of 12 tokens (mean context above 10
+    from the first round) never draft; both give AR's tokens."""
+    short, s_stats = run(models, tiny.PROMPTS, costs=LONG, explore=0)
+    long, l_stats = run(models, LONG_PROMPTS, costs=LONG, explore=0)
+    assert short == greedy_ar['mixed'] and long == greedy_ar['long']
+    assert sum(s_stats['per_row']['drafted']) > 0
+    assert l_stats['per_row']['drafted'] == [0, 0, 0]
+
+
+def test_sampled_rows_through_the_same_loop(models):
+    """Temperature 1 (a leaf) through the same compiled loop: seeded, every row its limit."""
+    sampled = ENGINE.replace(sampler=Sampler(temperature=1.0))
+    a, _ = run(models, tiny.PROMPTS, sampled, seed=3)
+    assert a == run(models, tiny.PROMPTS, sampled, seed=3)[0]
+    assert [len(t) for t in a] == [tiny.DECODE.max_new_tokens] * 3
+
+
+# ---- laws ------------------------------------------------------------------------------------
+def test_adaptive_lossless_keeps_the_target_law():
+    """Lossless SD with tiers (0, 1), costs (1, 1.2), prior 0.1, explore 2, at T 1, N = 4000
+    rows of one prompt, 3 tokens (test_speculative's harness: TV bound 0.06 per token, where
+    E[TV] <= 0.044 at N 4000). Round 1 is AR's step (tokens per second 1, 0.92), round 2
+    explores one tier up and drafts 1: token 2 comes from an AR round that kept the draft
+    up, token 3 from a draft, a replacement after a rejection, or the bonus. Tokens 1-3
+    follow the target's law."""
+    target = random_params(tiny.TARGET, seed=7, embed_scale=8.0)
+    draft = random_params(tiny.DRAFT, seed=8, embed_scale=8.0)
+    sampler = Sampler(temperature=1.0)
+    dec = DecodeSettings(max_new_tokens=3, prompt_bucket=8, new_tokens_bucket=8)
+    eng = decoding.Engine(tiny.TARGET, dec, LMDrafter(tiny.DRAFT), 1, sampler=sampler,
+                          adaptive=Adaptive((0, 1), TierCosts.table([1.0, 1.2]), 0.1, explore=2))
+    result = decoding.generate(eng, decoding.Params(target, draft), [PROMPT] * N, seed=5)
+    rows = result.stats['per_row']
+    assert set(rows['drafted']) == {1} and set(rows['blocks']) == {2}  # AR, then length 1.
+    assert 0.1 < result.stats['acceptance_rate'] < 0.9  # Drafts accepted and rejected.
+    laws = token_laws(target, draft, sampler, lambda p, q: p)
+    assert_follows(np.array(result.tokens), laws)
+
+
+def test_tv_budget_cap_at_every_tier():
+    """tv_budget (eps 0.05) metered through adaptive rounds of both tiers (0, 1):
+    the mean TV to the target at every block offset and in every row is at most eps
+    (each position's TV is, by the rule; the meter keeps sums, so means are what is
+    checked)."""
+    target = random_params(tiny.TARGET, seed=7, embed_scale=8.0)
+    draft = random_params(tiny.DRAFT, seed=8, embed_scale=8.0)
+    eng = decoding.Engine(tiny.TARGET, tiny.DECODE, LMDrafter(tiny.DRAFT), 1,
+                          rule=rules.make('tv_budget:eps=0.05'), meter_distortion=True,
+                          sampler=Sampler(temperature=1.0),
+                          adaptive=Adaptive((0, 1), TierCosts.relative((0, 1)), explore=2))
+    stats = decoding.generate(eng, decoding.Params(target, draft), tiny.PROMPTS * 3).stats
+    rows = stats['per_row']
+    assert 0 < sum(rows['drafted']) < sum(rows['blocks'])  # AR and length-1 rounds both.
+    assert max(stats['tv_at_position']) <= 0.05 + 1e-6
+    assert max(t / m for t, m in zip(rows['tv_sum'], rows['metered'])) <= 0.05 + 1e-6
+    assert stats['mean_tv'] > 0.01  # The budget is spent: the check can fail.
