@@ -1,5 +1,5 @@
-"""The accelerators spec_jax plans for: memory, peak bf16 compute, HBM and interconnect
-bandwidth per chip, and the roofline of a program on one (spec_jax/jobs/aot.py,
+"""The chips spec_jax plans for: memory, peak bf16 compute (fp32 for the CPU), HBM and
+interconnect bandwidth per chip, and the roofline of a program on one (spec_jax/jobs/aot.py,
 spec_jax/costs/memory.py; measured efficiencies: spec_jax/costs/calibration.py).
 
 Figures are the vendors' published per-chip numbers (dense bf16, no sparsity); memories are
@@ -27,12 +27,15 @@ class Chip:
       hbm_bytes: its memory.
       peak_flops: dense bf16 FLOP/s.
       hbm_bandwidth: bytes/s.
-      platform: 'tpu' (compiled ahead of time for a topology, libtpu) or 'gpu' (the
-        estimate only: no GPU compiler runs without the GPU).
+      platform: 'tpu' (compiled ahead of time for a topology, libtpu), 'gpu' (the
+        estimate only: no GPU compiler runs without the GPU) or 'cpu'.
       source: where the figures are published.
       interconnect: bytes/s one way between chips (half the published bidirectional
         figure: ICI for a TPU, NVLink for a GPU); 0 where not at hand.
       device_kinds: `jax.Device.device_kind` strings of the chip (`of_device`).
+      slot_multiple: cache slots a row are padded to a multiple of this (128 on GPUs and
+        TPUs: a slot axis off the multiple cost the H200's T 1 forward 7.3 ms at 4,156
+        slots against 5.55 at 4,096; 1 on a CPU).
     """
 
     name: str
@@ -43,6 +46,11 @@ class Chip:
     source: str
     interconnect: float = 0.0
     device_kinds: tuple[str, ...] = ()
+    slot_multiple: int = 128
+
+    def slots(self, n: int) -> int:
+        """`n` cache slots padded to the chip's multiple."""
+        return -(-n // self.slot_multiple) * self.slot_multiple
 
     def seconds(self, flops: float, bytes_accessed: float) -> float:
         """The roofline time of a program: the slower of compute and memory traffic."""
@@ -96,6 +104,13 @@ CHIPS = {
     # 1.8 TB/s bidirectional.
     'b200': Chip('b200', 180 * 10**9, 2.25e15, 8e12, 'gpu', 'NVIDIA DGX/HGX B200 datasheets',
                  900e9, ('NVIDIA B200',)),  # fmt: skip
+    # This project's CPU, a chip like any other (lscpu and free -b, 2026-12-06): 2 cores of
+    # an Intel Xeon (family 6 model 207, KVM) at 2.1 GHz with AVX-512 and two FMA units,
+    # 2 x 2.1e9 x 64 = 269 GFLOP/s fp32; no published bandwidth for the VM: 19 GB/s, what a
+    # memory-bound forward of the embedded default reached (issue 47); 25.3 GB of RAM.
+    # Calibrated from its own bench (configs/bench_accel.py:smollm2_135m).
+    'cpu': Chip('cpu', 25_324_961_792, 2.688e11, 19e9, 'cpu', "this machine's lscpu",
+                device_kinds=('cpu',), slot_multiple=1),  # fmt: skip
 }
 
 

@@ -3,25 +3,35 @@
 
 Weights are drawn on the device at the preset's own shapes and vocabulary (no checkpoint,
 no tokenizer, nothing drawn on the host), an EAGLE-3 head beside them for the chain and
-tree rounds. Steps run most valuable first, and a step whose expected seconds (its
-compiles at its kind's last compile time, else the slowest seen, plus its timed calls)
-would overrun `c.budget_s` is skipped and recorded as skipped (`c.scan_layers` compiles
-the layers under one scan: a fraction of the unrolled compile, for a tight budget):
+tree rounds. Steps run in the order of what decides the cost model
+(spec_jax/costs/calibration.py), one KV cache alive at a time, and a step whose expected
+seconds (its programs' compiles, each at its kind's last compile time, else the slowest
+seen, plus its timed calls) would overrun `c.budget_s` is skipped and recorded as skipped
+(`c.scan_layers` compiles the layers under one scan, for a tight budget):
 
-1. `ar`: the on-device AR decode loop at each batch of `c.ar_batches`: a step is the
-   rounds call's seconds / `c.ar_new_tokens` (`decoding.generate` times the prefill apart);
-2. `verify`: one cached forward over T new tokens a row, T in `c.verify_tokens`, at each
-   batch of `c.verify_batches` (the verify-cost curve `decoding.tree_budget` reads);
-3. `chain`, `tree` (`c.round_modes`): one round on the state after prefill, its target
-   forward and its drafter each jitted alone (`bench_chain.round_overhead`,
-   `bench_tree.tree_overhead`): the round's time and the share outside the target and
-   draft forwards.
+1. `tree`, `chain` (`c.round_modes`, in order): one round at `c.round_batch` on the state
+   after prefill, its target forward and its drafter each jitted alone
+   (`bench_chain.round_overhead`, `bench_tree.tree_overhead`; 4 programs): the round's
+   time, and outside the target and draft forwards `outside_ms` and `share_outside` (both
+   0 where the parts timed alone sum past the round: `parts_over_round` says by how much).
+   The tree round's target call is the cost model's test: never fitted for its prediction;
+2. `verify`: one cached forward over T new tokens a row at each point of
+   `c.verify_batches` x `c.verify_tokens` less `c.verify_skip` (batch 8 T 1, 16, 64 and
+   batch 1 T 1, 64: the points that decide the model's form), its cache made, timed
+   `c.rounds` calls (donated and carried, as inside a decode loop) and freed before the next
+   (1 program each);
+3. `ar`: the on-device AR decode loop at each batch of `c.ar_batches`: a step is the rounds
+   call's seconds over its `c.ar_new_tokens - 1` rounds (the prefill, timed apart, draws
+   the first token; 2 programs: `prefill_call`, `rounds_call`).
 
-Each record: step, shapes, measured_ms, predicted_ms {upper_bound, calibrated} (the
-analytic roofline at the chip's peaks, and spec_jax/costs/calibration.py's where the chip is
-calibrated; None where no chip is known, e.g. a CPU), fraction_of_bound (upper bound /
-measured), compile_s (JAX's own compile clock over the step), and per step kind its extras.
-Written to `<workdir>/bench_accel.json` with the device, chip and jax version.
+Cache slots are padded to the chip's multiple (`Chip.slot_multiple`: 128 on accelerators)
+through the output buffer. Each record: step, shapes, measured_ms, predicted_ms
+{upper_bound, calibrated} (spec_jax/costs/calibration.py: the analytic roofline at the
+chip's peaks, and the calibrated time where the chip is calibrated; a CPU is a chip too),
+fraction_of_bound (upper bound / measured), compile_s (JAX's own compile clock over the
+step), programs (how many it compiled), and per step kind its extras. Written to
+`<workdir>/bench_accel.json` with the device, chip, jax version, commit, config and the
+calibration it compares with (`spec_jax.costs.points.from_bench` reads it back as points).
 """
 
 from __future__ import annotations
@@ -39,14 +49,17 @@ from spec_jax import decoding, sharding
 from spec_jax.costs import calibration, chips, memory
 from spec_jax.decoding.drafters import Eagle3Drafter
 from spec_jax.decoding.trees import TreeShape
+from spec_jax.eval import machine
 from spec_jax.jobs import bench_chain, bench_tree
-from spec_jax.jobs.timing import CompileClock, interleaved_medians
+from spec_jax.jobs.timing import CompileClock
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.cache import KVCache
 from spec_jax.models.config import preset
 from spec_jax.models.llama import forward, init_params
 
-FIELDS = ('step', 'shapes', 'measured_ms', 'predicted_ms', 'fraction_of_bound', 'compile_s')
+FIELDS = ('step', 'shapes', 'measured_ms', 'predicted_ms', 'fraction_of_bound', 'compile_s',
+          'programs')
+PROGRAMS = dict(ar=2, verify=1, chain=4, tree=4)  # Compiled programs a step of each kind.
 
 
 def device_params(shapes, seed: int, std: float = 0.02, dtype: str = '') -> dict:
@@ -102,18 +115,21 @@ class Budget:
 
 
 def record(step: str, shapes: dict, measured_s, plan: memory.Plan | None, chip, compile_s,
-           **extra) -> dict:  # fmt: skip
-    """One JSON record (module docstring); `plan` predicts the step on `chip`."""
+           programs: int = 0, **extra) -> dict:  # fmt: skip
+    """One JSON record (module docstring); `plan` predicts the step on `chip` (a round of the
+    step's mode: its engine work included)."""
     upper = cal = None
     if chip is not None and plan is not None:
-        pred = calibration.predict(plan, chip)
+        mode = step if step in ('ar', 'chain', 'tree') else ''
+        pred = calibration.predict(plan, chip, mode=mode)
         upper, cal = pred['upper_bound_s'] * 1e3, pred['calibrated_s']
         cal = None if cal is None else cal * 1e3
     measured = None if measured_s is None else measured_s * 1e3
     fraction = upper / measured if (upper and measured) else None
     return dict(step=step, shapes=shapes, measured_ms=measured,
                 predicted_ms=dict(upper_bound=upper, calibrated=cal),
-                fraction_of_bound=fraction, compile_s=compile_s, **extra)  # fmt: skip
+                fraction_of_bound=fraction, compile_s=compile_s, programs=programs,
+                **extra)  # fmt: skip
 
 
 def verify_costs(report: dict, batch: int) -> dict[int, float]:
@@ -127,59 +143,81 @@ def _prompts(batch: int, length: int, vocab: int) -> list[list[int]]:
     return [[(7 * i + 3 * b) % (vocab - 2) + 1 for i in range(length)] for b in range(batch)]
 
 
-def ar_loop(c, cfg, params, batch: int, clock: CompileClock):
-    """(seconds a step of the on-device AR loop at `batch`, compile seconds, slots): the
-    median over `c.rounds` runs of the rounds call's seconds (`decoding.generate` times the
-    prefill apart) / new tokens."""
-    settings = decoding.DecodeSettings(max_new_tokens=c.ar_new_tokens, prompt_bucket=c.prompt_len,
-                                       max_prompt_len=c.prompt_len)  # fmt: skip
-    engine = decoding.Engine(cfg, settings)
+def settings(c, multiple: int, room: int) -> decoding.DecodeSettings:
+    """`c`'s prompt and new tokens, the output buffer grown so that the slots (prompt +
+    buffer + a round's `room`: `Engine.slots`) are a multiple of `multiple`."""
+    slots = -(-(c.prompt_len + c.ar_new_tokens + room) // multiple) * multiple
+    buffer = slots - c.prompt_len - room
+    return decoding.DecodeSettings(max_new_tokens=c.ar_new_tokens, prompt_bucket=c.prompt_len,
+                                   max_prompt_len=c.prompt_len, new_tokens_bucket=buffer)
+
+
+def ar_loop(c, cfg, params, batch: int, multiple: int):
+    """(seconds a step of the on-device AR loop at `batch`, slots): the median over
+    `c.rounds` runs of the rounds call's seconds (`decoding.generate` times the prefill
+    apart) over its `c.ar_new_tokens - 1` rounds (the prefill draws the first token)."""
+    engine = decoding.Engine(cfg, settings(c, multiple, 0))
     prompts = _prompts(batch, c.prompt_len, cfg.vocab_size)
     run = lambda: decoding.generate(engine, decoding.Params(params), prompts)  # noqa: E731
-    with clock.measure() as span:
-        run()
+    run()  # Compiles both programs.
     steps = []
     for _ in range(c.rounds):
         result = run()
-        steps.append((result.seconds - result.prefill_seconds) / c.ar_new_tokens)
-    return float(np.median(steps)), span.seconds, engine.slots(c.prompt_len)
+        steps.append((result.seconds - result.prefill_seconds) / (c.ar_new_tokens - 1))
+    return float(np.median(steps)), engine.slots(c.prompt_len)
 
 
-def verify_curve(c, cfg, params, batch: int, tokens: tuple, clock: CompileClock) -> dict:
-    """{T: (median seconds of a cached forward over T tokens a row, compile seconds)}: the
-    cache donated and carried from call to call, as inside a decode loop."""
-    step = jax.jit(lambda params, tokens, cache: forward(
-        cfg, params, tokens, cache.positions(tokens.shape[1]), cache,
-        cache.causal_mask(tokens.shape[1]))[::2], donate_argnums=2)  # fmt: skip
-    caches, fns, compiles = {}, {}, {}
-    for t in tokens:
-        x = jnp.ones((batch, t), jnp.int32)
-        caches[t] = KVCache.init(cfg, batch, c.slots).set_lengths(
-            jnp.full((batch,), c.slots // 2, jnp.int32))
+def verify_point(c, cfg, params, batch: int, tokens: int, slots: int) -> float:
+    """Median seconds of a cached forward over `tokens` a row at `batch` rows and `slots`
+    slots (half filled) over `c.rounds` calls after a compile call, the cache donated and
+    carried from call to call as inside a decode loop, and freed at the end."""
+    step = jax.jit(lambda params, x, cache: forward(
+        cfg, params, x, cache.positions(x.shape[1]), cache,
+        cache.causal_mask(x.shape[1]))[::2], donate_argnums=2)  # fmt: skip
+    x = jnp.ones((batch, tokens), jnp.int32)
+    cache = KVCache.init(cfg, batch, slots).set_lengths(jnp.full((batch,), slots // 2, jnp.int32))
+    times = []
+    for _ in range(c.rounds + 1):  # The first call compiles.
+        start = time.perf_counter()
+        logits, cache = step(params, x, cache)
+        jax.block_until_ready(logits)
+        times.append(time.perf_counter() - start)  # The call commits nothing: same lengths.
+    del cache, logits
+    return float(np.median(times[1:]))
 
-        def call(t=t, x=x):
-            logits, caches[t] = step(params, x, caches[t])
-            return logits
 
-        with clock.measure() as span:
-            jax.block_until_ready(call())
-        fns[t], compiles[t] = call, span.seconds
-    med = interleaved_medians(fns, c.rounds)
-    return {t: (med[t], compiles[t]) for t in tokens}
+def verify_points(c) -> list[tuple[int, int]]:
+    """(batch, T) of the verify curve: `c.verify_batches` x `c.verify_tokens`, less
+    `c.verify_skip`."""
+    skip = {tuple(p) for p in c.verify_skip}
+    return [(b, t) for b in c.verify_batches for t in c.verify_tokens if (b, t) not in skip]
+
+
+def provenance(c, device, chip) -> dict:
+    """What a report is: device, chip, jax version, commit, the config, and the calibration
+    its predictions compare with."""
+    cal = calibration.calibration(chip.name) if chip else None
+    compared = dict(chip=chip.name if chip else None, calibrated=cal is not None,
+                    describe=cal.describe() if cal else 'uncalibrated: upper bounds only',
+                    fitted_on=list(cal.fitted_on) if cal else [],
+                    file=calibration.CALIBRATED.get(chip.name) if chip else None)  # fmt: skip
+    return dict(device=device.device_kind, platform=device.platform,
+                chip=chip.name if chip else None, jax=jax.__version__,
+                commit=machine.commit(), config=c.to_dict(), calibration=compared)  # fmt: skip
 
 
 def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     """Runs the steps of the module docstring under `c.budget_s`; returns (and writes) the
-    report {device, chip, jax, budget_s, seconds, records}."""
+    report {provenance..., preset, dtype, budget_s, seconds, records}."""
     device = jax.devices()[0]
     chip = chips.chip(c.chip) if c.chip else chips.of_device(device)
+    multiple = chip.slot_multiple if chip else 1
     clock, budget = CompileClock(), Budget(c.budget_s, c.first_compile_s)
     cfg, params, drafter, draft_params = build_models(c)
     records = []
-    cal = calibration.calibration(chip.name) if chip else None
-    label = cal.describe() if cal else f'{chip.name if chip else device.platform} uncalibrated'
-    print(f'bench_accel on {device.device_kind} ({label}); preset {c.preset} in {c.dtype}, '
-          f'budget {c.budget_s:.0f} s')  # fmt: skip
+    head = provenance(c, device, chip)
+    print(f'bench_accel on {device.device_kind} ({head["calibration"]["describe"]}); preset '
+          f'{c.preset} in {c.dtype}, budget {c.budget_s:.0f} s')  # fmt: skip
 
     def skip(step, shapes):
         records.append(dict(record(step, shapes, None, None, None, None), skipped='budget'))
@@ -192,40 +230,40 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
             f'; predicted {p["upper_bound"]:.3f} ms upper bound, ' + (
                 'uncalibrated' if p['calibrated'] is None else f'{p["calibrated"]:.3f} calibrated')
             + f'; measured at {r["fraction_of_bound"]:.2f} of the bound\'s speed')  # fmt: skip
-        print(f'  {r["step"]} {r["shapes"]}: measured {r["measured_ms"]:.3f} ms{bound}; '
-              f'compiles {r["compile_s"]:.1f} s')  # fmt: skip
+        print(f'  {r["step"]} at batch {r["shapes"]["batch"]} {r["shapes"]}: measured '
+              f'{r["measured_ms"]:.3f} ms{bound}; {r["programs"]} programs compiled in '
+              f'{r["compile_s"]:.1f} s')  # fmt: skip
 
+    def timed(kind, shapes, calls, call_s, fn):
+        """fn() under the budget and the compile clock, or the step skipped: (result, span)."""
+        if not budget.fits(kind, PROGRAMS[kind], calls, call_s):
+            skip(kind, shapes)
+            return None, None
+        with clock.measure() as span:
+            out = fn()
+        budget.saw(kind, span, PROGRAMS[kind])
+        return out, span
+
+    for mode in c.round_modes:
+        _round(c, mode, cfg, params, drafter, draft_params, chip, multiple, timed, report)
+    slots = chip.slots(c.slots) if chip else c.slots
+    for batch, t in verify_points(c):
+        shapes = dict(batch=batch, T=t, slots=slots)
+        seconds, span = timed('verify', shapes, c.rounds + 1, c.guess_step_s,
+                              lambda b=batch, t=t: verify_point(c, cfg, params, b, t, slots))
+        if span is not None:
+            plan = memory.Plan(cfg, batch, c.prompt_len, slots, t)
+            report(record('verify', shapes, seconds, plan, chip, span.seconds, 1))
     for batch in c.ar_batches:
         shapes = dict(batch=batch, T=1, prompt=c.prompt_len, new_tokens=c.ar_new_tokens)
-        if not budget.fits('ar', 1, c.rounds + 1, c.ar_new_tokens * c.guess_step_s):
-            skip('ar', shapes)
-            continue
-        with clock.measure() as span:
-            step_s, compile_s, slots = ar_loop(c, cfg, params, batch, clock)
-        budget.saw('ar', span, 1)
-        plan = memory.Plan(cfg, batch, c.prompt_len, slots, 1)
-        report(record('ar', dict(shapes, slots=slots), step_s, plan, chip, span.seconds,
-                      tokens_per_s=batch / step_s))  # fmt: skip
-    for batch in c.verify_batches:
-        fitted = [t for i, t in enumerate(c.verify_tokens)
-                  if budget.fits('verify', i + 1, c.rounds * (i + 1), c.guess_step_s)]  # fmt: skip
-        for t in c.verify_tokens:
-            if t not in fitted:
-                skip('verify', dict(batch=batch, T=t, slots=c.slots))
-        if not fitted:
-            continue
-        with clock.measure() as span:
-            curve = verify_curve(c, cfg, params, batch, tuple(fitted), clock)
-        budget.saw('verify', span, len(fitted))
-        base = curve[fitted[0]][0]
-        for t, (seconds, compile_s) in curve.items():
-            plan = memory.Plan(cfg, batch, c.prompt_len, c.slots, t)
-            report(record('verify', dict(batch=batch, T=t, slots=c.slots), seconds, plan, chip,
-                          compile_s, of_first=seconds / base))  # fmt: skip
-    for mode in c.round_modes:
-        _round(c, mode, cfg, params, drafter, draft_params, chip, clock, budget, skip, report)
-    out = dict(device=device.device_kind, chip=chip.name if chip else None, jax=jax.__version__,
-               preset=c.preset, dtype=c.dtype, budget_s=c.budget_s,
+        out, span = timed('ar', shapes, 2 * (c.rounds + 1), c.ar_new_tokens * c.guess_step_s,
+                          lambda b=batch: ar_loop(c, cfg, params, b, multiple))  # fmt: skip
+        if span is not None:
+            step_s, slots = out
+            plan = memory.Plan(cfg, batch, c.prompt_len, slots, 1)
+            report(record('ar', dict(shapes, slots=slots), step_s, plan, chip, span.seconds, 2,
+                          tokens_per_s=batch / step_s))  # fmt: skip
+    out = dict(head, preset=c.preset, dtype=c.dtype, budget_s=c.budget_s,
                seconds=time.perf_counter() - budget.start, records=records)  # fmt: skip
     if workdir:
         os.makedirs(workdir, exist_ok=True)
@@ -234,35 +272,35 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     return out
 
 
-def _round(c, mode, cfg, params, drafter, draft_params, chip, clock, budget, skip, report):
+def _round(c, mode, cfg, params, drafter, draft_params, chip, multiple, timed, report):
     """The chain or tree round step at `c.round_batch` (module docstring)."""
     batch = c.round_batch
     tree = TreeShape(*c.tree) if mode == 'tree' else None
     width = tree.nodes if tree else c.num_draft + 1
-    shapes = dict(batch=batch, T=width, prompt=c.prompt_len)
+    num_draft = c.num_draft if mode == 'chain' else 0
+    room = tree.room if tree else num_draft + 1
+    engine = decoding.Engine(cfg, settings(c, multiple, room), drafter, num_draft, tree=tree)
+    slots = engine.slots(c.prompt_len)
+    shapes = dict(batch=batch, T=width, prompt=c.prompt_len, slots=slots)
     if tree:
         shapes['tree'] = list(c.tree)
-    if not budget.fits(mode, 4, 3 * c.rounds * 5, 2 * c.guess_step_s):  # init + 3 parts.
-        skip(mode, shapes)
-        return
-    settings = decoding.DecodeSettings(max_new_tokens=c.ar_new_tokens, prompt_bucket=c.prompt_len,
-                                       max_prompt_len=c.prompt_len)  # fmt: skip
-    engine = decoding.Engine(cfg, settings, drafter, c.num_draft if mode == 'chain' else 0,
-                             tree=tree)  # fmt: skip
     ids = _prompts(batch, c.prompt_len, cfg.vocab_size)
     both = decoding.Params(params, draft_params)
-    with clock.measure() as span:
-        if tree:
-            parts = bench_tree.tree_overhead(engine, both, ids, c.rounds)
-        else:
-            parts = bench_chain.round_overhead(engine, both, ids, c.rounds)
-    budget.saw(mode, span, 4)
+    overhead = bench_tree.tree_overhead if tree else bench_chain.round_overhead
+    parts, span = timed(mode, shapes, 3 * (c.rounds + 1) * 5, 2 * c.guess_step_s,
+                        lambda: overhead(engine, both, ids, c.rounds))  # fmt: skip
+    if span is None:
+        return
     if tree:
         calls = (tree.path_len + 1,) + (tree.branch,) * (tree.levels_drafted - 1)
     else:
         calls = (c.num_draft + 1,) + (1,) * (c.num_draft - 1)
-    plan = memory.Plan(cfg, batch, c.prompt_len, engine.slots(c.prompt_len), width,
-                       head=drafter.cfg, draft_calls=calls)  # fmt: skip
-    report(record(mode, dict(shapes, slots=plan.slots), parts['round_ms'] / 1e3, plan, chip,
-                  span.seconds, forward_ms=parts['forward_ms'], drafter_ms=parts['drafter_ms'],
-                  share_outside=parts['overhead']))  # fmt: skip
+    plan = memory.Plan(cfg, batch, c.prompt_len, slots, width, head=drafter.cfg,
+                       draft_calls=calls)  # fmt: skip
+    round_ms, inside = parts['round_ms'], parts['forward_ms'] + parts['drafter_ms']
+    outside = max(round_ms - inside, 0.0)
+    report(record(mode, shapes, round_ms / 1e3, plan, chip, span.seconds, 4,
+                  forward_ms=parts['forward_ms'], drafter_ms=parts['drafter_ms'],
+                  outside_ms=outside, share_outside=outside / round_ms,
+                  parts_over_round=max(inside / round_ms - 1, 0.0),
+                  draft_calls=list(calls)))  # fmt: skip

@@ -193,7 +193,7 @@ def round_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
         'forward': lambda s: target_forward(engine, params.target, s),
         'drafter': lambda s: drafter_only(engine, params.draft, s),
     }
-    return overhead_report('a chain round', 'target forward', time_parts(
+    return overhead_report(f'a chain round at batch {len(ids)}', 'target forward', time_parts(
         calls, engine, params, ids, rounds))  # fmt: skip
 
 
@@ -229,10 +229,11 @@ def time_parts(calls: dict, engine: decoding.Engine, params, ids, rounds: int) -
 
 
 def overhead_report(what: str, forward_label: str, med: dict) -> dict:
-    """Prints and returns a round's split: target forward + drafter + the engine's rest."""
+    """Prints and returns a round's split: target forward + drafter + the engine's rest
+    (`what` names the round and its batch)."""
     share = 1.0 - (med['forward'] + med['drafter']) / med['round']
     print(
-        f'{what} at batch 1: {med["round"] * 1e3:.2f} ms = {forward_label} '
+        f'{what}: {med["round"] * 1e3:.2f} ms = {forward_label} '
         f'{med["forward"] * 1e3:.2f} ms + drafter {med["drafter"] * 1e3:.2f} ms + engine '
         f'{(med["round"] - med["forward"] - med["drafter"]) * 1e3:.2f} ms: overhead '
         f'{100 * share:.1f}% of the round (goal < 10%)'

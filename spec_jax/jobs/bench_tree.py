@@ -140,7 +140,8 @@ def tree_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
         'drafter': lambda s: drafter_only(engine, params.draft, s),
     }
     med = time_parts(calls, engine, params, ids, rounds)
-    return overhead_report('a tree round', f'target forward over {shape.nodes} nodes', med)
+    return overhead_report(f'a tree round at batch {len(ids)}',
+                           f'target forward over {shape.nodes} nodes', med)
 
 
 def mean_interval(x) -> tuple[float, float]:
