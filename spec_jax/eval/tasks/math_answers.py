@@ -4,9 +4,11 @@ Every function here is linear in the text's length (one scan of its braces, rege
 nested repetition), so a hostile text (10,000 nested `\\boxed{`, 100k unbalanced braces, a
 megabyte of digits) costs milliseconds; `math.judge` runs them inside its deadline anyway.
 
-The verdict's extraction (the paper's, docs/paper.md §2): `last_boxed` is the last complete
-box; `extract_answer` adds, for GSM8K, the last answer marker by position ('####' or 'the
-answer is', whichever comes later) and the last number only when there is no marker.
+The verdict's extraction (the paper's order, docs/paper.md §2): `extract_answer` takes the
+last outermost complete box (`final_boxes`: \\boxed{19\\boxed{18}} reads '19 18', two numbers,
+not the inner box), else the last answer marker by position ('####' or 'the answer is',
+whichever comes later; its span ends at the line's or sentence's end), else for GSM8K the
+last number. `math_numbers.read_number` reads a span as one number or none.
 
 The strict score (`hedges`): a text that offers several answers where one is asked fails
 it, whatever the verdict says. A hedge is one of
@@ -16,9 +18,14 @@ it, whatever the verdict says. A hedge is one of
   'tuple'         a bracketed list ((a, b), [a, b], \\{a, b\\}) where the gold is one value;
   'equation'      a side of a top-level '=' other than the last that is a bare number and is
                   not the number on the last side ('18 = 19'; '2 + 3 = 5' and 'x = 5' pass);
-  'answers'       several final answers (boxes; for GSM8K also '####' and 'the answer is'
-                  followed by a number) that are not the same answer; `math._judge` decides
-                  sameness with math-verify, so \\boxed{1/2} then \\boxed{0.5} is one answer.
+  'second_number' a number after words, an arrow or bare space that follow a different
+                  number, where the gold is one value ('18 (or 19)', '18, or possibly 19',
+                  '18 vs 19', '18 → 19', '18 \\text{ (possibly 19)}', '19 18');
+  'too_long'      a span over MAX_SPAN characters (not parsed);
+  'answers'       several final answers (boxes; for GSM8K, or a text a marker answers, also
+                  '####' and 'the answer is' followed by a number) that are not the same
+                  answer; `math_judge` decides sameness with math-verify, so \\boxed{1/2}
+                  then \\boxed{0.5} is one answer.
 A fraction ('18/19'), an interval, tuple or set where the gold is one, and one answer
 repeated in several boxes are not hedges.
 """
@@ -307,6 +314,15 @@ class _Shape:
             self.sides.append(s[side_start:])
 
 
+def _one_value(shape: _Shape) -> bool:
+    return shape.values == 1 and not (shape.alternatives or shape.tuple or shape.pm)
+
+
+def one_value(gold: str) -> bool:
+    """Whether `gold` is one value (no list, tuple, alternatives or '\\pm')."""
+    return _one_value(_Shape(no_thousands(gold)))
+
+
 def hedges(answer: str, gold: str) -> list[tuple[str, str]]:
     """The hedges (kind, the answer clipped) of one answer span against its gold; a span over
     `MAX_SPAN` characters is one hedge, 'too_long' (it is not parsed)."""
@@ -320,7 +336,7 @@ def hedges(answer: str, gold: str) -> list[tuple[str, str]]:
         found.append('values')
     if a.tuple and not g.tuple and g.values == 1:
         found.append('tuple')
-    if second_number(answer) and not second_number(gold):
+    if second_number(answer) and _one_value(g) and not second_number(gold):
         found.append('second_number')
     if a.sides:
         last = _number(a.sides[-1])
@@ -339,8 +355,9 @@ def marker_hedges(span: str, gold: str) -> list[tuple[str, str]]:
     'too_long' over `MAX_SPAN` characters."""
     if len(span) > MAX_SPAN:
         return [('too_long', clip(span))]
-    shape = _Shape(no_thousands(gold))
-    found = _leading_list(span) if shape.values == 1 and not shape.alternatives else []
+    if not one_value(gold):
+        return []
+    found = _leading_list(span)
     if second_number(span) and not second_number(gold):
         found.append(('second_number', clip(span)))
     return found
