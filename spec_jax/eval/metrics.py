@@ -168,8 +168,9 @@ def _paired_fields(task: str, task_rows: list[dict], methods: Sequence[Method],
             r.update(paired.speedup(in_group(r['method']), ar_rows))
         else:
             r.update(speedup=None, speedup_lo=None, speedup_hi=None, speedup_n_batches=None,
-                     speedup_basis=None, decode_speedup=None, decode_speedup_lo=None,
-                     decode_speedup_hi=None, decode_speedup_n_batches=None)  # fmt: skip
+                     speedup_n_units=None, speedup_basis=None, decode_speedup=None,
+                     decode_speedup_lo=None, decode_speedup_hi=None,
+                     decode_speedup_n_batches=None)  # fmt: skip
         r.update(paired.seed_spread(groups[(task, r['method'])]))
         matched = r['pairs'][0] if r['kind'] == 'lossy' and r['pairs'] else None
         r.update(dict.fromkeys(paired.MATCHED_FIELDS))  # Every row has every column.

@@ -46,8 +46,11 @@ MATCHED_FIELDS = ('pair_n', 'pair_n_items', 'd_score', 'd_score_lo', 'd_score_hi
                   'd_score_test', 'd_score_seed_mean', 'd_score_seed_std', 'd_be', 'd_be_lo',
                   'd_be_hi', 'd_tv', 'd_tv_lo', 'd_tv_hi', 'd_tv_plain', 'd_tv_plain_lo',
                   'd_tv_plain_hi', 'speedup_vs_matched', 'speedup_vs_matched_lo',
-                  'speedup_vs_matched_hi', 'speedup_vs_matched_n_batches')  # fmt: skip
+                  'speedup_vs_matched_hi', 'speedup_vs_matched_n_batches',
+                  'speedup_vs_matched_n_units')  # fmt: skip
 MIN_BATCHES = verdicts.MIN_BATCHES  # An interval from this many batches on (none below).
+# Speedup intervals over design units (pairs of batches) from this many units on.
+MIN_UNITS = 5
 
 
 def sample_key(row: dict) -> tuple:
@@ -55,18 +58,33 @@ def sample_key(row: dict) -> tuple:
     return (str(row['item']), row.get('seed', 0))
 
 
-def ratio_interval(ratios: Sequence[float]) -> dict:
-    """{'mean': geometric mean, 'lo', 'hi': its 95% t-interval on the log ratios (None
-    below MIN_BATCHES), 'n'} of positive ratios (None mean for none)."""
-    logs = np.log(np.asarray([r for r in ratios if r > 0 and math.isfinite(r)], float))
+def ratio_interval(ratios: Sequence[float], units: Sequence | None = None) -> dict:
+    """{'mean', 'lo', 'hi', 'n', 'n_units'} of positive per-batch ratios: the geometric mean
+    and its 95% t-interval on the log ratios (None below MIN_BATCHES batches).
+
+    With `units` (each batch's design unit, `spec_jax.eval.timing.unit`) and at least
+    MIN_UNITS of them, the logs are averaged within each unit first and the mean and
+    interval are those of the unit means ('n_units' their count, the t's n): a design's
+    units are its independent random draws, while a pair's two batches share one (a load
+    periodic in rounds makes them move together, so a t over batches would be too narrow:
+    docs/eval.md, timing). Fewer units: over batches ('n_units' None)."""
+    keep = [i for i, r in enumerate(ratios) if r > 0 and math.isfinite(r)]
+    logs = np.log(np.asarray([ratios[i] for i in keep], float))
     n = len(logs)
-    out = dict(mean=None, lo=None, hi=None, n=n)
+    out = dict(mean=None, lo=None, hi=None, n=n, n_units=None)
     if not n:
         return out
+    labels = [units[i] for i in keep] if units is not None else [None]
+    if None not in labels and len(set(labels)) >= MIN_UNITS:
+        groups: dict = defaultdict(list)
+        for label, v in zip(labels, logs):
+            groups[label].append(v)
+        logs = np.asarray([np.mean(v) for _, v in sorted(groups.items())])
+        out['n_units'] = len(logs)
     centre = float(logs.mean())
     out['mean'] = math.exp(centre)
     if n >= MIN_BATCHES:
-        half = _t975(n - 1) * float(logs.std(ddof=1)) / math.sqrt(n)
+        half = _t975(len(logs) - 1) * float(logs.std(ddof=1)) / math.sqrt(len(logs))
         out['lo'], out['hi'] = math.exp(centre - half), math.exp(centre + half)
     return out
 
@@ -94,13 +112,35 @@ def _batches(rows: Sequence[dict]) -> dict[str, dict[tuple, tuple]]:
     return out
 
 
-def batch_ratios(
+def batch_units(rows: Sequence[dict]) -> dict[str, tuple | None]:
+    """batch id -> its design unit ('s<seed>/<group>', unit) from the rows' batch records
+    (None where a record has no 'unit': results written before it)."""
+    out = {}
+    for r in rows:
+        if r.get('batch_id') is not None:
+            u = (r.get('batch') or {}).get('unit')
+            out[r['batch_id']] = None if u is None else (r['batch_id'].rsplit('/', 2)[0], u)
+    return out
+
+
+def unit_ratios(
     rows: Sequence[dict], reference: Sequence[dict], decode: bool = False
-) -> list[float]:
+) -> tuple[list[float], list]:  # fmt: skip
+    """`batch_ratios` and each ratio's design unit (`batch_units`), for `ratio_interval`."""
+    units, ids = batch_units(rows), []
+    ratios = batch_ratios(rows, reference, decode, ids)
+    return ratios, [units.get(b) for b in ids]
+
+
+def batch_ratios(
+    rows: Sequence[dict], reference: Sequence[dict], decode: bool = False,
+    ids: list | None = None,
+) -> list[float]:  # fmt: skip
     """Per batch both ran, the tokens/s of `rows` over that of `reference` on the keys both
     have in it (batches in id order; those with no tokens or no seconds are left out);
     with `decode`, of the tokens after each row's first over the seconds after the
-    prefill call (batches without a recorded prefill left out)."""
+    prefill call (batches without a recorded prefill left out). `ids`, when given, is
+    filled with the batch id of each ratio."""
     mine, ref = _batches(rows), _batches(reference)
     fields = (2, 3) if decode else (0, 1)
     out = []
@@ -112,6 +152,8 @@ def batch_ratios(
         (a, a_s), (b, b_s) = [[sum(col) for col in side] for side in sides]
         if a and a_s and b and b_s:
             out.append((a / a_s) / (b / b_s))
+            if ids is not None:
+                ids.append(batch)
     return out
 
 
@@ -125,10 +167,11 @@ def speedup(rows: Sequence[dict], ar_rows: Sequence[dict]) -> dict:
     out = dict.fromkeys(('decode_speedup', 'decode_speedup_lo', 'decode_speedup_hi',
                          'decode_speedup_n_batches'))  # fmt: skip
     if any(r.get('batch_id') is not None for r in rows):
-        est = ratio_interval(batch_ratios(rows, ar_rows))
+        est = ratio_interval(*unit_ratios(rows, ar_rows))
         out.update(speedup=est['mean'], speedup_lo=est['lo'], speedup_hi=est['hi'],
-                   speedup_n_batches=est['n'], speedup_basis='batches')  # fmt: skip
-        dec = ratio_interval(batch_ratios(rows, ar_rows, decode=True))
+                   speedup_n_batches=est['n'], speedup_n_units=est['n_units'],
+                   speedup_basis='units' if est['n_units'] else 'batches')  # fmt: skip
+        dec = ratio_interval(*unit_ratios(rows, ar_rows, decode=True))
         if dec['n']:
             out.update(decode_speedup=dec['mean'], decode_speedup_lo=dec['lo'],
                        decode_speedup_hi=dec['hi'], decode_speedup_n_batches=dec['n'])  # fmt: skip
@@ -140,7 +183,7 @@ def speedup(rows: Sequence[dict], ar_rows: Sequence[dict]) -> dict:
 
     a, b = tps(rows), tps(ar_rows)
     return dict(out, speedup=a / b if a and b else None, speedup_lo=None, speedup_hi=None,
-                speedup_n_batches=None, speedup_basis='pooled')  # fmt: skip
+                speedup_n_batches=None, speedup_n_units=None, speedup_basis='pooled')  # fmt: skip
 
 
 def _shared(rows: Sequence[dict], base: Sequence[dict]) -> dict[tuple, tuple[dict, dict]]:
@@ -265,9 +308,10 @@ def matched_deltas(
         has = all(den in r['stats'] and num in r['stats'] for pair in pairs.values() for r in pair)
         d, lo, hi = ratio_delta(pairs, _stat(num), _stat(den)) if has else (None,) * 3
         out.update({f'd_{name}': d, f'd_{name}_lo': lo, f'd_{name}_hi': hi})
-    est = ratio_interval(batch_ratios(*(timed or (rows, base))))
+    est = ratio_interval(*unit_ratios(*(timed or (rows, base))))
     out.update(speedup_vs_matched=est['mean'], speedup_vs_matched_lo=est['lo'],
-               speedup_vs_matched_hi=est['hi'], speedup_vs_matched_n_batches=est['n'])  # fmt: skip
+               speedup_vs_matched_hi=est['hi'], speedup_vs_matched_n_batches=est['n'],
+               speedup_vs_matched_n_units=est['n_units'])  # fmt: skip
     return out
 
 

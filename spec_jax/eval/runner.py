@@ -334,7 +334,8 @@ def _decode(c, built, encoded, limits, planned, method, place, slot, clock, comp
     progress.cache_hits += compiled.cache_hits
     timing_row = dict(
         id=planned.id, seconds=decode_s, prefill_s=prefill_s, compile_s=compiled.seconds,
-        rows=len(batch), pad=pad, tokens=num_tokens, slot=slot, place=place, **PROVENANCE,
+        rows=len(batch), pad=pad, tokens=num_tokens, slot=slot, place=place,
+        unit=timing.unit(planned.number, planned.group_size), **PROVENANCE,
     )  # fmt: skip
     per_row = result.stats['per_row']
     # A row's share of its batch's decode time: by its target forwards (prefill and

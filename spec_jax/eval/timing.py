@@ -4,12 +4,13 @@ plan and the interleaved schedule (docs/eval.md, timing).
 A shared machine's speed drifts (other work starts and stops), so methods run one after
 another would each meet a different machine. The runner therefore decodes one batch of rows
 with every method (AR included) before the next batch starts, in an order its task group's
-design sets (`design`: every method's places sum alike over the group, AR mid-round): drift
-lands on every method alike, and each method's seconds on a batch can be set against AR's
-seconds on the very same rows (`spec_jax.eval.paired.speedup`).
+design sets (`design`: every method's places sum alike over the group, each pair of
+batches relabelled at random from the seed): drift lands on every method alike, and each
+method's seconds on a batch can be set against AR's seconds on the very same rows
+(`spec_jax.eval.paired.speedup`).
 
   batch_plan(...)     the deterministic batches of one seed: rows of one task group each
-  design, order       the method orders of a group's batches
+  design, order       the method orders of a group's batches; unit: a batch's design unit
   interleave(...)     (batch, method) in the order they run, skipping what is done, and
                       the drift monitor (AR again on a group's first batch, `MONITOR`)
   drift(rows)         the monitor's reading: AR on the same rows at a group's start and end
@@ -30,6 +31,7 @@ import hashlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
 from jax import monitoring
 
 # JAX's duration events of turning a traced function into an executable: tracing, lowering
@@ -161,16 +163,16 @@ def batch_plan(
 
 
 def _shifted(m: int, shift: int) -> list[int]:
-    """Methods 1 .. m - 1 in the plan's order rotated by `shift`, with method 0 (AR)
-    inserted at the middle place (m - 1) // 2."""
+    """Labels 1 .. m - 1 rotated by `shift`, with label 0 inserted at the middle place
+    (m - 1) // 2: a template order (`design` relabels it at random)."""
     others = [1 + (p + shift) % (m - 1) for p in range(m - 1)] if m > 1 else []
     middle = (m - 1) // 2
     return others[:middle] + [0] + others[middle:]
 
 
 def _triple(m: int) -> list[list[int]]:
-    """Three orders whose place sums differ little between methods: two rotations half
-    apart, then the methods sorted by their two places' sum, the largest sum first (a
+    """Three template orders whose place sums differ little between labels: two rotations
+    half apart, then the labels sorted by their two places' sum, the largest sum first (a
     3 x m near-magic rectangle)."""
     first, second = _shifted(m, 0), _shifted(m, (m - 1) // 2)
     place = [[o.index(i) for i in range(m)] for o in (first, second)]
@@ -178,17 +180,26 @@ def _triple(m: int) -> list[list[int]]:
     return [first, second, third]
 
 
-def design(m: int, n: int) -> list[list[int]]:
+def design_seed(seed: int, group: str) -> list[int]:
+    """The entropy the design of (seed, group) draws its relabellings from: the run's seed
+    and the first 8 hex digits of the group name's SHA-256 (`numpy.random.SeedSequence`),
+    so a resumed run draws the same orders and another group other ones."""
+    return [int(seed) % 2**32, int(hashlib.sha256(group.encode()).hexdigest()[:8], 16)]
+
+
+def design(m: int, n: int, seed: int = 0, group: str = '') -> list[list[int]]:
     """The method orders of a task group of n batches and m methods: orders[k][p] is the
     index (in the plan) of the method at place p of the group's k-th batch.
 
-    Every method's places sum to about the same total over the group's batches (exactly in
-    each pair of batches: an order, then its reverse, places p and m - 1 - p; the first
-    three batches form a near-magic triple, `_triple`, when n is odd), so a drift of the
-    machine linear in time over a pair of rounds lands on every method alike. The plan's
-    first method (AR, every speedup's reference) runs at the middle of every round: a step
-    in the machine's speed inside a round separates it from at most half the methods. The
-    others rotate from pair to pair, so each meets AR at varying distances.
+    Template orders come in units: an order and its reverse (places p and m - 1 - p: every
+    label's places sum to m - 1 over the pair, so a drift linear in time over the pair
+    lands on every method alike), and, when n is odd, a near-magic triple first (`_triple`:
+    place sums within 2 of each other). Each unit is relabelled by its own uniformly random
+    permutation of the methods (AR included), drawn from `design_seed(seed, group)`: a
+    relabelling keeps every unit's balance, and no method holds a fixed place, so a load
+    periodic in rounds meets every method's places at random instead of one method's place
+    always (docs/eval.md, timing: what the simulation measured). One batch (n 1) is one
+    relabelled order: it cannot balance (and gets no interval).
 
     Raises:
       ValueError: m < 1 or n < 1.
@@ -196,19 +207,32 @@ def design(m: int, n: int) -> list[list[int]]:
     if m < 1 or n < 1:
         raise ValueError(f'a design needs methods >= 1 and batches >= 1; got {m} and {n}')
     if n == 1:
-        return [_shifted(m, 0)]
-    odd = n % 2
-    orders = _triple(m) if odd else []
-    pairs = (n - 3 * odd) // 2
-    for j in range(pairs):
-        order = _shifted(m, (j + odd) * (m - 1) // (pairs + odd) if m > 1 else 0)
-        orders += [order, order[::-1]]
-    return orders
+        templates = [_shifted(m, 0)]
+    else:
+        odd = n % 2
+        templates = (_triple(m) if odd else []) + [list(range(m)), list(range(m))[::-1]] * (
+            (n - 3 * odd) // 2)  # fmt: skip
+    units = [unit(k, n) for k in range(n)]
+    rng = np.random.default_rng(design_seed(seed, group) + [m, n])
+    labels = rng.permuted(np.tile(np.arange(m), (units[-1] + 1, 1)), axis=1)  # A row a unit.
+    return np.take_along_axis(labels[units], np.asarray(templates), axis=1).tolist()
+
+
+def unit(number: int, group_size: int) -> int:
+    """The design unit of a group's batch `number` (`design`): 0 for the triple (batches
+    0-2 of an odd group), then one per order-and-reverse pair. The units are the design's
+    independent draws: speedup intervals from enough of them are taken over their means
+    (`spec_jax.eval.paired.ratio_interval`)."""
+    if not 0 <= number < group_size:
+        raise ValueError(f'batch number {number} is outside a group of {group_size}')
+    odd = group_size % 2 and group_size > 1
+    return 0 if odd and number < 3 else (number - 3) // 2 + 1 if odd else number // 2
 
 
 def order(methods: Sequence, batch: Batch) -> list:
-    """The methods in the order they decode `batch` (`design`)."""
-    return [methods[i] for i in design(len(methods), batch.group_size)[batch.number]]
+    """The methods in the order they decode `batch` (`design` of its seed and group)."""
+    orders = design(len(methods), batch.group_size, batch.seed, batch.group)
+    return [methods[i] for i in orders[batch.number]]
 
 
 def interleave(
@@ -222,7 +246,7 @@ def interleave(
     whole batch, so its seconds stay those of these rows), in its group's design (`order`),
     before the next batch; then, with a `monitor` (AR under its own name), the group's
     first batch again at place len(methods): AR's seconds on the same rows at the group's
-    start (its first batch runs AR at the middle place, as every batch) and at its end,
+    start (at its place in that batch's round) and at its end,
     the machine's drift over the group on like rows."""
     out = []
     for k, b in enumerate(batches):
@@ -238,7 +262,7 @@ def interleave(
 
 def drift(rows: Sequence[dict]) -> dict[str, dict]:
     """The drift monitor's reading per (seed, group), from a run's rows: AR's tokens/s on
-    a group's first batch in its round ('start': AR runs at the middle of it) and the
+    a group's first batch in its round ('start', at AR's place in it) and the
     monitor's on the same rows after the group's last round ('end'), their ratio
     end / start (> 1: the machine sped up), the scheduled calls between them ('calls') and
     whether one invocation timed both ('same_invocation'). Keys 's<seed>/<group>'; groups

@@ -46,9 +46,13 @@ def test_interleave_follows_the_design_skips_what_is_done_and_monitors():
     plan = timing.batch_plan([('t', It(str(i))) for i in range(8)], 0, 2, lambda r: r[1].id)
     assert [(b.number, b.group_size) for b in plan] == [(k, 4) for k in range(4)]
     order = timing.interleave(plan, ['ar', 'a', 'b'], lambda b, m: True, 'mon')
-    # AR in the middle; each pair of batches an order and its reverse; then the monitor.
+    # Each pair of batches an order and its reverse (the design's, relabelled from the
+    # seed); then the monitor.
+    orders = timing.design(3, 4, 0, 't')
+    names = ['ar', 'a', 'b']
     assert [(b.index, m, place) for b, m, place in order[:6]] == [
-        (0, 'a', 0), (0, 'ar', 1), (0, 'b', 2), (1, 'b', 0), (1, 'ar', 1), (1, 'a', 2)]  # fmt: skip
+        (k, names[i], place) for k in (0, 1) for place, i in enumerate(orders[k])]  # fmt: skip
+    assert [m for _, m, _ in order[3:6]] == [m for _, m, _ in order[:3]][::-1]
     assert [(b.index, m, place) for b, m, place in order[12:]] == [(0, 'mon', 3)]
     for index in range(4):  # Every batch by every method before the next batch.
         assert sorted(m for b, m, _ in order[3 * index : 3 * index + 3]) == ['a', 'ar', 'b']
