@@ -26,16 +26,18 @@ threat model, what each layer contains and what it does not):
   tmpfs /tmp (the scratch dir), /var/tmp and /dev/shm, its own /proc; nothing else of the host;
 - new mount, network, PID, IPC and cgroup namespaces; the PID namespace dies with its init,
   whose command line is blank; the launcher and init are exempt from the OOM killer;
-- a syscall filter (`seccomp.py`): no namespaces, mounts, ptrace, bpf, io_uring, TIOCSTI, no
-  socket in any domain (socketpair AF_UNIX only), ...;
+- a syscall filter (`seccomp.py`): no namespaces, mounts, ptrace, bpf, io_uring, AIO, TIOCSTI,
+  file locks, inotify, fanotify, no socket in any domain (socketpair AF_UNIX only), ...;
 - a cgroup per run (`cgroups.py`): total memory (`memory_bytes`) and processes
-  (`max_processes`) whatever it forks; CPU time of the whole sample against `cpu_s`, with a
-  backstop (`wall_s`) on the wall time less the run-queue delay: blocked until it is a
-  'timeout', runnable but starved until `STARVED_FACTOR` times it is retried once, then
-  'infra'; stdout, stderr and the result channel are memfds charged to the cgroup;
-- rlimits per process (address space, CPU, file size, open files, processes of its uid), an
-  absolute niceness, and the sentinel: `passed` needs the harness's token after the source's
-  last statement (early `sys.exit(0)` is 'incomplete').
+  (`max_processes`) whatever it forks, one CPU share however many sessions it makes; CPU
+  time of the whole sample against `cpu_s`, with a backstop (`wall_s`) on the wall time less
+  the run-queue delay of its most delayed task: blocked until it is a 'timeout', runnable
+  but starved until `STARVED_FACTOR` times it is retried once, then 'infra'; stdout, stderr
+  and the result channel are memfds charged to the cgroup (the caller decodes only the last
+  report line);
+- every rlimit set for the sample (`launcher.sample_limits`), an absolute niceness, and the
+  sentinel: `passed` needs the harness's token after the source's last statement (early
+  `sys.exit(0)` is 'incomplete').
 
 Weaker modes (`isolation='uid'`: root without namespaces; 'none': not root) and machines
 without cgroups or libseccomp lack layers: `missing_layers()` names them, `isolation_level()`
@@ -63,10 +65,18 @@ from collections.abc import Sequence
 
 from . import cgroups, rootfs, seccomp
 from .harness import harness_source
-from .launcher import LAUNCHER, NO_NAMESPACES, SAMPLE_ENV, SCRATCH
+from .launcher import LAUNCHER, NO_NAMESPACES, SAMPLE_ENV, SCRATCH, STOP_SIGNAL
 from .result import STATUSES, RunResult, _memfd, _result
-from .uids import UID_BASE, UID_SLOTS, _kill_uid, _UidLease, leftover_processes
-from .watch import STARVED_FACTOR, STARVED_SHARE, _kill_init, _wait, _watch
+from .uids import UID_BASE, UID_SLOTS, _kill_uid, _UidLease, leftover_processes, remove_files_of
+from .watch import (
+    ALARM_MARGIN_S,
+    STARVED_FACTOR,
+    STARVED_SHARE,
+    _kill_init,
+    _wait,
+    _watch,
+    latest_end_s,
+)
 
 __all__ = [
     'ALLOW_WEAK',
@@ -194,6 +204,7 @@ def run_python(
     pass_fds: Sequence[int] = (),
     cancel: threading.Event | None = None,
     retry_starved: bool = True,
+    read_report: bool = True,
 ) -> RunResult:
     """Runs `source` in a contained child interpreter (see the module docstring).
 
@@ -234,6 +245,8 @@ def run_python(
         not hold its slot until the backstop.
       retry_starved: retry a starved run once; False returns it at once as 'infra' (a caller
         that must rerun more than this box, e.g. the code tasks' pair of boxes).
+      read_report: decode the last report; False leaves `report` None (the caller pays only
+        for the sentinel's byte search: e.g. a box whose reports it never uses).
     """
     if isolation == 'auto':
         isolation = isolation_level()
@@ -259,7 +272,7 @@ def run_python(
         site=site, nice=nice, uid_base=uid_base, tail_chars=tail_chars,
         report_bytes=report_bytes, max_line_bytes=max_line_bytes, workdir=workdir,
         pass_fds=pass_fds, use_cgroups=use_cgroups, use_seccomp='seccomp' not in missing,
-        cancel=cancel,
+        cancel=cancel, read_report=read_report,
     )  # fmt: skip
     result = _run_once(source, **args)
     if result.status == 'starved' and not retry_starved:
@@ -288,7 +301,7 @@ def _replace(result: RunResult, **fields) -> RunResult:
 def _run_once(source: str, *, isolation, cpu_s, wall_s, memory_bytes, max_processes,
               file_bytes, scratch_bytes, open_files, block_sockets, python, site, nice,
               uid_base, tail_chars, report_bytes, max_line_bytes, workdir, pass_fds,
-              use_cgroups, use_seccomp, cancel) -> RunResult:  # fmt: skip
+              use_cgroups, use_seccomp, cancel, read_report) -> RunResult:  # fmt: skip
     """One attempt of `run_python` (its arguments, resolved)."""
     start = time.monotonic()
     lease = _UidLease(uid_base, sweep=isolation == 'uid') if isolation != 'none' else None
@@ -329,7 +342,7 @@ def _run_once(source: str, *, isolation, cpu_s, wall_s, memory_bytes, max_proces
             'scratch_bytes': int(scratch_bytes),
             'open_files': int(open_files),
             'nice': int(nice),
-            'deadline_s': wall_s + 5,
+            'deadline_s': latest_end_s(wall_s) + ALARM_MARGIN_S,  # Past the caller's end.
             'scratch': SCRATCH,
             'seccomp': use_seccomp,
             'cgroup_procs': group.procs_files() if group else [],
@@ -366,19 +379,23 @@ def _run_once(source: str, *, isolation, cpu_s, wall_s, memory_bytes, max_proces
         exited = stopped == 'memory' and _wait(proc, OOM_GRACE_S, None)
         if stopped is not None and isolation == 'namespaces' and not exited:
             _kill_init(status_fd, proc)
+        elif stopped is not None and isolation == 'uid' and not exited:
+            proc.send_signal(STOP_SIGNAL)  # It kills the uid's processes and reaps them.
+            _wait(proc, 10.0, None)
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # Reserved until reaped: no other group's id.
         except ProcessLookupError:
             pass
         launcher_code = proc.wait()
         if uid is not None and isolation == 'uid':
-            _kill_uid(uid)
+            _kill_uid(uid)  # A backstop: the launcher has killed them (and reaped them).
+            remove_files_of(uid)
         cpu = group.cpu_ns() / 1e9 if group else None
         oom = group.oom_killed() if group else False
         seconds = time.monotonic() - start
         return _result(
             fds, token, stopped, launcher_code, isolation, seconds, tail_chars,
-            report_bytes, max_line_bytes, cpu, oom,
+            report_bytes, max_line_bytes, cpu, oom, read_report,
         )  # fmt: skip
     finally:
         for fd in fds.values():  # Frees the pages they hold (before the group goes).

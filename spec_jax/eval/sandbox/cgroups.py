@@ -2,11 +2,15 @@
 
 `Cgroup.create(name, memory_bytes, pids)` makes the run's group (cgroup v2 where the unified
 hierarchy has the memory, pids and cpu controllers; else v1, one directory in each of the
-memory, pids and cpuacct hierarchies, as on machines that mount them at
-/sys/fs/cgroup/{memory,pids,cpuacct}); the launcher joins it (writes 0 to each `procs` file)
-before it creates the namespaces, so every process of the run is in it. The caller reads the
-CPU time (`cpu_ns`: cpuacct.usage in v1, usage_usec of cpu.stat in v2), the run-queue delay of
-its live tasks (`run_delay_ns`, from /proc/<tid>/schedstat), whether the OOM killer fired
+memory, pids, cpuacct and cpu hierarchies, as on machines that mount them at
+/sys/fs/cgroup/{memory,pids,cpuacct,cpu}, co-mounted or not); the launcher joins it (writes 0
+to each `procs` file) before it creates the namespaces, so every process of the run is in it.
+The group is also the run's one CPU share (the cpu controller, v1 and v2): its tasks leave the
+kernel's autogroups (which act in the root cpu group only), so a sample that makes many
+sessions (`setsid`) is still one share against every other box and session. The caller reads
+the CPU time (`cpu_ns`: cpuacct.usage in v1, usage_usec of cpu.stat in v2), the run-queue
+delay of its most delayed live task (`largest_run_delay_ns`, from /proc/<tid>/schedstat),
+whether the OOM killer fired
 (`oom_killed`), and `remove()`s it after the run: SIGKILL to whatever is still in it, then
 rmdir. `available()` says which version this machine offers (None: no cgroups, e.g. not root).
 """
@@ -19,7 +23,18 @@ import time
 
 ROOT = '/sys/fs/cgroup'
 PREFIX = 'spec_jax_sbx_'  # The run groups' names (in each hierarchy's root).
-_V1 = ('memory', 'pids', 'cpuacct')
+_V1 = ('memory', 'pids', 'cpuacct', 'cpu')  # Indices used below: 0 memory, 1 pids, 2 cpuacct.
+
+
+def _v1_parents() -> list[str]:
+    """The v1 hierarchies' roots in `_V1` order, a co-mounted one (cpu,cpuacct) once."""
+    parents, seen = [], set()
+    for c in _V1:
+        real = os.path.realpath(f'{ROOT}/{c}')
+        if real not in seen:
+            seen.add(real)
+            parents.append(f'{ROOT}/{c}')
+    return parents
 
 
 def _read(path: str) -> str:
@@ -33,7 +48,8 @@ def _write(path: str, value: str) -> None:
 
 
 def available() -> str | None:
-    """'v2', 'v1' or None: the cgroup version with writable memory, pids and CPU accounting."""
+    """'v2', 'v1' or None: the cgroup version with writable memory, pids, CPU accounting and
+    the cpu controller (the run's CPU share)."""
     if os.geteuid() != 0:
         return None
     try:
@@ -57,7 +73,7 @@ class Cgroup:
     def create(cls, name: str, memory_bytes: int, pids: int) -> Cgroup:
         version = available()
         if version is None:
-            raise OSError('no writable cgroup hierarchy with memory, pids and cpu accounting')
+            raise OSError('no writable cgroup hierarchy with memory, pids, cpuacct and cpu')
         if version == 'v2':
             _write(f'{ROOT}/cgroup.subtree_control', '+memory +pids +cpu')
             group = cls(version, [f'{ROOT}/{PREFIX}{name}'])
@@ -72,8 +88,8 @@ class Cgroup:
             return group
         group = cls(version, [])
         try:
-            for c in _V1:
-                path = f'{ROOT}/{c}/{PREFIX}{name}'
+            for parent in _v1_parents():
+                path = f'{parent}/{PREFIX}{name}'
                 os.mkdir(path)
                 group.dirs.append(path)
             mem = group.dirs[0]
@@ -114,15 +130,17 @@ class Cgroup:
         except (OSError, ValueError):
             return []
 
-    def run_delay_ns(self) -> int:
-        """Summed run-queue delay (time runnable but not running) of the live tasks."""
-        total = 0
+    def largest_run_delay_ns(self) -> int:
+        """The largest run-queue delay (time runnable but not running) of one live task: what
+        the machine's load did to the box, which the box's own tasks cannot multiply (their
+        sum grows with their number while they wait on each other)."""
+        largest = 0
         for tid in self.tasks():
             try:
-                total += int(_read(f'/proc/{tid}/schedstat').split()[1])
+                largest = max(largest, int(_read(f'/proc/{tid}/schedstat').split()[1]))
             except (OSError, ValueError, IndexError):
                 pass
-        return total
+        return largest
 
     def oom_killed(self) -> bool:
         """True if the OOM killer killed a process of the group (its memory limit)."""
@@ -174,7 +192,7 @@ class Cgroup:
 def sweep_stale() -> list[str]:
     """Removes run groups whose caller (the pid in their name) is gone; returns them."""
     removed = []
-    by_version = {'v2': [ROOT], 'v1': [f'{ROOT}/{c}' for c in _V1]}
+    by_version = {'v2': [ROOT], 'v1': _v1_parents()}
     for version, parents in by_version.items():
         for parent in parents:
             try:
@@ -195,7 +213,7 @@ def sweep_stale() -> list[str]:
 def leftover_groups() -> list[str]:
     """Run groups that exist now (in every hierarchy this module uses)."""
     found = []
-    for parent in [ROOT] + [f'{ROOT}/{c}' for c in _V1]:
+    for parent in [ROOT] + _v1_parents():
         try:
             found += [f'{parent}/{n}' for n in os.listdir(parent) if n.startswith(PREFIX)]
         except OSError:

@@ -50,10 +50,14 @@ _CLONE_NEWPID = 0x20000000
 _CLONE_NEWNET = 0x40000000
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_CHILD_SUBREAPER = 36
+# The caller's signal to a 'uid' launcher: stop the sample, kill its uid's processes, reap them.
+STOP_SIGNAL = signal.SIGUSR1
 # The OOM killer's ranks (/proc/<pid>/oom_score_adj): the launcher and init are never its pick
 # (a killed one would leave no status: an infrastructure error the sample caused); the
 # sample's processes always are, and cannot lower theirs (root sets it, so the floor too).
 OOM_EXEMPT, OOM_FIRST = -1000, 1000
+_RLIMIT_NUMBERS = {'RLIMIT_LOCKS': 10}  # Linux's, where `resource` lacks the name.
 
 
 def _libc():
@@ -105,22 +109,47 @@ def _status(cfg: dict, **fields) -> None:
         pass
 
 
-def _become_sample(libc, cfg: dict, scratch: str, filters, seccomp_lib) -> None:
-    """Limits, privileges, cwd; then exec the interpreter on the wrapper (never returns)."""
-    os.set_inheritable(cfg['status_fd'], False)  # Closed by a successful exec only.
+def sample_limits(cfg: dict) -> dict[str, tuple[int, int]]:
+    """Every rlimit of the sample, by its name in `resource` (soft, hard): none is inherited
+    from the caller (a raised RTPRIO would let the sample run SCHED_FIFO, an unlimited STACK
+    moves its memory layout). The caller's cgroup bounds the whole sample; these bound each
+    process (its uid, for NPROC, SIGPENDING and MSGQUEUE)."""
     # With a cgroup the caller stops the whole sample at cpu_s; RLIMIT_CPU (coarser, per
     # process) is then a second later, a backstop.
     cpu = max(1, math.ceil(cfg['cpu_s'])) + (1 if cfg['cgroup_procs'] else 0)
+    memory = cfg['memory_bytes']
     limits = {
-        resource.RLIMIT_CORE: 0,
-        resource.RLIMIT_CPU: (cpu, cpu + 1),
-        resource.RLIMIT_AS: cfg['memory_bytes'],
-        resource.RLIMIT_FSIZE: cfg['file_bytes'],
-        resource.RLIMIT_NOFILE: cfg['open_files'],
-        resource.RLIMIT_NPROC: cfg['max_processes'],
+        'RLIMIT_CPU': (cpu, cpu + 1),
+        'RLIMIT_AS': memory,
+        'RLIMIT_DATA': memory,
+        'RLIMIT_RSS': memory,  # Ignored by Linux; set all the same.
+        'RLIMIT_STACK': min(8 << 20, memory),  # The usual 8 MiB (threads' default stack too).
+        'RLIMIT_CORE': 0,
+        'RLIMIT_FSIZE': cfg['file_bytes'],
+        'RLIMIT_NOFILE': cfg['open_files'],
+        'RLIMIT_NPROC': cfg['max_processes'],
+        'RLIMIT_MEMLOCK': 0,  # No locked memory (mlock, SHM_LOCK, memfd_secret).
+        'RLIMIT_LOCKS': 0,  # File leases (the filter refuses locks and leases too).
+        'RLIMIT_SIGPENDING': 256,  # Queued signals of its uid (kernel memory).
+        'RLIMIT_MSGQUEUE': 0,  # No POSIX message queue (at 'uid', the host's /dev/mqueue).
+        'RLIMIT_NICE': max(0, 20 - cfg['nice']),  # No niceness below the one it was given.
+        'RLIMIT_RTPRIO': 0,  # No real-time scheduling.
+        'RLIMIT_RTTIME': 0,
     }
-    for which, value in limits.items():
-        soft, hard = value if isinstance(value, tuple) else (value, value)
+    return {k: v if isinstance(v, tuple) else (v, v) for k, v in limits.items()}
+
+
+def _become_sample(libc, cfg: dict, scratch: str, filters, seccomp_lib, parent: int) -> None:
+    """Limits, privileges, cwd; then exec the interpreter on the wrapper (never returns).
+    `parent`: the pid whose death kills the sample (0: none, the launcher itself execs)."""
+    os.set_inheritable(cfg['status_fd'], False)  # Closed by a successful exec only.
+    for name, (soft, hard) in sample_limits(cfg).items():
+        which = getattr(resource, name, _RLIMIT_NUMBERS.get(name))
+        # Never above the caller's hard limit: raising one needs CAP_SYS_RESOURCE, which root
+        # in a container often lacks, and the caller's processes are bounded by it too.
+        held = resource.getrlimit(which)[1]
+        if held != resource.RLIM_INFINITY:
+            soft, hard = min(soft, held), min(hard, held)
         resource.setrlimit(which, (soft, hard))
     os.setpriority(os.PRIO_PROCESS, 0, cfg['nice'])  # Absolute, not added to the caller's.
     _oom_score_adj(OOM_FIRST)
@@ -129,6 +158,10 @@ def _become_sample(libc, cfg: dict, scratch: str, filters, seccomp_lib) -> None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+    if parent:  # After the uid drop, which clears the parent-death signal.
+        _prctl(libc, _PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
     _prctl(libc, _PR_SET_NO_NEW_PRIVS, 1)
     if filters is not None:
         filters.install(seccomp_lib)
@@ -136,6 +169,68 @@ def _become_sample(libc, cfg: dict, scratch: str, filters, seccomp_lib) -> None:
     os.umask(0o077)
     env = dict(SAMPLE_ENV, HOME=scratch)
     os.execve(cfg['python'], cfg['argv'], env)
+
+
+def _start_sample(libc, cfg: dict, scratch: str, filters, seccomp_lib) -> int:
+    """Forks the sample (`_become_sample`) and returns its pid once it has exec'd; a failure to
+    start it goes to the status channel."""
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            _become_sample(libc, cfg, scratch, filters, seccomp_lib, parent)
+        except BaseException as e:  # noqa: BLE001
+            os.write(write_end, f'{type(e).__name__}: {e}'.encode())
+        os._exit(127)
+    os.close(write_end)
+    failure = b''
+    while chunk := os.read(read_end, 4096):
+        failure += chunk
+    os.close(read_end)
+    if failure:
+        _status(cfg, error=f'could not start the sample: {failure.decode(errors="replace")}')
+    return pid
+
+
+class _Stop(BaseException):
+    """`STOP_SIGNAL` arrived: the caller stops the run."""
+
+
+def _raise_stop(*_) -> None:
+    raise _Stop
+
+
+def _reaper(libc, cfg: dict, filters, seccomp_lib) -> None:
+    """'uid': the launcher stays (root) as the subreaper of every process the sample makes, so
+    none is left a zombie of the host's init, counted against its uid's process limit. It
+    reports the sample's end; then, or at the caller's `STOP_SIGNAL` (the sample's uid cannot
+    signal it), it kills every process of the uid and reaps them all before it exits."""
+    _prctl(libc, _PR_SET_CHILD_SUBREAPER, 1)
+    signal.signal(STOP_SIGNAL, _raise_stop)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {STOP_SIGNAL})  # Until the sample has its uid.
+    try:
+        pid = _start_sample(libc, cfg, cfg['scratch'], filters, seccomp_lib)
+        _status(cfg, pid=pid)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {STOP_SIGNAL})
+        while True:
+            done, wait_status = os.waitpid(-1, 0)
+            if done == pid:
+                _status(cfg, pid=pid, wait_status=wait_status)
+                break
+    except (_Stop, ChildProcessError):
+        pass
+    signal.pthread_sigmask(signal.SIG_BLOCK, {STOP_SIGNAL})
+    if os.fork() == 0:  # The killer: as the uid, every process of the uid but itself.
+        _kill_all_as(cfg['uid'])
+        os._exit(0)
+    while True:  # The killer, the killed, their orphans: until none is left.
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    os._exit(0)
 
 
 def _init(libc, cfg: dict, rootfs, filters, seccomp_lib) -> None:
@@ -153,21 +248,7 @@ def _init(libc, cfg: dict, rootfs, filters, seccomp_lib) -> None:
         prefix = f'{NO_NAMESPACES}: ' if refused else ''
         _status(cfg, error=f'{prefix}sandbox set-up failed: {type(e).__name__}: {e}')
         os._exit(1)
-    read_end, write_end = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_end)
-        try:
-            _become_sample(libc, cfg, SCRATCH, filters, seccomp_lib)
-        except BaseException as e:  # noqa: BLE001
-            os.write(write_end, f'{type(e).__name__}: {e}'.encode())
-        os._exit(127)
-    os.close(write_end)
-    failure = b''
-    while chunk := os.read(read_end, 4096):
-        failure += chunk
-    if failure:
-        _status(cfg, error=f'could not start the sample: {failure.decode(errors="replace")}')
+    pid = _start_sample(libc, cfg, SCRATCH, filters, seccomp_lib)
     while True:  # Reap orphans until the sample itself is done.
         try:
             done, wait_status = os.waitpid(-1, 0)
@@ -195,10 +276,12 @@ def _launch(cfg: dict) -> None:
     except Exception as e:  # noqa: BLE001
         _status(cfg, error=f'sandbox set-up failed: {type(e).__name__}: {e}')
         os._exit(1)
-    if cfg['mode'] != 'namespaces':
+    if cfg['mode'] == 'uid':
+        _reaper(libc, cfg, filters, seccomp_lib)
+    if cfg['mode'] != 'namespaces':  # 'none': the launcher becomes the sample.
         _status(cfg, pid=os.getpid())
         try:
-            _become_sample(libc, cfg, cfg['scratch'], filters, seccomp_lib)
+            _become_sample(libc, cfg, cfg['scratch'], filters, seccomp_lib, 0)
         except BaseException as e:  # noqa: BLE001
             _status(cfg, error=f'could not start the sample: {type(e).__name__}: {e}')
         os._exit(127)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
+import mmap
 import os
 import re
 import signal
@@ -117,29 +118,37 @@ def _read_lines(fd: int, limit: int) -> list[str]:
     return _read(fd, limit).decode(errors='replace').splitlines()
 
 
-def _reports(fd: int, limit: int, max_line: int, token: str, pid) -> tuple:
-    """(last report, sentinel seen, decode error or '') from the result file: a line longer
-    than `max_line` or one that does not decode (bad JSON, nesting past the recursion limit)
-    is an error, never an exception."""
-    report, finished, error = None, False, ''
-    data = _read(fd, limit)
-    for raw in data.split(b'\n'):
-        if len(raw) > max_line:
-            error = error or f'a result line of {len(raw)} bytes (limit {max_line})'
-            continue
-        line = raw.decode(errors='replace')
-        if line.startswith('R '):
-            try:
-                report = json.loads(line[2:])
-            except (ValueError, RecursionError, MemoryError) as e:
-                error = error or f'an undecodable report: {type(e).__name__}: {clean(str(e))[:200]}'
-        elif line == f'{token} {pid}':
-            finished = True
-    return report, finished, error
+def _reports(fd: int, limit: int, max_line: int, token: str, pid, decode: bool = True) -> tuple:
+    """(last report, sentinel seen, decode error or '') from the first `limit` bytes of the
+    result file, at a cost bounded by its size whatever it holds: the sentinel is a byte
+    search, and only the last report line is decoded (`decode`: at all); a line longer than
+    `max_line` or one that does not decode (bad JSON, nesting past the recursion limit) is an
+    error, never an exception. The file is mapped, not copied."""
+    size = min(limit, os.fstat(fd).st_size)
+    if size <= 0:
+        return None, False, ''
+    with mmap.mmap(fd, size, prot=mmap.PROT_READ) as data:
+        line = f'{token} {pid}\n'.encode()
+        finished = data[: len(line)] == line or data.find(b'\n' + line) >= 0
+        if not decode:
+            return None, finished, ''
+        start = data.rfind(b'\nR ') + 1  # The last report line.
+        if start == 0 and data[:2] != b'R ':
+            return None, finished, ''
+        end = data.find(b'\n', start)
+        end = size if end < 0 else end
+        if end - start > max_line:
+            return None, finished, f'a result line of {end - start} bytes (limit {max_line})'
+        raw = data[start + 2 : end]
+    try:
+        return json.loads(raw.decode(errors='replace')), finished, ''
+    except (ValueError, RecursionError, MemoryError) as e:
+        error = f'an undecodable report: {type(e).__name__}: {clean(str(e))[:200]}'
+        return None, finished, error
 
 
 def _result(fds, token, stopped, launcher_code, isolation, seconds, tail_chars,
-            report_bytes, max_line, cpu_seconds=None, oom=False):  # fmt: skip
+            report_bytes, max_line, cpu_seconds=None, oom=False, read_report=True):  # fmt: skip
     """The RunResult of a run from its channels `fds` ('out', 'err', 'res', 'status');
     `stopped`: None (the launcher exited) or why the caller stopped it ('cpu_timeout',
     'memory', 'timeout', 'starved', 'cancelled')."""
@@ -153,7 +162,9 @@ def _result(fds, token, stopped, launcher_code, isolation, seconds, tail_chars,
             info.update(fields)
     stdout, stderr = _tail(fds['out'], tail_chars), _tail(fds['err'], tail_chars)
     sample_pid = info.get('pid')
-    report, finished, bad = _reports(fds['res'], report_bytes, max_line, token, sample_pid)
+    report, finished, bad = _reports(
+        fds['res'], report_bytes, max_line, token, sample_pid, decode=read_report
+    )
     returncode = None
     if 'wait_status' in info:
         returncode = os.waitstatus_to_exitcode(info['wait_status'])

@@ -25,6 +25,15 @@ What is refused (EPERM unless said otherwise), and why:
 - large kernel surfaces no test needs: `bpf`, `keyctl`, `add_key`, `request_key`,
   `perf_event_open`, `io_uring_setup`, `io_uring_enter`, `io_uring_register`, `userfaultfd`;
 - terminal injection: `ioctl(fd, TIOCSTI)` (typing into a terminal) and `ioctl(fd, TIOCLINUX)`;
+- channels through the inodes every box shares (the read-only binds of the interpreter and the
+  libraries are the host's inodes): `flock`, the fcntl lock commands (F_GETLK, F_SETLK,
+  F_SETLKW, their OFD forms, F_SETLEASE) and F_NOTIFY (dnotify), `inotify_*`, `fanotify_*`:
+  two concurrent samples decoded each other's bytes through flock and inotify, and saw which
+  modules other boxes imported (a sample's own files get no locks either: sqlite3 on a file
+  fails, `:memory:` works);
+- machine-wide budgets: the Linux AIO calls (`io_setup` takes from `fs.aio-max-nr`, shared by
+  the host: 65536 events starved host processes' io_setup), `memfd_secret` (memory outside
+  the page cache, counted against RLIMIT_MEMLOCK);
 - sockets, on an allow-list of domains: `socket` in every domain (AF_UNIX: the network
   namespace does not cover path or abstract sockets, which could reach a host daemon; AF_VSOCK:
   no namespace covers vsock, whose port space is the host's and which reaches the hypervisor,
@@ -60,7 +69,14 @@ REFUSED = (
     'fsopen', 'fsconfig', 'fsmount', 'fspick', 'mount_setattr', 'ptrace', 'process_vm_readv',
     'process_vm_writev', 'bpf', 'keyctl', 'add_key', 'request_key', 'perf_event_open',
     'io_uring_setup', 'io_uring_enter', 'io_uring_register', 'userfaultfd',
+    'flock', 'inotify_init', 'inotify_init1', 'inotify_add_watch', 'inotify_rm_watch',
+    'fanotify_init', 'fanotify_mark', 'io_setup', 'io_destroy', 'io_submit', 'io_cancel',
+    'io_getevents', 'io_pgetevents', 'memfd_secret',
 )  # fmt: skip
+# fcntl commands refused (include/uapi/asm-generic/fcntl.h, linux/fcntl.h): F_GETLK, F_SETLK,
+# F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE, F_NOTIFY (the 64-bit numbers;
+# 'fcntl64', on 32-bit ABIs, gets the same rules).
+FCNTL_REFUSED = (5, 6, 7, 36, 37, 38, 1024, 1026)
 
 
 class _ArgCmp(ctypes.Structure):
@@ -130,6 +146,9 @@ def install(lib=None) -> None:
             rule('clone', eperm, (0, _CMP_MASKED_EQ, flag, flag))
         for request in (_TIOCSTI, _TIOCLINUX):
             rule('ioctl', eperm, (1, _CMP_MASKED_EQ, 0xFFFFFFFF, request))
+        for command in FCNTL_REFUSED:  # The kernel reads the command as an int.
+            for name in ('fcntl', 'fcntl64'):
+                rule(name, eperm, (1, _CMP_MASKED_EQ, 0xFFFFFFFF, command))
         rule('socket', eperm)  # Every domain: SOCKET_DOMAINS holds for pairs only.
         # socketpair outside the list: the whole 64-bit argument must equal the one domain, so
         # high bits above the int the kernel reads refuse the call too.

@@ -25,7 +25,8 @@ ran to its end, reported status 'ok' and ran the number of checks the caller exp
 the machine's load, a checker that died without a report), so a report can count timeouts
 and infrastructure errors apart. The checker's verdict, once it has one ('ok' or 'failed'),
 stands whatever the candidate's box reports (a wrong answer stays wrong); a starved box
-reruns the pair once (`detail['attempts']` 2).
+reruns the pair once (`detail['attempts']` 2). The candidate box's reports are never read
+(`run_python(read_report=False)`). Scored runs need the 'namespaces' box (`SCORED_LEVELS`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from spec_jax.eval.tasks.code import wire
 
 WIRE_SOURCE = inspect.getsource(wire)
 START_SLACK_S = 3.0  # The checker's CPU and wall limits beyond the candidate's.
+# The isolation levels a scored run may use: below 'namespaces' the gold data are readable.
+SCORED_LEVELS = ('namespaces',)
 _CONTROL = re.compile(r'[\x00-\x08\x0b-\x1f\x7f-\x9f]')
 
 # Runs in the candidate's box after the wire module's source. Placeholders: RFD, WFD, CODE.
@@ -208,7 +211,21 @@ def run_pair(code: str, checks: str, expected_checks: int, timeout_s: float) -> 
     `backstop_s(timeout_s)` (moved by its run-queue delay, up to `sandbox.STARVED_FACTOR`
     times); the checker waits for answers until after the latest end of the candidate's box
     and has its own CPU and wall limits. When the checker ends, the candidate's box is
-    cancelled. A box starved by the machine's load reruns the pair once."""
+    cancelled. A box starved by the machine's load reruns the pair once.
+
+    Raises:
+      sandbox.WeakSandboxError: below the 'namespaces' box (`SCORED_LEVELS`): there the
+        sample reads the host's files, the gold data (tests, reference solutions) included.
+    """
+    level = sandbox.isolation_level()
+    if level not in SCORED_LEVELS:
+        raise sandbox.WeakSandboxError(
+            f"code samples are scored only in the 'namespaces' box; here the sandbox is "
+            f"{level!r}, whose samples can read the host's files, the tasks' tests and "
+            f'reference solutions included, so a score would not measure the model (a '
+            f'candidate answered with the canonical solution). Run as root where unshare '
+            f'is allowed (docs/sandbox.md, "Machines without a layer")'
+        )
     verdict = _run_pair_once(code, checks, expected_checks, timeout_s)
     if verdict.detail.pop('starved', False):
         verdict = _run_pair_once(code, checks, expected_checks, timeout_s)
@@ -235,6 +252,7 @@ def _run_pair_once(code: str, checks: str, expected_checks: int, timeout_s: floa
                 pass_fds=(req_r, resp_w),
                 cancel=done,
                 retry_starved=False,
+                read_report=False,  # Never used: its reports cost the caller nothing.
             )
         finally:  # Its box is gone: the checker's next read sees EOF.
             os.close(req_r)
