@@ -62,7 +62,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         tree=(*TRUNCATION, LENIENCE),
     ))  # fmt: skip
     c.floor_rules = FLOOR_RULES
-    c.arm_reports = not tiny  # Each arm's own evaluation report (the main job's, tested there).
+    c.arm_reports = True  # Each arm's tables (`jobs.claims.arm_report`: no verdicts).
     if tiny:  # Random tiny models and a random head: the whole path in seconds, no results.
         c.arms.chain = (TRUNCATION[0], LENIENCE, COS)
         c.arms.tree = (TRUNCATION[0],)

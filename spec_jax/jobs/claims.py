@@ -8,7 +8,8 @@ arm's evaluation report). The job runs:
 
   chain, tree  the evaluation (`eval.runner`, resumable) of each arm's grid with the
                config's drafter, in chain and in tree mode, on the same prompts and seeds:
-               <workdir>/<arm>/ holds its results and its own report
+               <workdir>/<arm>/ holds its results and its report (`arm_report`: tables
+               and intervals, no verdicts; the job's one Holm family is claims.md's)
   greedy       T 0: AR, chain and tree decoding of the same prompts (C1)
   floors       the target as its own draft (drafter 'self', q = p) in chain and tree form
                under each floor rule, with the floors derived on its text (`eval.floors`)
@@ -27,8 +28,17 @@ import ml_collections
 import numpy as np
 
 from spec_jax import decoding, rules
-from spec_jax.eval import claims, findings, floors, runner
-from spec_jax.jobs import evaluate
+from spec_jax.eval import (
+    claims,
+    findings,
+    floors,
+    machine,
+    metrics,
+    records,
+    report,
+    runner,
+    timing,
+)
 from spec_jax.sampling import Sampler
 
 ARM_MODES = {'chain': 'chain', 'tree': 'tree'}
@@ -100,7 +110,8 @@ def greedy(c: ml_collections.ConfigDict) -> dict:
 
 def floor_runs(c: ml_collections.ConfigDict) -> list[dict]:
     """Per floor rule and form (chain, tree) with the target as its own draft: per prompt
-    the metered TV and the derived floor's mean (`eval.floors`)."""
+    (`keys`: its index, the same prompt and noise in both forms, so they pair) the metered
+    TV and the derived floor's mean (`eval.floors`)."""
     block = runner.decoding_block(c)
     block.spec.drafter, block.spec.draft, block.spec.lookup = 'self', '', 0
     built = decoding.build(block)
@@ -120,15 +131,27 @@ def floor_runs(c: ml_collections.ConfigDict) -> list[dict]:
                     engine.cfg, built.params.target, engine.sampler,
                     prompts[i : i + c.batch_size], tokens[i : i + c.batch_size], length,
                 )  # fmt: skip
-            measured, derived = [], []
-            for toks, st, p_tv in zip(tokens, stats, p_rows):
+            keys, measured, derived = [], [], []
+            for i, (toks, st, p_tv) in enumerate(zip(tokens, stats, p_rows)):
                 kinds = floors.position_kinds(st['block_accepted'], engine.num_draft,
                                               form == 'tree')[: len(toks)]  # fmt: skip
                 if st.get('metered') and len(toks):
+                    keys.append(i)
                     measured.append(st['tv_sum'] / st['metered'])
                     derived.append(float(floors.derived(p_tv, rho, kinds, form == 'tree').mean()))
-            out.append(dict(rule=spec, form=form, measured=measured, derived=derived))
+            out.append(dict(rule=spec, form=form, keys=keys, measured=measured, derived=derived))
     return out
+
+
+def arm_report(c: ml_collections.ConfigDict, results: list[dict], methods, workdir: str) -> dict:
+    """An arm's evaluation report without its findings: the tables and intervals, no
+    verdict words, so that the job's one Holm family is claims.md's (`eval.claims`)."""
+    header = dict(settings=machine.settings(c), **timing.drift_lines(results),
+                  provenance=records.provenance_text(records.provenance(results)))  # fmt: skip
+    title = f'{c.name} (tables only: the verdicts are the claims job\'s, claims.md)'
+    return report.write_report(metrics.aggregate(results, methods),
+                               os.path.join(workdir, 'report'), mode=c.mode, title=title,
+                               header=header)  # fmt: skip
 
 
 def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -144,7 +167,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
         store, methods, _ = runner.run(ac, os.path.join(workdir, arm))
         results = runner.results(store)
         if c.arm_reports:
-            evaluate.write_report(ac, results, methods, os.path.join(workdir, arm))
+            arm_report(ac, results, methods, os.path.join(workdir, arm))
         arms[arm] = dict(rows=findings.pooled_rows(results, methods), results=results,
                          num_draft=ac.num_draft if arm == 'chain' else
                          decoding.tree_shape(ac.tree).path_len)  # fmt: skip

@@ -2,6 +2,7 @@
 tiny random models, one line per claim; the floors' position kinds and derived floors."""
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CONFIG = os.path.join(ROOT, 'configs', 'experiments', 'smollm2_135m_claims.py')
 
 STATUSES = ('shown', 'not shown', 'cannot be tested here')
+VERDICT = r'(above|below) [01]\b|not distinguishable from|flatters it|understates it'
 
 
 def test_tiny_job_prints_one_line_per_claim(tmp_path, capsys):
@@ -32,6 +34,14 @@ def test_tiny_job_prints_one_line_per_claim(tmp_path, capsys):
         assert os.path.exists(tmp_path / name), name
     text = (tmp_path / 'claims.md').read_text()
     assert '## The distortion frontier' in text and '## Floors at q = p' in text
+    assert 'one Holm family for the job' in text
+    # One family per job: the arm reports print tables and intervals, no verdict.
+    for arm in ('chain', 'tree'):
+        report = (tmp_path / arm / 'report' / 'report.md').read_text()
+        assert "the verdicts are the claims job's" in report
+        assert not re.search(VERDICT, report), re.search(VERDICT, report)
+    # The frontier from the rule's own drafted positions: the overlap meter reached the rows.
+    assert out['frontier']['lenience:l=0.5']['gap']['n'] == 3
     # At q = p the tree walk emits the argmax at every drafted position: its floor is
     # 1 - p_A(argmax) there, which the meter measures exactly where no limit cut a round.
     tree = next(f for f in out['floors'] if f['form'] == 'tree')
@@ -61,23 +71,19 @@ def test_bad_config_arg(arg):
         runtime.load_config(CONFIG, arg)
 
 
-def _stats(accepted, reached, tv_plain, drafted_metered):
-    return dict(accepted=accepted, reached=reached, tv_plain_sum=tv_plain,
-                metered_at_offset=[drafted_metered, 0, 0, 5])  # fmt: skip
-
-
-def test_frontier_points_read_the_meter_per_prompt():
-    """x = TV(pi, p) summed over drafted positions / their count; y = the rule's acceptance
-    minus lossless SD's on the same prompt; gap = x - y."""
-    res = []
-    for item, (rule, plain) in enumerate([((8, 10, 1.0, 10), (5, 10)), ((6, 10, 0.5, 5), (4, 8))]):
-        base = dict(task='speed_alpaca', item=str(item), seed=0)
-        res.append(dict(base, method='lenience:l=0.5', stats=_stats(*rule)))
-        res.append(dict(base, method='lossless', stats=_stats(*plain, 0.0, 1)))
-    pts = frontier.points(res, ['lenience:l=0.5'], num_draft=3)['lenience:l=0.5']
+def test_frontier_points_read_the_rules_own_drafted_positions():
+    """x = TV(pi, p) summed over the drafted positions / their count; y = the rule's
+    acceptance there minus the metered sum min(p, q) at the same positions (no second
+    decoding); gap = x - y; a prompt without the overlap meter is left out."""
+    stats = [dict(accepted=8, reached=10, tv_plain_sum=1.0, overlap_sum=6.0),
+             dict(accepted=3, reached=5, tv_plain_sum=0.5, overlap_sum=2.5),
+             dict(accepted=3, reached=5, tv_plain_sum=0.5)]  # fmt: skip
+    res = [dict(task='speed_alpaca', item=str(i), seed=0, method='lenience:l=0.5', stats=st)
+           for i, st in enumerate(stats)]  # fmt: skip
+    pts = frontier.points(res, ['lenience:l=0.5'])['lenience:l=0.5']
     np.testing.assert_allclose(pts['x'], [0.1, 0.1])
-    np.testing.assert_allclose(pts['y'], [0.3, 0.1])
-    assert pts['gap']['mean'] == pytest.approx(-0.1) and pts['gap']['n'] == 2
+    np.testing.assert_allclose(pts['y'], [0.2, 0.1])
+    assert pts['gap']['mean'] == pytest.approx(-0.05) and pts['gap']['n'] == 2
     assert pts['exact']  # Lenience's bonus law is p: its bonus positions add no TV(pi, p).
 
 
@@ -114,22 +120,99 @@ def test_floor_rules_must_be_min_p():
         claims.check_floor_rules(('minp_verify:rho=0.1', 'eta_verify:eta=0.05'))
 
 
-def _c5_row(method):
-    # 12 items (24 item-seed pairs); the interval excludes 0 just: p a little under 0.05.
-    return dict(method=method, kind='lossy', rule=method.split(':')[0], flattery_be=0.05,
-                flattery_be_lo=0.001, flattery_be_hi=0.099, pair_n=24, pair_n_items=12)  # fmt: skip
 
 
-def test_c5_is_judged_in_the_holm_family(tmp_path):
-    """Two C5 tests each at p just under 0.05: above 0 alone, not under Holm over both
-    (and the other claims' tests); n is the items, not the item-seed pairs."""
-    rows = [_c5_row('minp_verify:rho=0.1'), _c5_row('eta_verify:eta=0.05')]
-    arm = dict(rows=rows, results=[], num_draft=3)
-    data = dict(arms=dict(chain=arm, tree=dict(arm, rows=[])), floors=[], tree_branch=2,
-                greedy=dict(tokens=dict(ar=[], chain=[], tree=[]), n=0))  # fmt: skip
+# ---- the claims on constructed arms (12 prompts: above verdicts.MIN_ITEMS) ------------------
+
+N = 12
+RULE, MATCHED = 'minp_verify:rho=0.1', 'minp_sd:rho=0.1'
+VERDICT_WORDS = ('above', 'below', 'distinguishable', 'flatters', 'understates')
+
+
+def _results(method, tv, correct=None):
+    return [dict(task='speed_alpaca', item=str(i), seed=0, method=method,
+                 stats=dict(tv_sum=10 * tv(i), metered=10),
+                 **({} if correct is None else dict(correct=correct(i))))
+            for i in range(N)]  # fmt: skip
+
+
+def _data(tree_gain=0.1, chain_floor=0.0, plain_correct=None, matched_correct=None):
+    """A chain and a tree arm of one min-p rule on the same prompts (tree TV = chain TV +
+    `tree_gain`, per-prompt noise), lossless SD metering 0, greedy equal, and the q = p
+    floors with the chain's at `chain_floor` on every prompt."""
+    row = dict(method=RULE, kind='lossy', rule='minp_verify', pairs=[MATCHED], n_items=N,
+               d_be=0.1, d_be_lo=0.0, d_be_hi=0.2, sd_d_be=0.3, sd_d_be_lo=0.2, sd_d_be_hi=0.4,
+               flattery_be=0.2, flattery_be_lo=0.1, flattery_be_hi=0.3)  # fmt: skip
+    chain_tv = lambda i: 0.05 + 0.002 * i  # noqa: E731
+    tree_tv = lambda i: chain_tv(i) + tree_gain + 0.003 * (i % 3 - 1)  # noqa: E731
+    chain = _results(RULE, chain_tv) + _results('lossless', lambda i: 0.0, plain_correct)
+    if matched_correct is not None:
+        chain += _results(MATCHED, lambda i: 0.0, matched_correct)
+    tree = _results(RULE, tree_tv) + _results('lossless', lambda i: 0.0)
+    floors = [dict(rule=RULE, form='chain', keys=list(range(N)), measured=[chain_floor] * N,
+                   derived=[chain_floor] * N),
+              dict(rule=RULE, form='tree', keys=list(range(N)),
+                   measured=[0.15 + 0.01 * (i % 4) for i in range(N)],
+                   derived=[0.15 + 0.01 * (i % 4) for i in range(N)])]  # fmt: skip
+    return dict(arms=dict(chain=dict(rows=[row], results=chain, num_draft=3),
+                          tree=dict(rows=[row], results=tree, num_draft=4)),
+                floors=floors, tree_branch=2,
+                greedy=dict(tokens=dict(ar=[[1]] * N, chain=[[1]] * N, tree=[[1]] * N), n=N))
+
+
+@pytest.mark.parametrize('tree_gain, status', [(0.1, 'shown'), (0.0, 'not shown (1 of 2')])
+def test_c3_paired_with_a_vanishing_chain_floor(tmp_path, tree_gain, status):
+    """Strong amplification and a chain floor of exactly 0 at q = p read 'shown' (the floor's
+    vanishing is no condition); the tree-chain differences at q = p and per rule are the
+    family's only C3 tests. Without amplification only the q = p comparison is above 0."""
+    data = _data(tree_gain)
+    out = eval_claims.evaluate(data, str(tmp_path))
+    c3 = out['claims']['C3']
+    assert c3['status'].startswith(status), c3
+    keys = [t.key for t in verdicts.judge([v[0] for v in data['_amplification'].values()]
+                                          + [t for t, _ in data['_floors'].values()]).tests]
+    assert keys == [('c3', 'tree - chain', RULE), ('c3', 'q = p tree - chain', RULE)]
+    assert 'Holm p' in c3['text'] and 'q = p' in c3['text']
+    assert 'C3 tree - chain TV per truncation rule (1)' in out['composition']
+    assert 'C3 q = p tree - chain TV per floor rule (1)' in out['composition']
+
+
+def test_by_construction_lines_stay_out_of_the_family(tmp_path):
+    """C1's metered TV, C2, C3's floors and C4 are closed forms at the visited contexts:
+    labelled so, no p-value, and the family holds only the paired C3 tests (C5 untestable:
+    the arms are unscored)."""
+    data = _data()
+    out = eval_claims.evaluate(data, str(tmp_path))
+    claims_ = out['claims']
+    assert claims_['C1']['status'] == 'shown' and 'by construction' in claims_['C1']['text']
+    assert claims_['C2']['status'] == 'shown by construction', claims_['C2']
+    assert 'p ' not in claims_['C2']['text'].replace('p(A)', '').replace('p_A', '')
+    assert out['family'].startswith('2 comparisons'), out['family']
+    assert "by construction (closed forms at the visited contexts, cannot fail): C1's metered " \
+           "TV, C2, C3's floors, C4" in out['composition']  # fmt: skip
+
+
+@pytest.mark.parametrize('plain', [None, lambda i: i == 0])
+def test_c5_cannot_be_tested_on_a_floor_target(tmp_path, plain):
+    """Unscored arms, or plain SD at 1/12 correct: C5 'cannot be tested here', its BE and
+    speed against plain SD printed as a decomposition without verdict words, no C5 test in
+    the family."""
+    data = _data(plain_correct=plain, matched_correct=plain and (lambda i: i < 2))
     out = eval_claims.evaluate(data, str(tmp_path))
     c5 = out['claims']['C5']
-    assert c5['status'] == 'not shown' and 'above' not in c5['text'], c5
-    assert c5['text'].count('not distinguishable from 0; n 12 items') == 2, c5
-    alone = verdicts.judge([data['_c5'][0][1]])
-    assert alone.verdicts[('c5', 'minp_verify:rho=0.1')] == 'above 0'
+    assert c5['status'] == 'cannot be tested here', c5
+    assert 'task quality' in c5['text'] and 'what the matched baseline adds +0.200' in c5['text']
+    assert not any(word in c5['text'] for word in VERDICT_WORDS), c5['text']
+    assert not data['_c5'] and 'C5' not in out['composition'].split('; not in it')[0]
+
+
+def test_c5_judged_on_scores_above_floor(tmp_path):
+    """Plain SD at 4/12, the matched baseline at 12/12 on the same items: McNemar 8 wins, 0
+    losses (exact p 2**-7), in the family: the plain-SD comparison adds 67 points, shown."""
+    data = _data(plain_correct=lambda i: i < 4, matched_correct=lambda i: True)
+    out = eval_claims.evaluate(data, str(tmp_path))
+    c5 = out['claims']['C5']
+    assert c5['status'] == 'shown', c5
+    assert data['_c5'][0][1].p == pytest.approx(2.0**-7)
+    assert '+66.7' in c5['text'] and 'Holm p' in c5['text']
+    assert 'C5 score(matched) - score(plain SD) per truncation rule (1)' in out['composition']
