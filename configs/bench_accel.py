@@ -32,7 +32,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.dtype = 'float32' if small else 'bfloat16'
     c.seed = 0
     c.chip = ''  # A spec_jax.costs.chips name for the predictions ('' = the device's own).
-    c.budget_s = 90.0 if tiny else 180.0  # Steps that would overrun it are skipped.
+    c.budget_s = {'tiny': 180.0, 'cpu': 900.0}.get(arg, 180.0)  # Steps past it are skipped.
     c.first_compile_s = 2.0 if small else 40.0  # The budget's guess until a compile is seen.
     # Layers under one scan: a compile a fraction of the unrolled one's (32 layers), for a
     # budget the unrolled compiles would not fit; the timing is then the scanned program's.
@@ -41,9 +41,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rounds = 3 if small else 5
     c.prompt_len = 16 if tiny else 128
     c.round_modes = ('tree', 'chain')  # First: the tree round's target call is the test.
-    c.round_batch = 1 if tiny else 8
+    c.round_batch = 1 if small else 8
     c.num_draft = 3 if tiny else 5  # The chain round's gamma.
-    c.tree = (4, 2, 2) if tiny else (60, 6, 10)  # (nodes, depth, branch): EAGLE's at 8B.
+    # (nodes, depth, branch): EAGLE's at 8B on an accelerator.
+    c.tree = {'tiny': (4, 2, 2), 'cpu': (16, 4, 4)}.get(arg, (60, 6, 10))
     c.draft_vocab = 0 if small else 32000  # The head's draft vocabulary (0: the target's).
     # The verify curve: batches x T less the skipped points (batch 8 at T 1, 16, 64 and
     # batch 1 at T 1, 64 decide the form of the cost model: spec_jax/costs/fit.py).

@@ -38,7 +38,7 @@ def test_the_h200_fit_reports_each_point_fitted_or_held_out_with_its_error(h200)
     come within 8 % (additive: h 0.75, e 0.56). Held out, the T 60 forward and the tree
     round are predicted without any compute-heavy point (the T 60 forward is the only one):
     e is assumed equal to h, said so, and they come out 19 % and 23 % low: what the H200
-    data can and cannot say (docs/performance.md, "Calibrated predictions")."""
+    data can and cannot say (docs/performance.md, "The cost model")."""
     _, _, rows = h200
     by = {r['name']: r for r in rows}
     print('\n' + fit.table(rows))
