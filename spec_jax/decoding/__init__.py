@@ -14,10 +14,10 @@
 
 Modules: engine (the loop and its rounds), verification (the rule or its matched
 baseline), trees (tree shapes, selection, ancestor masks), tree_budget (a
-tree sized for the chip and the batch), state (settings, the carry,
-commit), stats (counters and summaries), host (generate, chat), build (config blocks ->
-engine), drafters/ (the Drafter protocol and proposers), batching, code_room. docs/engine.md
-describes the design.
+tree sized for the chip and the batch), adaptive (draft lengths chosen online), state
+(settings, the carry, commit), stats (counters and summaries), host (generate, chat), build
+(config blocks -> engine), drafters/ (the Drafter protocol and proposers), batching,
+code_room. docs/engine.md describes the design.
 """
 
 from spec_jax.decoding import drafters

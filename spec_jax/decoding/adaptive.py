@@ -25,10 +25,13 @@ round alike), summed over the live rows.
 
 Cost. `TierCosts`: seconds of one round of each tier at a few batch sizes (interpolated at
 the loop's static batch), linear in the context (the mean committed length over the batch's
-rows: every row is in the forward). A table from a bench or a chip's model (`from_fn`), or
-`relative` (units of an AR step). The choice: argmax over tiers of tokens / seconds, ties to
-the shorter tier. A long context (attention grows with each verified token) or a large
-batch (a compute-bound forward) can make AR the best tier; then the round is AR's step.
+rows: every row is in the forward). This engine's attention reads every cache slot, so its
+cost is fixed by the run's slots (static), not the filled part: a chip's calibrated model
+(`decoding.build.chip_tier_costs`) is read at the run's slots with no context term; the term
+is for attention that reads the filled part (a bench's table). `relative` is a model in units
+of an AR step. The choice: argmax over tiers of tokens / seconds, ties to the shorter tier.
+A long context (attention grows with each verified token) or a large batch (a compute-bound
+forward) can make AR the best tier; then the round is AR's step.
 
 Exploration. Once AR wins, no depth is examined and the counts freeze. Every `explore`-th
 round (by the batch's round count) runs the tier one above the choice instead, so a run that
@@ -49,7 +52,7 @@ EAGLE-3 head draws from the output it already holds (no call); `relative` counts
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -72,9 +75,7 @@ class TierCosts:
     per_token_kn: jax.Array
 
     @classmethod
-    def table(
-        cls, base_kn, per_token_kn=None, batch_n: Sequence[int] = (1,)
-    ) -> TierCosts:
+    def table(cls, base_kn, per_token_kn=None, batch_n: Sequence[int] = (1,)) -> TierCosts:
         """From nested lists ([K] or [K, N]); per_token_kn None: no context term."""
         base = np.asarray(base_kn, np.float32).reshape(len(base_kn), -1)
         per = np.zeros_like(base) if per_token_kn is None else np.asarray(per_token_kn, np.float32)
@@ -98,18 +99,6 @@ class TierCosts:
         drafter up with one), plus context (k + 1) per context token (attention)."""
         base = [1.0 + verify * k + draft * max(k, 1) for k in tiers]
         return cls.table(base, [context * (k + 1) for k in tiers])
-
-    @classmethod
-    def from_fn(
-        cls, fn: Callable[[int, int, int], float], tiers: Sequence[int],
-        batches: Sequence[int] = (1,), contexts: tuple[int, int] = (0, 4096),
-    ) -> TierCosts:  # fmt: skip
-        """Sampled from `fn(num_draft, batch, context) -> seconds` (a chip's cost model) at
-        each tier and batch, linear between the two `contexts`."""
-        lo, hi = contexts
-        at = np.array([[[fn(k, b, c) for c in (lo, hi)] for b in batches] for k in tiers])
-        slope = (at[..., 1] - at[..., 0]) / (hi - lo)
-        return cls.table(at[..., 0] - slope * lo, slope, batches)
 
     def seconds(self, batch: int, context: jax.Array) -> jax.Array:
         """[K] seconds of a round of each tier at `batch` rows and `context` tokens."""

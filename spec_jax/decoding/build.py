@@ -123,7 +123,8 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
             # the last one num_draft).
             tiers=tiers,
             # Seconds of a round of each tier at context 0, one per tier ('1,1.3,1.6,2.2',
-            # any unit: a bench's measurements); '' uses the relative model below.
+            # any unit: a bench's measurements); 'chip:h200' a calibrated chip's cost model
+            # (spec_jax.costs) at the run's slots; '' the relative model below.
             costs=costs,
             per_token='',  # Seconds each tier's round adds per context token ('' = 0).
             # The relative model (units of an AR step): tier k costs 1 + verify k +
@@ -138,8 +139,32 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
     )
 
 
-def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int) -> Adaptive | None:
-    """The engine's `Adaptive` from an adaptive block (None when `tiers` is '')."""
+# Batch sizes a chip's tier costs are read at (the loop interpolates at its own).
+CHIP_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int) -> TierCosts:
+    """`tiers`' round costs from `chip`'s calibrated model (`costs.calibration`) at
+    `CHIP_BATCHES` and `slots` cache slots, no context term (the engine's attention reads
+    every slot). Tier k > 0: a chain of k drafted by `kind` ('lm', 'eagle3'); tier 0: AR's
+    step plus the call that keeps the drafter up (a draft LM's 2-token window, a head's
+    window over the one new token)."""
+    if kind not in ('lm', 'eagle3'):
+        raise ValueError(f"spec.adaptive.costs='chip:{chip}' prices drafters 'lm' and "
+                         f"'eagle3'; got {kind!r}")
+    base = getattr(drafter, 'base', drafter)  # Prompt lookup prices its model drafter.
+    model = calibration.for_chip(chip, target, **{'head' if kind == 'eagle3' else 'draft':
+                                                  base.cfg})  # fmt: skip
+    keep = calibration.Tier('ar', 1, (1,) if kind == 'eagle3' else (2,))
+    at = [[model.round_s(calibration.Tier.chain(k, kind) if k else keep, b, slots)
+           for b in CHIP_BATCHES] for k in tiers]  # fmt: skip
+    return TierCosts.table(at, batch_n=CHIP_BATCHES)
+
+
+def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int,
+                chip_costs=None) -> Adaptive | None:  # fmt: skip
+    """The engine's `Adaptive` from an adaptive block (None when `tiers` is ''); `chip_costs`
+    (chip, tiers) -> TierCosts reads 'chip:NAME' costs (`build`: `chip_tier_costs`)."""
     if not c.tiers:
         return None
     if mode != 'chain':
@@ -148,6 +173,8 @@ def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int) -> Adap
     tiers = Adaptive.parse_tiers(c.tiers, num_draft)
     if not c.costs:
         costs = TierCosts.relative(tiers, c.verify, c.draft, c.context)
+    elif c.costs.startswith('chip:') and chip_costs is not None:
+        costs = chip_costs(c.costs.split(':', 1)[1], tiers)
     else:
         try:
             base = [float(v) for v in c.costs.split(',')]
@@ -243,6 +270,10 @@ def build(c: ml_collections.ConfigDict) -> Built:
         seed=c.seed if s.draft_seed < 0 else s.draft_seed,
         rules=sharding.draft_rules(s.get('draft_sharding', 'batch')),
     )  # fmt: skip
+    def chip_costs(chip, tiers):
+        slots = c.max_prompt_len + c.max_new_tokens
+        return chip_tier_costs(chip, tiers, target.cfg, draft.drafter, s.drafter, slots)
+
     engine = Engine(
         target.cfg,
         decode,
@@ -253,7 +284,7 @@ def build(c: ml_collections.ConfigDict) -> Built:
         sampler,
         bool(s.meter_distortion),
         tree_of(c, draft.drafter, target.cfg) if s.mode == 'tree' else None,
-        adaptive_of(s.adaptive, s.mode, s.num_draft) if 'adaptive' in s else None,
+        adaptive_of(s.adaptive, s.mode, s.num_draft, chip_costs) if 'adaptive' in s else None,
     )
     engine.check()
     params = Params(target.params, sharding.shard(draft.params, mesh, draft.drafter.rules))
