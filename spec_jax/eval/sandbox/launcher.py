@@ -222,15 +222,46 @@ def _reaper(libc, cfg: dict, filters, seccomp_lib) -> None:
     except (_Stop, ChildProcessError):
         pass
     signal.pthread_sigmask(signal.SIG_BLOCK, {STOP_SIGNAL})
-    if os.fork() == 0:  # The killer: as the uid, every process of the uid but itself.
-        _kill_all_as(cfg['uid'])
-        os._exit(0)
+    try:
+        if os.fork() == 0:  # The killer: as the uid, every process of the uid but itself.
+            _kill_all_as(cfg['uid'])
+            os._exit(0)
+    except OSError:  # No process left to fork in the cgroup: by pid, until none is left.
+        _kill_by_pid(cfg['uid'])
     while True:  # The killer, the killed, their orphans: until none is left.
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
             break
     os._exit(0)
+
+
+def _kill_by_pid(uid: int) -> None:
+    """SIGKILL to each live process of `uid` found in /proc, reaping as it goes, until none
+    is left (each killed one frees a slot a survivor may fork into: hence the rounds)."""
+    for _ in range(1000):
+        found = []
+        for name in filter(str.isdigit, os.listdir('/proc')):
+            try:
+                with open(f'/proc/{name}/status') as f:
+                    status = f.read()
+            except OSError:
+                continue
+            if f'\nUid:\t{uid}\t' in status and '\nState:\tZ' not in status:
+                found.append(int(name))
+        if not found:
+            return
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
 
 
 def _init(libc, cfg: dict, rootfs, filters, seccomp_lib) -> None:

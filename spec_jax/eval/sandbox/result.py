@@ -168,7 +168,7 @@ def _result(fds, token, stopped, launcher_code, isolation, seconds, tail_chars,
     returncode = None
     if 'wait_status' in info:
         returncode = os.waitstatus_to_exitcode(info['wait_status'])
-    elif isolation != 'namespaces' and sample_pid is not None:
+    elif isolation == 'none' and sample_pid is not None:
         returncode = launcher_code  # The launcher exec'd into the sample.
     common = dict(stdout=stdout, stderr=stderr, seconds=seconds, report=report)
     common.update(isolation=isolation, finished=finished, returncode=returncode)
