@@ -116,3 +116,13 @@ def test_scoring_refuses_a_box_below_namespaces(monkeypatch):
     item = task.load(limit=1)[0]
     with pytest.raises(sandbox.WeakSandboxError, match='reference solutions'):
         task.score(item, item.meta['reference'])
+
+
+@pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason=f'needs {SYSTEM_PYTHON}')
+def test_the_uid_sample_starts_with_no_signal_blocked():
+    """The reaper blocks its stop signal until the sample has its uid; the sample (which
+    keeps the mask across exec) must not inherit that."""
+    source = 'import signal\nprint(sorted(signal.pthread_sigmask(signal.SIG_BLOCK, ())))'
+    result = sandbox.run_python(source, isolation='uid', allow_weak=True, python=SYSTEM_PYTHON,
+                                uid_base=UID_BASE)  # fmt: skip
+    assert result.passed and result.stdout.strip() == '[]', result.summary()

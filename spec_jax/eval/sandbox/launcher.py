@@ -143,6 +143,7 @@ def _become_sample(libc, cfg: dict, scratch: str, filters, seccomp_lib, parent: 
     """Limits, privileges, cwd; then exec the interpreter on the wrapper (never returns).
     `parent`: the pid whose death kills the sample (0: none, the launcher itself execs)."""
     os.set_inheritable(cfg['status_fd'], False)  # Closed by a successful exec only.
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())  # Kept across exec: the 'uid' reaper's.
     for name, (soft, hard) in sample_limits(cfg).items():
         which = getattr(resource, name, _RLIMIT_NUMBERS.get(name))
         # Never above the caller's hard limit: raising one needs CAP_SYS_RESOURCE, which root
