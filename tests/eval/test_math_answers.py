@@ -191,6 +191,8 @@ ADVERSARIAL = {
     '1 MB of digits': '7' * 1_000_000,
     '1 MB of digits, boxed': '\\boxed{' + '7' * 1_000_000 + '}',
     '2 x 500 KB, equal': '\\boxed{' + '7' * 500_000 + ' = ' + '7' * 500_000 + '} \\boxed{1}',
+    '50k answer markers': '#### 1 ' * 50_000,  # Over MAX_MARKERS: a hedge, not read.
+    '50k markers, no number': 'the answer is x ' * 50_000,
 }
 
 

@@ -141,20 +141,37 @@ def final_boxes(text: str) -> list[str]:
 # --------------------------------------------------------------------------- GSM8K markers
 
 
-def markers(text: str) -> list[tuple[int, str]]:
-    """(position, what follows up to the line's end or the next marker, at most MAX_SPAN + 1
-    characters) of each '####' and 'answer is' that a number follows there."""
-    found, spans = [], list(_MARKER.finditer(text))
-    line_end = -1
-    for i, m in enumerate(spans):
-        if m.end() > line_end:
-            line_end = text.find('\n', m.end())
-            line_end = len(text) if line_end < 0 else line_end
-        end = min(line_end, spans[i + 1].start()) if i + 1 < len(spans) else line_end
-        rest = text[m.end() : min(end, m.end() + MAX_SPAN + 1)]
+def _rest(text: str, marker: re.Match, after: re.Match | None) -> str:
+    """What follows `marker` up to its line's end or the next marker (`after`), at most
+    MAX_SPAN + 1 characters (so each marker costs O(MAX_SPAN) however long the text)."""
+    start = marker.end()
+    stop = min(start + MAX_SPAN + 1, after.start() if after else len(text))
+    line = text.find('\n', start, stop)
+    return text[start : line if line >= 0 else stop]
+
+
+def markers(text: str, most: int | None = None) -> list[tuple[int, str]]:
+    """(position, `_rest`) of each '####' and 'answer is' that a number follows there (the
+    first `most` + 1 of them when `most` is given)."""
+    found, spans = [], _MARKER.finditer(text)
+    m = next(spans, None)
+    while m is not None and (most is None or len(found) <= most):
+        after = next(spans, None)
+        rest = _rest(text, m, after)
         if NUMBER.search(rest):
             found.append((m.start(), rest))
+        m = after
     return found
+
+
+def last_marker(text: str) -> tuple[int, str] | None:
+    """The last of `markers(text)`, found from the end; None if none."""
+    spans = list(_MARKER.finditer(text))
+    for i in range(len(spans) - 1, -1, -1):
+        rest = _rest(text, spans[i], spans[i + 1] if i + 1 < len(spans) else None)
+        if NUMBER.search(rest):
+            return spans[i].start(), rest
+    return None
 
 
 def answer_span(rest: str) -> str:
@@ -176,9 +193,9 @@ def extract_answer(text: str, gsm8k: bool = False) -> tuple[str | None, str]:
     boxed = final_boxes(text)
     if boxed:
         return boxed[-1], 'boxed'
-    found = markers(text)
+    found = last_marker(text)
     if found:
-        position, rest = found[-1]
+        position, rest = found
         return answer_span(rest), '####' if text.startswith('####', position) else 'answer is'
     if not gsm8k:
         return text, 'math_verify'

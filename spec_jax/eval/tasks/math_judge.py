@@ -56,6 +56,7 @@ DEFAULT_WORKERS = 2
 
 MAX_TEXT = 8000  # math-verify's own extraction (no box) reads the text's last MAX_TEXT chars.
 MAX_COMPARED = 8  # More distinct final answers than this are a hedge without comparing them.
+MAX_MARKERS = 64  # More answer markers than this are a hedge without reading them.
 
 # These run in the verifier's worker processes (math-verify is imported there only).
 
@@ -183,7 +184,11 @@ def _strict(kind: str, gold: str, text: str, span: str, method: str, found: list
         found += hedges(answer, gold)
     answers = list(boxed)
     if kind == 'number' or method in MARKERS:
-        for _, rest in markers(text):
+        found_markers = markers(text, MAX_MARKERS)
+        if len(found_markers) > MAX_MARKERS:
+            found.append(('answers', f'over {MAX_MARKERS} answer markers'))
+            found_markers = []
+        for _, rest in found_markers:
             answer = answer_span(rest)
             hedged = marker_hedges(answer, gold)
             found += hedged
