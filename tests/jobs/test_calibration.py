@@ -3,6 +3,7 @@ fitted or held out with its error, the tree round's target call is never fitted 
 own prediction, the form is the one its held-out errors choose, a fit recovers known
 fractions and says what it cannot identify, and a tier's cost adds up its parts."""
 
+import ast
 import os
 
 import pytest
@@ -211,3 +212,29 @@ def test_the_aot_dry_run_prints_every_speedup_with_what_it_is(capsys):
     assert 'predicted round: upper bound 8.765 ms; 22.9' in text
     aot.run(c, device='h100', dry_run=True)
     assert 'h100 uncalibrated (upper bound only)' in capsys.readouterr().out
+
+
+def test_the_cost_model_is_a_leaf_and_decoding_imports_no_job():
+    """Every import of spec_jax/costs/ is of costs, models, sharding or checkpoints, and no
+    module of spec_jax/decoding/ imports spec_jax.jobs or spec_jax.eval (the arrow issue 47
+    removed); read from the sources' import statements."""
+    root = os.path.join(os.path.dirname(__file__), '..', '..', 'spec_jax')
+
+    def imports(package):
+        for dirpath, _, files in os.walk(os.path.join(root, package)):
+            for name in files:
+                if name.endswith('.py'):
+                    with open(os.path.join(dirpath, name)) as f:
+                        tree = ast.parse(f.read())
+                    for node in ast.walk(tree):
+                        if isinstance(node, ast.ImportFrom) and node.module:
+                            yield from ((name, f'{node.module}.{a.name}') for a in node.names)
+                        elif isinstance(node, ast.Import):
+                            yield from ((name, a.name) for a in node.names)
+
+    leaf = ('spec_jax.costs', 'spec_jax.models', 'spec_jax.sharding', 'spec_jax.checkpoints')
+    costs = [(f, m) for f, m in imports('costs') if m.startswith('spec_jax')]
+    assert costs and all(m.startswith(leaf) for _, m in costs), costs
+    decoding = [(f, m) for f, m in imports('decoding')]
+    assert any(m.startswith('spec_jax.costs.') for _, m in decoding)  # It reads the model.
+    assert not [(f, m) for f, m in decoding if m.startswith(('spec_jax.jobs', 'spec_jax.eval'))]
