@@ -49,7 +49,7 @@ from spec_jax.eval.tasks.math_answers import (
     normal,
     one_value,
 )
-from spec_jax.eval.tasks.math_numbers import no_thousands, read_number
+from spec_jax.eval.tasks.math_numbers import Reading, no_thousands, read_number
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_WORKERS = 2
@@ -124,7 +124,10 @@ def _prediction(kind: str, gold: str, span: str, method: str) -> tuple[list, Any
         found = marker_hedges(span, gold)
     else:
         found = []
-    number = read_number(span if method != 'math_verify' else '', kind != 'number')
+    if method == 'math_verify':
+        number = Reading(None, False, False)
+    else:
+        number = read_number(span, kind != 'number')
     if (found and one_value(gold)) or number.changed:
         return [], span, found
     if number.value is not None and (kind == 'number' or '%' not in span):
@@ -142,7 +145,7 @@ def _prediction(kind: str, gold: str, span: str, method: str) -> tuple[list, Any
 
 def _judge(kind: str, gold: str, span: str, method: str) -> tuple[bool, Any, dict, list]:
     """(correct, extracted, detail, hedges) for one answer span (see `extract_answer`): a
-    span that hedges is incorrect.
+    span that hedges where the gold is one value is incorrect.
 
     kind: 'latex' (MATH, MATH-500), 'integer' (AIME) or 'number' (GSM8K).
     """
