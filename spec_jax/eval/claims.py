@@ -206,7 +206,9 @@ def c3(data: dict, family: verdicts.Family) -> dict:
                  'above floor (C6)')  # fmt: skip
     above = sum(family.verdicts[t.key].startswith('above') for t in tests)
     status = _status(bool(tests) and above == len(tests), min((t.n for t in tests), default=0))
-    if status == NOT_SHOWN:
+    if not tests:
+        status = f'{NOT_SHOWN} (no rule ran in both arms, no floor in both forms)'
+    elif status == NOT_SHOWN:
         status += f' ({above} of {len(tests)} comparisons above 0)'
     return dict(status=status, text='; '.join(parts))
 

@@ -185,7 +185,8 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     with open(os.path.join(workdir, 'claims.md'), 'w') as f:
         f.write(text)
     with open(os.path.join(workdir, 'claims.json'), 'w') as f:
-        json.dump(dict(claims=out['claims'], wall_s=wall), f, indent=1, default=_plain)
+        json.dump(dict(claims=out['claims'], composition=out['composition'], wall_s=wall), f,
+                  indent=1, default=_plain)  # fmt: skip
     print(f'\nclaims: {os.path.join(workdir, "claims.md")} (wall clock {wall:.0f} s)')
     for line in claims.summary_lines(out) + out['lines']:
         print(line)
