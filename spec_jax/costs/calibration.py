@@ -37,7 +37,7 @@ from spec_jax.models.config import ModelConfig
 
 # chip -> its measurement file in spec_jax/assets/costs/ (with the form its held-out errors
 # chose: `fit.compare_forms`; tests/jobs/test_calibration.py checks the choice).
-CALIBRATED = {'h200': 'h200_2026-12-04'}
+CALIBRATED = {'h200': 'h200_2026-12-04', 'cpu': 'cpu_2026-12-06'}
 DRAFTERS = ('eagle3', 'lm', 'ngram')
 
 
@@ -48,8 +48,9 @@ def calibration(name: str) -> Calibration | None:
         return None
     meta, pts = points.load(CALIBRATED[name])
     shapes = f'{meta["preset"]} {meta["dtype"]}, {len(pts)} points'
+    timed = [p for p in pts if p.role == 'test' and p.engine_ms is not None]
     return fit.fit(chips.CHIPS[name], [p for p in pts if p.role == 'fit'], meta['form'],
-                   meta['date'], meta['jax'], shapes)  # fmt: skip
+                   meta['date'], meta['jax'], shapes, timed)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)

@@ -106,11 +106,11 @@ CHIPS = {
                  900e9, ('NVIDIA B200',)),  # fmt: skip
     # This project's CPU, a chip like any other (lscpu and free -b, 2026-12-06): 2 cores of
     # an Intel Xeon (family 6 model 207, KVM) at 2.1 GHz with AVX-512 and two FMA units,
-    # 2 x 2.1e9 x 64 = 269 GFLOP/s fp32; no published bandwidth for the VM: 19 GB/s, what a
-    # memory-bound forward of the embedded default reached (issue 47); 25.3 GB of RAM.
-    # Calibrated from its own bench (configs/bench_accel.py:smollm2_135m).
-    'cpu': Chip('cpu', 25_324_961_792, 2.688e11, 19e9, 'cpu', "this machine's lscpu",
-                device_kinds=('cpu',), slot_multiple=1),  # fmt: skip
+    # 2 x 2.1e9 x 64 = 269 GFLOP/s fp32; no published bandwidth for the VM: 33 GB/s, what
+    # an XLA fp32 sum and matvec over 1 GiB reached here (33.1, 32.4 GB/s; load 0.8);
+    # 25.3 GB of RAM. Calibrated from its own bench (configs/bench_accel.py:cpu).
+    'cpu': Chip('cpu', 25_324_961_792, 2.688e11, 33e9, 'cpu', "this machine's lscpu and an "
+                'XLA matvec', device_kinds=('cpu',), slot_multiple=1),  # fmt: skip
 }
 
 

@@ -11,7 +11,9 @@ is not guessed silently:
   take at least `COMPUTE_SHARE` of their bytes' time at the peak bandwidth; an AR loop's
   prefill, 1/128 of its steps, is not); otherwise e = h is assumed and said
   (`Calibration.unknown`); h likewise needs a memory-heavy point;
-- a mode's engine work needs a fitted round of that mode; otherwise 0 is assumed and said.
+- a mode's engine work needs a fitted round of that mode, or a tested round whose work
+  outside its calls was timed (`Point.engine_ms`, the accelerator bench's `outside_ms`:
+  their median); otherwise 0 is assumed and said.
 
 `held_out` predicts every point from a fit that leaves out the point itself and every point
 sharing one of its calls (`Point.shares_a_call`): leave-one-out over the fitted points, and
@@ -58,9 +60,10 @@ def _predict(terms, h, e, beta):
 
 
 def fit(chip: chips.Chip, points, form: str = 'additive', date: str = '', jax: str = '',
-        shapes: str = '') -> Calibration:  # fmt: skip
-    """The Calibration of `chip` fitted on `points` (module docstring). ValueError for no
-    points or an unknown form."""
+        shapes: str = '', rounds=()) -> Calibration:  # fmt: skip
+    """The Calibration of `chip` fitted on `points`, with the engine work timed in `rounds`
+    (tested rounds with `engine_ms`) for modes no fitted point measures (module docstring).
+    ValueError for no points or an unknown form."""
     if form not in FORMS:
         raise ValueError(f'form {form!r} is not one of {sorted(FORMS)}')
     points = list(points)
@@ -85,6 +88,12 @@ def fit(chip: chips.Chip, points, form: str = 'additive', date: str = '', jax: s
     engine = {}
     for mode in ROUND_MODES:
         idx = [i for i, p in enumerate(points) if p.mode == mode]
+        timed = [p.engine_ms / 1e3 for p in rounds if p.mode == mode and p.engine_ms is not None]
+        if not idx and timed:
+            engine[mode] = float(np.median(timed))
+            unknown.append(f'engine work of a {mode} round timed outside its calls in '
+                           f'{len(timed)} round(s), not fitted')  # fmt: skip
+            continue
         if not idx:
             unknown.append(f'engine work of a {mode} round not measured: 0 assumed')
             continue
@@ -107,13 +116,15 @@ def seconds(cal: Calibration, p: Point) -> float:
 
 
 def held_out(chip: chips.Chip, points, form: str = 'additive') -> list[dict]:
-    """Per point: {name, role, measured_ms, fitted (in the full calibration), in_sample_ms,
-    in_sample_err (the full calibration's), held_out_ms, held_out_err (from the fit without
+    """Per point: {name, role, mode, measured_ms, fitted (in the full calibration),
+    in_sample_ms, in_sample_err (the full calibration's: its engine work timed in the tested
+    rounds, the point's own included), held_out_ms, held_out_err (from the fit without
     it and without any point sharing a call with it; None for an excluded point or when
     nothing is left to fit), held_out_fitted_on, held_out_unknown}. Errors are predicted /
     measured - 1."""
     fitted = [p for p in points if p.role == 'fit']
-    full = fit(chip, fitted, form)
+    timed = [p for p in points if p.role == 'test' and p.engine_ms is not None]
+    full = fit(chip, fitted, form, rounds=timed)
     rows = []
     for p in points:
         row = dict(name=p.name, role=p.role, mode=p.mode, measured_ms=p.ms, fitted=p in fitted,
@@ -122,7 +133,7 @@ def held_out(chip: chips.Chip, points, form: str = 'additive') -> list[dict]:
         row['in_sample_err'] = row['in_sample_ms'] / p.ms - 1
         others = [q for q in fitted if q is not p and not q.shares_a_call(p)]
         if not p.role.startswith('excluded') and others:
-            cal = fit(chip, others, form)
+            cal = fit(chip, others, form, rounds=[q for q in timed if q is not p])
             row.update(held_out_ms=seconds(cal, p) * 1e3, held_out_fitted_on=cal.fitted_on,
                        held_out_unknown=cal.unknown)  # fmt: skip
             row['held_out_err'] = row['held_out_ms'] / p.ms - 1

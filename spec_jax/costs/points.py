@@ -41,6 +41,7 @@ class Point:
     mode: str
     parts: tuple[tuple[memory.Plan, float], ...]
     role: str = 'fit'
+    engine_ms: float | None = None  # A round's work outside its calls, timed (a bench's).
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -121,9 +122,10 @@ def load(name: str) -> tuple[dict, tuple[Point, ...]]:
 def from_bench(report: dict) -> tuple[Point, ...]:
     """Points of a bench_accel report (spec_jax/jobs/bench_accel.py): each measured verify
     forward and AR loop step is 'fit' (the loop's step times the rounds alone: the prefill
-    is timed apart); each round is 'test', and its target forward, timed alone inside the
-    round's step, a 'fit' point that shares the round's target call (so it is never fitted
-    for the round's own prediction)."""
+    is timed apart); each round is 'test' (its `engine_ms`: the work outside its target and
+    drafter calls, timed), and its target forward, timed alone inside the round's step, a
+    'fit' point that shares the round's target call (so it is never fitted for the round's
+    own prediction)."""
     c = report['config']
     target = target_of(c['preset'], c['dtype'])
     head = e3.Eagle3Config.for_target(target, draft_vocab_size=c['draft_vocab']
@@ -142,9 +144,9 @@ def from_bench(report: dict) -> tuple[Point, ...]:
                              s['batch'], s['slots'], 1))  # fmt: skip
         elif step in ('chain', 'tree'):
             calls = tuple(r['draft_calls'])
-            pts.append(point(f'{step} round T {s["T"]}, {where}', r['measured_ms'], step, target,
-                             s['batch'], s['slots'], s['T'], head=head, draft_calls=calls,
-                             role='test'))  # fmt: skip
+            p = point(f'{step} round T {s["T"]}, {where}', r['measured_ms'], step, target,
+                      s['batch'], s['slots'], s['T'], head=head, draft_calls=calls, role='test')
+            pts.append(dataclasses.replace(p, engine_ms=r.get('outside_ms')))
             if r.get('forward_ms'):
                 pts.append(point(f'{step} round\'s target forward T {s["T"]}, {where}',
                                  r['forward_ms'], '', target, s['batch'], s['slots'], s['T']))
