@@ -31,6 +31,9 @@ Every allowed set also keeps the argmax, so none is ever empty (HF `min_tokens_t
 `Sampler` bundles the transforms and applies them in Hugging Face's order: temperature, top-k,
 top-p, min-p, typical, epsilon, eta; each truncation sees the renormalised output of the
 previous one. Drawing a token from a processed vector is `spec_jax.categorical`.
+
+Precision: every law here is computed in float32; bf16 or fp16 probabilities are upcast
+first (`categorical.upcast`), so a truncated law sums to 1 to float32 precision.
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ def renormalize(probs: Array, mask: Array) -> Array:
 
     A row whose kept mass is zero falls back to the one-hot argmax of `probs`.
     """
+    probs = categorical.upcast(probs)
     kept = jnp.where(mask, probs, 0.0)
     mass = kept.sum(-1, keepdims=True)
     onehot = jax.nn.one_hot(jnp.argmax(probs, -1), probs.shape[-1], dtype=probs.dtype)
@@ -100,6 +104,7 @@ def renormalize(probs: Array, mask: Array) -> Array:
 
 def entropy(probs: Array) -> Array:
     """Entropy in nats, H(p) = -sum_v p(v) log p(v), of probs [..., V] -> [...]."""
+    probs = categorical.upcast(probs)
     safe = jnp.where(probs > 0, probs, 1.0)
     return -jnp.sum(jnp.where(probs > 0, probs * jnp.log(safe), 0.0), axis=-1)
 
@@ -155,6 +160,7 @@ def top_k_mask(probs: Array, k: Any) -> Array:
 
 def top_p_mask(probs: Array, top_p: Any) -> Array:
     """Allowed set of top-p: the smallest descending prefix with mass >= top_p. [..., V] bool."""
+    probs = categorical.upcast(probs)
     desc = -jnp.sort(-probs, axis=-1)
     before = jnp.cumsum(desc, axis=-1) - desc  # Mass strictly before each sorted token.
     mass = _leading(top_p, probs.ndim)
@@ -165,6 +171,7 @@ def top_p_mask(probs: Array, top_p: Any) -> Array:
 
 def min_p_threshold(probs: Array, rho: Any) -> Array:
     """The min-p threshold rho * max p, [..., V] -> [...]."""
+    probs = categorical.upcast(probs)
     return jnp.squeeze(_leading(rho, probs.ndim), -1) * probs.max(-1)
 
 
@@ -179,6 +186,7 @@ def typical_mask(probs: Array, mass: Any) -> Array:
     Tokens are ranked by |-log p(v) - H(p)| ascending; the smallest prefix of that ranking
     whose probability mass reaches `mass` is kept (ties at the boundary are all kept).
     """
+    probs = categorical.upcast(probs)
     h = entropy(probs)[..., None]
     surprise = jnp.where(probs > 0, -jnp.log(jnp.where(probs > 0, probs, 1.0)), jnp.inf)
     dist = jnp.abs(surprise - h)
@@ -199,6 +207,7 @@ def epsilon_mask(probs: Array, eps: Any) -> Array:
 
 def eta_threshold(probs: Array, eta: Any) -> Array:
     """The eta-sampling threshold min(eta, sqrt(eta) * exp(-H(p))), [..., V] -> [...]."""
+    probs = categorical.upcast(probs)
     e = jnp.squeeze(_leading(eta, probs.ndim), -1)
     return jnp.minimum(e, jnp.sqrt(e) * jnp.exp(-entropy(probs)))
 

@@ -442,4 +442,5 @@ def path_result(out: rules.TreeResult, kids_bmc: jax.Array) -> rules.ChainResult
         accept_probs=jnp.zeros(out.path[:, 1:].shape, jnp.float32),
         reached=(depth_1a < n_b1) | ((depth_1a == n_b1) & ~leaf_b1),
         final_token=out.final_token,
+        nonfinite=out.nonfinite,
     )

@@ -14,6 +14,8 @@ the first token after prefill, each with the law it was drawn from given that it
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,6 +61,9 @@ class Stats:
         all its drafts, whatever its width).
       tv_at_bt: [B, T] TV summed at block offset t.
       overshoot_at_bt: [B, T] the largest finite overshoot at block offset t.
+      nonfinite: rounds whose verification read a target or draft row holding a NaN or inf
+        (`rules.ChainResult.nonfinite`): every rule rejects there and the emitted token is
+        no law's draw; `summarize` reports them (`nonfinite_rounds`) and warns.
       overlap: sum over the drafted positions reached (`reached_at_ba`'s) of
         sum_v min(p, q), p the processed target, q the law the draft was drawn from:
         lossless SD's acceptance probability at the rule's own drafted positions, the
@@ -88,6 +93,7 @@ class Stats:
     tv_at_bt: jax.Array
     overshoot_at_bt: jax.Array
     overlap: jax.Array
+    nonfinite: jax.Array
 
     @classmethod
     def zeros(cls, batch: int, num_draft: int, max_blocks: int) -> Stats:
@@ -118,6 +124,7 @@ class Stats:
             tv_at_bt=bt.astype(jnp.float32),
             overshoot_at_bt=bt.astype(jnp.float32),
             overlap=f,
+            nonfinite=z,
         )
 
     def update(
@@ -155,6 +162,8 @@ class Stats:
                 out.num_accepted, mode='drop'
             ),
         )
+        if out.nonfinite is not None:  # NaN / inf rows: counted, never silent.
+            st = st.replace(nonfinite=st.nonfinite + (out.nonfinite & live_b).astype(jnp.int32))
         if metered is None:
             return st
         offsets_t = jnp.arange(a_round + 1)
@@ -251,6 +260,14 @@ def summarize(stats: Stats) -> dict:
     )
     if summary['be_full_gamma'] is not None:
         summary['be_full_gamma'] = float(summary['be_full_gamma'])
+    summary['nonfinite_rounds'] = int(s.nonfinite.sum())
+    per_row['nonfinite'] = s.nonfinite.tolist()
+    if summary['nonfinite_rounds']:
+        warnings.warn(
+            f"{summary['nonfinite_rounds']} rounds verified a target or draft law holding a "
+            'NaN or inf (rows: per_row nonfinite): their tokens are no law\'s draws',
+            RuntimeWarning, stacklevel=2,
+        )  # fmt: skip
     if s.metered.sum() > 0:
         count = s.metered.sum()
         finite = {'kl': count - s.kl_inf.sum(), 'overshoot': count - s.overshoot_inf.sum()}

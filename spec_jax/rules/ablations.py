@@ -142,8 +142,7 @@ class LenienceFlat(base.Rule):
         base.set_field(
             self,
             'l',
-            base.check_range('lenience_flat', 'l', self.l, 0.0, 1.0, lo_open=True,
-                             hi_open=False),  # fmt: skip
+            base.check_divisor('lenience_flat', 'l', self.l),
         )
 
     def stats(self, p, q):

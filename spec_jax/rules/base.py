@@ -47,10 +47,15 @@ from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from spec_jax.rules.contract import Block, Raw
 
 Array = jax.Array
+
+# The smallest normal float32: a divisor parameter (lenience's l, tv_budget's l) below it is
+# flushed to 0 on accelerators and XLA:CPU, and p / l is then 0/0 = NaN where p = 0.
+TINY = float(np.finfo(np.float32).tiny)
 
 # Normalisers at or below this are treated as zero (the residual falls back to p). The same
 # value is EAGLE's numerical guard for the tree residual (docs/laws.md §3.3).
@@ -76,6 +81,17 @@ def check_range(
     if not ok or math.isnan(v):
         raise ValueError(f'{rule}: {name}={value!r} is outside the valid range {interval}')
     return v
+
+
+def check_divisor(rule: str, name: str, value: Any, hi: float = 1.0) -> float:
+    """A parameter the rule divides by (p / l): in [TINY, hi], TINY the smallest normal
+    float32 (a subnormal l is flushed to 0 and p / l is NaN where p = 0). ValueError naming
+    the value otherwise; a traced value is returned unchecked."""
+    try:
+        return check_range(rule, name, value, TINY, hi, lo_open=False, hi_open=False)
+    except ValueError as err:
+        raise ValueError(f'{err}: {TINY:g} is the smallest normal float32 (below it {name} '
+                         f'is flushed to 0 and p / {name} is 0/0 where p = 0)') from None
 
 
 def set_field(obj, name: str, value: Any) -> None:

@@ -18,10 +18,11 @@ def _ratio(num: Array, den: Array) -> Array:
 
 
 def _check_l(value):
-    """l in (0, 1], or None (also the spec strings 'None' / 'none'): no ceiling."""
+    """l in [TINY, 1] (the smallest normal float32: below it l is flushed to 0 and p/l is
+    0/0), or None (also the spec strings 'None' / 'none'): no ceiling, asked for by name."""
     if value is None or (isinstance(value, str) and value.lower() == 'none'):
         return None
-    return base.check_range('tv_budget', 'l', value, 0.0, 1.0, lo_open=True, hi_open=False)
+    return base.check_divisor('tv_budget', 'l', value)
 
 
 @registry.register
@@ -30,8 +31,11 @@ class TVBudget(base.YieldRule):
     """A rule on the distortion frontier whose TV to the target is capped at every position.
 
     docs/laws.md §8.2. Inputs: processed p and q. Parameters: eps in [0, 1], the per-position
-    budget; l in (0, 1] (lenience's ceiling p/l) or None (no ceiling; never l = 0, which is
-    0/0 where p = 0).
+    budget; l in [TINY, 1] (lenience's ceiling p/l; TINY the smallest normal float32, never
+    l = 0, which is 0/0 where p = 0), default 0.5: pi <= 2 p, so pi = 0 wherever p = 0 and a
+    top-k, top-p or grammar mask of the target holds. l=None (spec 'l=None') removes the
+    ceiling: receive room (q - p)_+, CoS-like, pi > 0 where p = 0 and q > 0, which breaks
+    such masks; only when asked for by name.
 
     - Target law. Rooms: give(x) = (p - q)_+ (a token gives at most down to q), receive(x) =
       (min(q, p/l) - p)_+ (at most up to q and, with l, to p/l; (q - p)_+ without l). Moved
@@ -72,7 +76,7 @@ class TVBudget(base.YieldRule):
     """
 
     eps: float = 0.05
-    l: float | None = None
+    l: float | None = 0.5
 
     name = 'tv_budget'
     stats_need_q = True

@@ -25,6 +25,9 @@ class ChainResult(NamedTuple):
         rejection; mask with `reached` for metrics).
       reached: [B, A] bool, position i was examined (i <= n).
       final_token: [B] int32, the replacement or bonus token.
+      nonfinite: [B] bool, the row's target or draft probabilities held a NaN or inf: every
+        rule then rejects and the final token is not a draw of any law (the engine counts
+        these rounds, `decoding.stats.Stats.nonfinite`); None where not computed.
     """
 
     num_accepted: jax.Array
@@ -34,6 +37,18 @@ class ChainResult(NamedTuple):
     accept_probs: jax.Array
     reached: jax.Array
     final_token: jax.Array
+    nonfinite: jax.Array | None = None
+
+
+def nonfinite_rows(*laws: jax.Array | None) -> jax.Array:
+    """[B] bool: row b of any of the laws [B, ..., V] holds a NaN or inf."""
+    bad = None
+    for law in laws:
+        if law is None:
+            continue
+        row = ~jnp.isfinite(law).reshape(law.shape[0], -1).all(-1)
+        bad = row if bad is None else bad | row
+    return bad
 
 
 def uniform_open_closed(key: jax.Array, shape) -> jax.Array:
@@ -94,6 +109,8 @@ def verify_chain(
     """
     b, a1, _ = target_probs_bav1.shape
     a = a1 - 1
+    target_probs_bav1 = categorical.upcast(target_probs_bav1)  # bf16 / fp16 laws in float32.
+    draft_probs_bav = categorical.upcast(draft_probs_bav)
     if draft_probs_bav.shape[:2] != (b, a) or draft_tokens_ba.shape != (b, a):
         raise ValueError(
             f'verify_chain: shapes target {target_probs_bav1.shape}, draft '
@@ -146,6 +163,7 @@ def verify_chain(
         accept_probs=accept_probs,
         reached=reached,
         final_token=final,
+        nonfinite=nonfinite_rows(target_probs_bav1, draft_probs_bav),
     )
 
 
@@ -186,6 +204,7 @@ def _verify_block(rule, key, target_probs_bav1, draft_probs_bav, draft_tokens_ba
         accept_probs=accept_probs.astype(jnp.float32),
         reached=jnp.arange(a)[None, :] <= n[:, None],
         final_token=final,
+        nonfinite=nonfinite_rows(target_probs_bav1, draft_probs_bav),
     )
 
 

@@ -44,7 +44,7 @@ class Lenience(base.Rule):
         base.set_field(
             self,
             'l',
-            base.check_range('lenience', 'l', self.l, 0.0, 1.0, lo_open=True, hi_open=False),
+            base.check_divisor('lenience', 'l', self.l),
         )
 
     @property
@@ -53,7 +53,8 @@ class Lenience(base.Rule):
         return base.host_equal('lenience', 'lossless', 'l', self.l, 1.0)
 
     def accept_from(self, px, qx, x, stats):
-        ratio = px / (self.l * jnp.where(qx > 0, qx, 1.0))
+        # l q is floored at the smallest normal float32: flushed to 0 it made 0/0 where p = 0.
+        ratio = px / jnp.maximum(self.l * jnp.where(qx > 0, qx, 1.0), base.TINY)
         return jnp.where(qx > 0, jnp.minimum(1.0, ratio), (px > 0).astype(px.dtype))
 
     def replacement(self, p, q):
@@ -133,7 +134,7 @@ class OvershootOnly(base.YieldRule):
         base.set_field(
             self,
             'l',
-            base.check_range('overshoot_only', 'l', self.l, 0.0, 1.0, lo_open=True, hi_open=False),
+            base.check_divisor('overshoot_only', 'l', self.l),
         )
 
     def yield_from(self, px, qx, x, stats):
@@ -165,7 +166,7 @@ class OvershootTail(base.YieldRule):
         base.set_field(
             self,
             'l',
-            base.check_range('overshoot_tail', 'l', self.l, 0.0, 1.0, lo_open=True, hi_open=False),
+            base.check_divisor('overshoot_tail', 'l', self.l),
         )
         base.set_field(
             self,

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from spec_jax import categorical
 from spec_jax.rules import base
 from spec_jax.rules.baselines import MatchedBaseline, matched_baseline
 
@@ -144,6 +145,7 @@ def meter(
     """Metered distortion of the emitted law pi [..., V] given the processed target p [..., V]
     and the matched baseline whose law p_A = baseline.law(p) is the reference (`logits`: the
     target's raw logits, for the baselines whose set is read from them, docs/laws.md §7)."""
+    pi, p = categorical.upcast(pi), categorical.upcast(p)
     law = baseline.law(p, logits)
     outside = jnp.where(baseline.allowed(p, logits), 0.0, pi).sum(-1)
     # KL >= 0; rounding can take a near-zero one a hair below.

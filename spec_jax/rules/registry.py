@@ -5,13 +5,36 @@ from a named preset where one is given ('sglang:preset=default': a class's `pres
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
 
+from spec_jax import categorical
 from spec_jax.rules.base import Rule
 
 _REGISTRY: dict[str, type] = {}
+
+# The contract methods a user or verifier calls with probability vectors: `register` wraps
+# them so bf16 / fp16 arguments are upcast to float32 first (`categorical.upcast`; float32
+# arguments pass untouched, so the programs of float32 inputs are unchanged).
+UPCAST = ('accept_prob', 'accept_all', 'replacement', 'bonus', 'induced', 'acceptance_rate',
+          'induced_tree_node', 'induced_tree_node_raw', 'tree_target', 'round_law',
+          'accept_block')  # fmt: skip
+
+
+def _upcasting(method):
+    """`method` with its array arguments upcast to float32 where they are narrower floats."""
+    if getattr(method, 'upcasts', False):
+        return method
+
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        args = [categorical.upcast(a) for a in args]
+        return method(self, *args, **{k: categorical.upcast(v) for k, v in kwargs.items()})
+
+    wrapped.upcasts = True
+    return wrapped
 
 
 def register(cls):
@@ -20,7 +43,8 @@ def register(cls):
     Apply it above `@dataclasses.dataclass(frozen=True)`. Fields named in the class's
     `static_fields` become static aux data of the pytree; every other field is a child
     (a leaf: a float parameter). Unflattening builds the instance with `object.__new__` and
-    `object.__setattr__`, so it never runs `__post_init__`.
+    `object.__setattr__`, so it never runs `__post_init__`. The contract methods in
+    `UPCAST` compute in float32 whatever the input's float width (bf16 and fp16 upcast).
 
     Raises:
       ValueError: the name is registered twice, `static_fields` names a field the class does
@@ -29,6 +53,9 @@ def register(cls):
     if cls.name in _REGISTRY:
         raise ValueError(f'rule name {cls.name!r} is registered twice')
     register_pytree(cls)
+    for name in UPCAST:
+        if hasattr(cls, name):
+            setattr(cls, name, _upcasting(getattr(cls, name)))
     _REGISTRY[cls.name] = cls
     return cls
 

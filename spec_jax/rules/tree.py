@@ -40,7 +40,7 @@ import jax.numpy as jnp
 
 from spec_jax import categorical
 from spec_jax.rules import base
-from spec_jax.rules.chain import uniform_open_closed
+from spec_jax.rules.chain import nonfinite_rows, uniform_open_closed
 from spec_jax.rules.tree_pointers import Tree, children_from_parents
 
 __all__ = ['NodeResult', 'Tree', 'TreeResult', 'children_from_parents', 'verify_node',
@@ -55,11 +55,14 @@ class NodeResult(NamedTuple):
       final_dist: [B, V] law of the token emitted when no sibling is accepted (the residual,
         or the full p after EAGLE's guard).
       token: [B] int32 the emitted token: the accepted sibling, else a sample of final_dist.
+      nonfinite: [B] bool, the target (or draft) row held a NaN or inf: the token is no
+        law's draw.
     """
 
     choice: jax.Array
     final_dist: jax.Array
     token: jax.Array
+    nonfinite: jax.Array | None = None
 
 
 class TreeResult(NamedTuple):
@@ -73,6 +76,8 @@ class TreeResult(NamedTuple):
       final_token: [B] int32 the residual sample or bonus token.
       num_emitted: [B] int32 num_accepted + 1.
       last_node: [B] int32 the last accepted node (path[:, num_accepted]).
+      nonfinite: [B] bool, a target (or draft) row the walk read held a NaN or inf (every
+        rule rejects there; the final token is no law's draw): counted by the engine.
     """
 
     num_accepted: jax.Array
@@ -81,6 +86,7 @@ class TreeResult(NamedTuple):
     final_token: jax.Array
     num_emitted: jax.Array
     last_node: jax.Array
+    nonfinite: jax.Array | None = None
 
 
 DRAWS = ('iid', 'distinct')
@@ -110,7 +116,7 @@ def _scan_node(rule, p_bv, sibs_bc, u_bc, q_bv=None, distinct=False, logits_bv=N
     else:
         valid = jnp.stack([base.sibling_valid(sibs_bc, j) for j in range(num_c)], axis=1)
     c_safe = jnp.clip(sibs_bc, 0, p_bv.shape[-1] - 1)
-    xs = (sibs_bc.T, c_safe.T, valid.T, u_bc.T, jnp.arange(num_c))
+    xs = (sibs_bc.T, c_safe.T, valid.T, u_bc.T, jnp.arange(num_c, dtype=jnp.int32))
     choice0 = jnp.full((b,), -1, jnp.int32)
 
     if sampled:
@@ -201,6 +207,8 @@ def verify_node(
       NodeResult.
     """
     mode = _mode(rule, draft_probs_bv is not None, draws)
+    target_probs_bv, draft_probs_bv, target_logits_bv = (
+        categorical.upcast(x) for x in (target_probs_bv, draft_probs_bv, target_logits_bv))
     key_u, key_s = jax.random.split(key)
     sibs = siblings_bc.astype(jnp.int32)
     u = uniform_open_closed(key_u, sibs.shape)
@@ -211,7 +219,8 @@ def verify_node(
     )  # fmt: skip
     picked = jnp.take_along_axis(sibs, jnp.maximum(choice, 0)[:, None], axis=1)[:, 0]
     token = jnp.where(choice >= 0, picked, categorical.sample(key_s, final))
-    return NodeResult(choice=choice, final_dist=final, token=token)
+    bad = nonfinite_rows(target_probs_bv, draft_probs_bv)
+    return NodeResult(choice=choice, final_dist=final, token=token, nonfinite=bad)
 
 
 def verify_tree(
@@ -262,10 +271,12 @@ def verify_tree(
       TreeResult.
     """
     m = node_tokens_bm.shape[-1]
+    target_probs_bmv, draft_probs_bmv, target_logits_bmv = (
+        categorical.upcast(x) for x in (target_probs_bmv, draft_probs_bmv, target_logits_bmv))
     if isinstance(tree, Tree):
         if tree.num_nodes != m:
             raise ValueError(f'verify_tree: tree has {tree.num_nodes} nodes, tokens have {m}')
-        children = jnp.asarray(tree.children)
+        children = jnp.asarray(tree.children, jnp.int32)  # int64 under jax_enable_x64.
         depth = tree.max_depth
     else:
         parents = jnp.asarray(tree, jnp.int32)
@@ -320,6 +331,7 @@ def _verify_tree(
     v = law_bv.shape[-1]
     rows = jnp.arange(b)
     tokens_bm = node_tokens_bm.astype(jnp.int32)
+    children = children.astype(jnp.int32)
     num_c = children.shape[-1]
     steps = (max_depth + 1, num_c)
     if categorical.is_key_batch(key):
@@ -333,7 +345,7 @@ def _verify_tree(
         u_dbc = uniform_open_closed(key_walk, (steps[0], b, num_c))
 
     def body(d, carry):
-        cur, done, n_acc, path, final_dist = carry
+        cur, done, n_acc, path, final_dist, bad = carry
         kids = children[cur] if children.ndim == 2 else children[rows, cur]  # [B, C]
         exists = kids >= 0
         kids_safe = jnp.clip(kids, 0, m - 1)
@@ -341,6 +353,7 @@ def _verify_tree(
         z = None if target_logits_bmv is None else target_logits_bmv[rows, cur]  # [B, V]
         p = target_probs_bmv[rows, cur] if target_law is None else target_law(z)  # [B, V]
         q = draft_probs_bmv[rows, cur] if sampled else None
+        bad = bad | (~done & nonfinite_rows(p, q))
         if not getattr(rule, 'needs_logits', False):
             choice, node_final = _scan_node(rule, p, sibs, u_dbc[d], q, distinct)
         else:
@@ -353,7 +366,7 @@ def _verify_tree(
         nxt = jnp.take_along_axis(kids_safe, jnp.maximum(choice, 0)[:, None], axis=1)[:, 0]
         cur = jnp.where(acc, nxt, cur)
         path = path.at[:, d + 1].set(cur, mode='drop')
-        return cur, done | stop, n_acc + acc, path, final_dist
+        return cur, done | stop, n_acc + acc, path, final_dist, bad
 
     carry0 = (
         jnp.zeros((b,), jnp.int32),
@@ -361,8 +374,9 @@ def _verify_tree(
         jnp.zeros((b,), jnp.int32),
         jnp.zeros((b, max_depth + 1), jnp.int32),
         jnp.zeros((b, v), law_bv.dtype),
+        jnp.zeros((b,), bool),
     )
-    cur, _, n_acc, path, final_dist = jax.lax.fori_loop(0, max_depth + 1, body, carry0)
+    cur, _, n_acc, path, final_dist, bad = jax.lax.fori_loop(0, max_depth + 1, body, carry0)
     if categorical.is_key_batch(key):
         final = categorical.sample_rows(key_final, final_dist)
     else:
@@ -380,4 +394,5 @@ def _verify_tree(
         final_token=final,
         num_emitted=n_acc + 1,
         last_node=cur,
+        nonfinite=bad,
     )

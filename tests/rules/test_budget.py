@@ -157,7 +157,7 @@ def test_monte_carlo_law_has_the_power_to_catch_0_01():
     p = jnp.broadcast_to(jnp.asarray(np.stack([MC_P, MC_P])), (n, 2, v))
     q = jnp.broadcast_to(jnp.asarray(MC_Q[None]), (n, 1, v))
     x = jax.random.categorical(jax.random.PRNGKey(11), jnp.log(q), axis=-1)
-    out = rules.verify_chain(rules.make('tv_budget', eps=0.05), _cases.key(12), p, q, x)
+    out = rules.verify_chain(rules.make('tv_budget', eps=0.05, l=None), _cases.key(12), p, q, x)
     got = _cases.empirical(np.asarray(out.tokens[:, 0]), v)
     r = tv_radius(n, v)
     assert 2 * r < 0.01, r
@@ -180,7 +180,7 @@ def test_proportional_sharing_against_greedy_by_ratio():
     and the mean KL(p || pi) are lower."""
     rng = np.random.default_rng(1)
     p, q = rng.dirichlet(np.full(11, 0.5), (2, 2_000))
-    rule = rules.make('tv_budget', eps=0.05)
+    rule = rules.make('tv_budget', eps=0.05, l=None)
     pi = np.asarray(jax.jit(lambda r, a, b: r.induced(a, b))(
         rule, jnp.asarray(p, jnp.float32), jnp.asarray(q, jnp.float32)), np.float64)
     stats = {'proportional': [], 'greedy': []}
@@ -272,7 +272,7 @@ def test_sampled_siblings_keep_the_cap_a_draw_dependent_target_does_not():
     n = 200_000
     pb, qb = (jnp.broadcast_to(jnp.asarray(x, jnp.float32), (n, 4)) for x in (p, q))
     sibs = jax.random.categorical(jax.random.PRNGKey(8), jnp.log(qb), shape=(2, n)).T
-    rule = rules.make('tv_budget', eps=eps)
+    rule = rules.make('tv_budget', eps=eps, l=None)
     out = rules.verify_node(rule, _cases.key(6), pb, sibs.astype(jnp.int32), qb)
     emp = _cases.empirical(np.asarray(out.token), 4)
     assert 0.5 * np.abs(emp - chain).sum() <= tv_radius(n, 4), (emp, chain)
@@ -303,7 +303,7 @@ def test_the_engine_walks_the_moved_target_and_its_baseline_walks_p():
     other rules' tree programs are unchanged: test_logit_rules' jaxpr digests)."""
     names, p, q = _cases.stacked()
     sibs = jnp.asarray(_sibs(q).astype(np.int32))
-    rule = rules.make('tv_budget', eps=0.1)
+    rule = rules.make('tv_budget', eps=0.1, l=None)
     moved = np.asarray(rule.tree_target(jnp.asarray(p), sibs))
     assert np.abs(moved - p).sum() > 0.1
     for baseline, want in ((False, moved), (True, p)):

@@ -121,9 +121,9 @@ def test_truncation_yield_sums_to_one_and_uniform_interp_form():
 @pytest.mark.parametrize(
     'name, params, match',
     [
-        ('lenience', {'l': 0.0}, r'l=0.0 is outside the valid range \(0, 1\]'),
-        ('lenience', {'l': 1.5}, r'\(0, 1\]'),
-        ('overshoot_only', {'l': -1}, r'\(0, 1\]'),
+        ('lenience', {'l': 0.0}, r'l=0.0 is outside the valid range \[1.17549e-38, 1\]: '),
+        ('lenience', {'l': 1.5}, r'\[1.17549e-38, 1\]'),
+        ('overshoot_only', {'l': -1}, r'\[1.17549e-38, 1\]'),
         ('eta_verify', {'eta': 0.0}, r'eta=0.0 is outside the valid range \(0, 1\)'),
         ('eta_verify', {'eta': 1.0}, r'\(0, 1\)'),
         ('cos', {'lam': 1.2}, r'\[0, 1\]'),
