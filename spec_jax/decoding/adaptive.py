@@ -2,7 +2,9 @@
 
 `Engine(adaptive=Adaptive(tiers, costs))` compiles one chain round per tier (a draft length;
 0 is an AR step) and, at the top of every round of the `lax.while_loop`, `Adaptive.tier`
-picks the tier that maximizes expected tokens per second; `lax.switch` runs it. The choice
+picks the tier that maximizes expected tokens per second; `lax.switch` runs it. In tree
+mode the tiers are (0, path_len): AR's step or the engine's tree (its node budget is not
+sized online: that needs acceptance per rank, which the statistics do not keep). The choice
 is pure jnp on the loop carry: no host round trip, no recompile when costs or the prior
 change (they are leaves of the engine pytree).
 
@@ -177,12 +179,15 @@ class Adaptive:
                              "as comma-separated ints ('0,1,2,4')") from None
 
     def check(self, num_draft: int, drafter, tree) -> None:
-        """ValueErrors for tiers, costs or settings the engine cannot run."""
+        """ValueErrors for tiers, costs or settings the engine cannot run (`num_draft`: the
+        tree's path_len in tree mode)."""
         t = self.tiers
-        if tree is not None or getattr(drafter, 'narrows', False):
-            raise ValueError('adaptive draft lengths are built for chain rounds of a drafter '
-                             'that drafts every position (lm, eagle3, self, lookup > 0); got '
-                             f'{"a tree" if tree is not None else type(drafter).__name__}')
+        if getattr(drafter, 'narrows', False):
+            raise ValueError('adaptive draft lengths need a drafter that drafts every position '
+                             f'(lm, eagle3, self, lookup > 0); got {type(drafter).__name__}')
+        if tree is not None and t != (0, num_draft):
+            raise ValueError(f'adaptive tiers {t} in tree mode: give (0, {num_draft}), AR and '
+                             f'the tree (its path_len {num_draft})')
         if len(t) < 2 or list(t) != sorted(set(t)) or t[0] < 0 or t[-1] != num_draft:
             raise ValueError(f'adaptive tiers {t}: give at least two ascending distinct draft '
                              f'lengths >= 0, the last one num_draft ({num_draft})')

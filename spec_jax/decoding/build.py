@@ -115,12 +115,12 @@ def tree_of(c: ml_collections.ConfigDict, drafter, target) -> trees.TreeShape:
 
 
 def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDict:
-    """The adaptive block of `spec_config` (chain mode; decoding/adaptive.py)."""
+    """The adaptive block of `spec_config` (chain and tree mode; decoding/adaptive.py)."""
     return ml_collections.ConfigDict(
         dict(
             # Draft lengths compiled once, one chosen each round on device: '' off, 'auto'
             # (0, the powers of two below num_draft, num_draft) or '0,1,3' (0 = an AR step;
-            # the last one num_draft).
+            # the last one num_draft). Tree mode: 'auto', AR's step or the tree each round.
             tiers=tiers,
             # Seconds of a round of each tier at context 0, one per tier ('1,1.3,1.6,2.2',
             # any unit: a bench's measurements); 'chip:h200' a calibrated chip's cost model
@@ -143,12 +143,13 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
 CHIP_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 
-def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int) -> TierCosts:
+def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
+                    tree: trees.TreeShape | None = None) -> TierCosts:  # fmt: skip
     """`tiers`' round costs from `chip`'s calibrated model (`costs.calibration`) at
     `CHIP_BATCHES` and `slots` cache slots, no context term (the engine's attention reads
-    every slot). Tier k > 0: a chain of k drafted by `kind` ('lm', 'eagle3'); tier 0: AR's
-    step plus the call that keeps the drafter up (a draft LM's 2-token window, a head's
-    window over the one new token)."""
+    every slot). Tier k > 0: a chain of k drafted by `kind` ('lm', 'eagle3'), or `tree`;
+    tier 0: AR's step plus the call that keeps the drafter up (a draft LM's 2-token window,
+    a head's window over the one new token)."""
     if kind not in ('lm', 'eagle3'):
         raise ValueError(f"spec.adaptive.costs='chip:{chip}' prices drafters 'lm' and "
                          f"'eagle3'; got {kind!r}")
@@ -156,8 +157,12 @@ def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int) ->
     model = calibration.for_chip(chip, target, **{'head' if kind == 'eagle3' else 'draft':
                                                   base.cfg})  # fmt: skip
     keep = calibration.Tier('ar', 1, (1,) if kind == 'eagle3' else (2,))
-    at = [[model.round_s(calibration.Tier.chain(k, kind) if k else keep, b, slots)
-           for b in CHIP_BATCHES] for k in tiers]  # fmt: skip
+    def tier(k):
+        if not k:
+            return keep
+        return calibration.Tier.chain(k, kind) if tree is None else calibration.Tier.tree(tree)
+
+    at = [[model.round_s(tier(k), b, slots) for b in CHIP_BATCHES] for k in tiers]
     return TierCosts.table(at, batch_n=CHIP_BATCHES)
 
 
@@ -167,10 +172,12 @@ def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int,
     (chip, tiers) -> TierCosts reads 'chip:NAME' costs (`build`: `chip_tier_costs`)."""
     if not c.tiers:
         return None
-    if mode != 'chain':
-        raise ValueError(f'spec.adaptive.tiers={c.tiers!r} sizes chain rounds: set spec.mode '
-                         f"to 'chain' (got {mode!r}) or tiers to ''")
+    if mode == 'ar':
+        raise ValueError(f'spec.adaptive.tiers={c.tiers!r} sizes speculative rounds: set '
+                         f"spec.mode to 'chain' or 'tree' (got {mode!r}) or tiers to ''")
     tiers = Adaptive.parse_tiers(c.tiers, num_draft)
+    if mode == 'tree' and c.tiers == 'auto':  # AR's step or the tree (num_draft: its path).
+        tiers = (0, num_draft)
     if not c.costs:
         costs = TierCosts.relative(tiers, c.verify, c.draft, c.context)
     elif c.costs.startswith('chip:') and chip_costs is not None:
@@ -213,7 +220,7 @@ def spec_config(mode: str = 'ar', draft: str = '') -> ml_collections.ConfigDict:
             baseline=False,  # Run the rule's matched baseline (truncation + lossless) instead.
             meter_distortion=False,  # Per-position TV / overshoot against the matched baseline.
             tree=tree_config(),
-            adaptive=adaptive_config(),  # Each round's draft length chosen online (chain).
+            adaptive=adaptive_config(),  # Each round's size chosen online (chain, tree).
             # How a draft LM's or head's weights and cache split on a mesh
             # (sharding.DRAFT_SHARDINGS): 'batch' (rows over 'data', weights on every device)
             # or 'heads' (its attention split over 'model' as the target's, when its
@@ -270,10 +277,13 @@ def build(c: ml_collections.ConfigDict) -> Built:
         seed=c.seed if s.draft_seed < 0 else s.draft_seed,
         rules=sharding.draft_rules(s.get('draft_sharding', 'batch')),
     )  # fmt: skip
+    tree = tree_of(c, draft.drafter, target.cfg) if s.mode == 'tree' else None
+
     def chip_costs(chip, tiers):
         slots = c.max_prompt_len + c.max_new_tokens
-        return chip_tier_costs(chip, tiers, target.cfg, draft.drafter, s.drafter, slots)
+        return chip_tier_costs(chip, tiers, target.cfg, draft.drafter, s.drafter, slots, tree)
 
+    num_draft = tree.path_len if tree is not None else s.num_draft
     engine = Engine(
         target.cfg,
         decode,
@@ -283,8 +293,8 @@ def build(c: ml_collections.ConfigDict) -> Built:
         bool(s.baseline),
         sampler,
         bool(s.meter_distortion),
-        tree_of(c, draft.drafter, target.cfg) if s.mode == 'tree' else None,
-        adaptive_of(s.adaptive, s.mode, s.num_draft, chip_costs) if 'adaptive' in s else None,
+        tree,
+        adaptive_of(s.adaptive, s.mode, num_draft, chip_costs) if 'adaptive' in s else None,
     )
     engine.check()
     params = Params(target.params, sharding.shard(draft.params, mesh, draft.drafter.rules))

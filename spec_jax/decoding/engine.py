@@ -96,7 +96,8 @@ class Engine:
         if self.drafter is None:
             object.__setattr__(self, 'drafter', NoDrafter(self.cfg.vocab_size))
         if self.adaptive is not None:
-            self.adaptive.check(self.num_draft, self.drafter, self.tree)
+            num = self.num_draft if self.tree is None else self.tree.path_len
+            self.adaptive.check(num, self.drafter, self.tree)
         if self.tree is not None:  # num_draft follows the tree (so `replace` may change it).
             object.__setattr__(self, 'num_draft', self.tree.path_len)
             return
@@ -283,13 +284,15 @@ def rounds(
         n_b = jnp.where(s.done_b, 0, drafter.draft_len(s.history_bs, s.committed_b, a))
         return jax.lax.switch(jnp.max(n_b), [partial(chain, a_round=k) for k in range(a + 1)], s)
 
-    if engine.tree is not None:
-        body = partial(tree_round, engine, params, draft_params)
+    tree = partial(tree_round, engine, params, draft_params)
+    if engine.adaptive is not None:  # Each round's size chosen on device (adaptive.py).
+        tiers = [partial(chain, a_round=k, keep_draft=True) for k in engine.adaptive.tiers]
+        tiers = tiers if engine.tree is None else [tiers[0], tree]  # Tree mode: AR or the tree.
+        body = lambda s: jax.lax.switch(engine.adaptive.tier(s), tiers, s)  # noqa: E731
+    elif engine.tree is not None:
+        body = tree
     elif drafter.narrows:
         body = sized_round
-    elif engine.adaptive is not None:  # Each round's width chosen on device (adaptive.py).
-        tiers = [partial(chain, a_round=k, keep_draft=True) for k in engine.adaptive.tiers]
-        body = lambda s: jax.lax.switch(engine.adaptive.tier(s), tiers, s)  # noqa: E731
     else:
         body = partial(chain, a_round=a)
     state = jax.lax.while_loop(lambda s: ~jnp.all(s.done_b), body, state)
@@ -301,9 +304,8 @@ def chain_round(
     engine: Engine, params: dict, draft_params, s: DecodeState, a_round: int,
     keep_draft: bool = False,
 ) -> DecodeState:
-    """One round with `a_round` drafts (0: a plain one-token AR step; with `keep_draft`,
-    an adaptive engine's AR tier, the drafter's state follows the text: one draft asked
-    for and dropped, so a draft LM re-feeds its window)."""
+    """One round with `a_round` drafts (0: a plain one-token AR step; `keep_draft`: the
+    adaptive AR tier, whose drafter follows the text: one draft asked for and dropped)."""
     cfg, drafter = engine.cfg, engine.drafter
     verification = Verification(engine.rule, engine.baseline)
     processed = probs_fn(engine, verification)
