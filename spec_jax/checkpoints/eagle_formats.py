@@ -10,9 +10,13 @@ Speculators (vllm-project/speculators): `layers.0.*` instead of `midlayer.*`, op
 `transformer_layer_config`, `draft_vocab_size`, `norm_before_residual`, `target_hidden_size`
 and `eagle_aux_hidden_state_layer_ids` (layer OUTPUT ids: HF index = id + 1).
 
+EAGLE-3.1 (either layout): `fc_norm.{i}.weight [D_t]`, one RMSNorm per tap i (the layout of
+vLLM #42764), present iff the head normalises its taps (`fc_norm`); `norm_output` adds no
+tensor (config.json only, `eagle_config.flag`).
+
 The format is detected from the tensors (`midlayer.` vs `layers.0.` prefixes), shapes are
 validated against the config and, when given, the target; every mismatch raises
-`CheckpointError` naming the tensor and both sizes.
+`CheckpointError` naming the tensor and both sizes. config.json: `eagle_config`.
 """
 
 from __future__ import annotations
@@ -26,13 +30,31 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from spec_jax.checkpoints.convert import CheckpointError
+from spec_jax.checkpoints.eagle_config import (
+    FORMATS,
+    OFFICIAL,
+    SPECULATORS,
+    config_from_json,
+    config_to_json,
+    flag,
+)
 from spec_jax.checkpoints.hf import open_safetensors
-from spec_jax.models.config import ModelConfig, RopeScaling
+from spec_jax.models.config import ModelConfig
 from spec_jax.models.eagle3 import Eagle3Config, Eagle3Head
 
-OFFICIAL = 'official'
-SPECULATORS = 'speculators'
-FORMATS = (OFFICIAL, SPECULATORS)
+__all__ = [
+    'FORMATS',
+    'OFFICIAL',
+    'SPECULATORS',
+    'config_from_json',
+    'config_to_json',
+    'detect_format',
+    'head_to_state',
+    'load_head',
+    'read_state',
+    'save_head',
+    'state_to_head',
+]
 
 # our midlayer path -> HF sub-name (after the `midlayer.` / `layers.0.` prefix)
 _LAYER_NAMES = {
@@ -51,6 +73,10 @@ _LAYER_NAMES = {
 
 def _prefix(fmt: str) -> str:
     return 'midlayer.' if fmt == OFFICIAL else 'layers.0.'
+
+
+def _fc_norm_names(num_taps: int) -> list[str]:
+    return [f'fc_norm.{i}.weight' for i in range(num_taps)]
 
 
 def detect_format(names) -> str:
@@ -102,16 +128,24 @@ def head_to_state(head: Eagle3Head, fmt: str = OFFICIAL) -> dict[str, np.ndarray
     state['t2d'] = np.asarray(head.t2d).astype(bool)
     if cfg.own_embedding:
         state['embed_tokens.weight'] = np.asarray(p['embed_vd'])
+    if cfg.fc_norm:
+        for name, scale in zip(_fc_norm_names(cfg.num_taps), np.asarray(p['fc_norm_ed'])):
+            state[name] = np.ascontiguousarray(scale)
     return state
 
 
 def state_to_head(cfg: Eagle3Config, state: dict, dtype: str = 'float32') -> Eagle3Head:
     """Builds an Eagle3Head from HF-named tensors (either format), validating every shape.
 
+    An `fc_norm.*` tensor turns `cfg.fc_norm` on (EAGLE-3.1); `cfg.fc_norm` then needs all E.
+
     Raises:
-      CheckpointError: a missing tensor (d2t/t2d included) or a shape that does not match.
+      CheckpointError: a missing tensor (d2t/t2d and fc_norm.i included) or a shape that does
+        not match.
     """
     fmt = detect_format(state)
+    if not cfg.fc_norm and any(name.startswith('fc_norm.') for name in state):
+        cfg = cfg.replace(fc_norm=True)
     pre = _prefix(fmt)
     d, n, k, h, f = cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.mlp_width
     x = 2 * d
@@ -130,6 +164,8 @@ def state_to_head(cfg: Eagle3Config, state: dict, dtype: str = 'float32') -> Eag
         pre + 'mlp.up_proj.weight': (f, d),
         pre + 'mlp.down_proj.weight': (d, f),
     }
+    if cfg.fc_norm:  # EAGLE-3.1: one RMSNorm per tap, over the target's width.
+        want.update({name: (cfg.target_width,) for name in _fc_norm_names(cfg.num_taps)})
     if cfg.draft_vocab_size != cfg.vocab_size or 'd2t' in state:
         want['d2t'] = (cfg.draft_vocab_size,)
         want['t2d'] = (cfg.vocab_size,)
@@ -140,6 +176,10 @@ def state_to_head(cfg: Eagle3Config, state: dict, dtype: str = 'float32') -> Eag
             hint = (
                 f' (a reduced draft vocabulary of {cfg.draft_vocab_size} < '
                 f'{cfg.vocab_size} needs d2t and t2d to map draft ids to target ids)'
+            )
+        elif any(name.startswith('fc_norm.') for name in missing):
+            hint = (
+                f' (an EAGLE-3.1 fc_norm head has one fc_norm.i.weight per tap, i < {cfg.num_taps})'
             )
         raise CheckpointError(f'EAGLE-3 head ({fmt} layout) lacks {missing}{hint}')
     # A tensor this loader does not model (q/k/v biases, a norm before fc, another layer)
@@ -158,6 +198,8 @@ def state_to_head(cfg: Eagle3Config, state: dict, dtype: str = 'float32') -> Eag
                     f': fc in-dim must be {cfg.num_taps} taps x target width '
                     f'{cfg.target_width} = {shape[1]}'
                 )
+            elif name.startswith('fc_norm.'):
+                what = f': one RMSNorm scale over a tap of target width {cfg.target_width}'
             raise CheckpointError(f'{name} has shape {got}, expected {shape}{what}')
     if 'fc.bias' in state and np.any(np.asarray(state['fc.bias']) != 0):
         raise CheckpointError('fc.bias is nonzero: heads with an fc bias are not supported')
@@ -187,6 +229,11 @@ def state_to_head(cfg: Eagle3Config, state: dict, dtype: str = 'float32') -> Eag
         'norm': {'scale': arr('norm.weight')},
         'lm_head_ud': arr('lm_head.weight'),
     }
+    if cfg.fc_norm:
+        names = _fc_norm_names(cfg.num_taps)
+        params['fc_norm_ed'] = jnp.asarray(
+            np.stack([np.asarray(state[n]) for n in names]).astype(npd)
+        )
     if 'embed_tokens.weight' in state:
         shape = tuple(np.shape(state['embed_tokens.weight']))
         if shape != (cfg.vocab_size, d):
@@ -210,151 +257,6 @@ def state_to_head(cfg: Eagle3Config, state: dict, dtype: str = 'float32') -> Eag
         d2t = np.zeros(cfg.vocab_size, np.int32)
         t2d = np.ones(cfg.vocab_size, bool)
     return Eagle3Head(cfg, params, jnp.asarray(d2t), jnp.asarray(t2d))
-
-
-# ---- config.json ------------------------------------------------------------------------
-
-
-def _rope_from(d: dict) -> tuple[float, RopeScaling]:
-    params = d.get('rope_parameters') or {}
-    theta = float(d.get('rope_theta', params.get('rope_theta', 10000.0)))
-    scaling = d.get('rope_scaling') or (
-        params if params.get('rope_type') not in (None, 'default') else None
-    )
-    if not scaling:
-        return theta, RopeScaling()
-    kind = scaling.get('rope_type', scaling.get('type', 'default'))
-    if kind == 'default':
-        return theta, RopeScaling()
-    if kind == 'llama3':
-        return theta, RopeScaling(
-            'llama3',
-            float(scaling['factor']),
-            float(scaling.get('low_freq_factor', 1.0)),
-            float(scaling.get('high_freq_factor', 4.0)),
-            int(scaling.get('original_max_position_embeddings', 8192)),
-        )
-    if kind == 'linear':
-        return theta, RopeScaling('linear', float(scaling['factor']))
-    raise CheckpointError(f'EAGLE-3 head rope scaling {kind!r} is not supported')
-
-
-def config_from_json(config: dict, target: ModelConfig | None = None) -> Eagle3Config:
-    """An Eagle3Config from either layout's config.json (validated against `target`)."""
-    if config.get('speculators_model_type') not in (None, 'eagle3'):
-        raise CheckpointError(
-            f'speculators model type {config["speculators_model_type"]!r} is not eagle3'
-        )
-    layer = config.get('transformer_layer_config') or config
-    if 'hidden_size' not in layer:
-        raise CheckpointError('EAGLE-3 config has no hidden_size')
-    for option in ('norm_before_fc', 'attention_bias', 'mlp_bias'):
-        if config.get(option) or layer.get(option):
-            raise CheckpointError(
-                f'EAGLE-3 config sets {option}: true, which this loader does not support '
-                '(supported: a plain Llama midlayer, optionally norm_before_residual)'
-            )
-    width = int(layer['hidden_size'])
-    heads = int(layer['num_attention_heads'])
-    vocab = int(layer.get('vocab_size', config.get('vocab_size', 0)))
-    draft_vocab = int(config.get('draft_vocab_size', config.get('truncated_vocab_size', vocab)))
-    target_width = int(config.get('target_hidden_size') or layer.get('target_hidden_size') or width)
-    theta, scaling = _rope_from(layer)
-    ids = config.get('eagle_aux_hidden_state_layer_ids') or (config.get('eagle_config') or {}).get(
-        'eagle_aux_hidden_state_layer_ids'
-    )
-    if ids:
-        taps = tuple(int(i) + 1 for i in ids)  # layer OUTPUT ids -> HF hidden_states index
-    elif 'spec_jax_taps' in config:
-        taps = tuple(config['spec_jax_taps'])
-    elif target is not None:
-        taps = target.hf_taps()
-    else:
-        taps = (2, 15, 27)
-    if draft_vocab > vocab:
-        raise CheckpointError(
-            f'draft_vocab_size {draft_vocab} is larger than the target vocab_size {vocab}'
-        )
-    cfg = Eagle3Config(
-        target_width=target_width,
-        width=width,
-        num_heads=heads,
-        num_kv_heads=int(layer.get('num_key_value_heads', heads)),
-        head_dim=int(layer.get('head_dim') or width // heads),
-        mlp_width=int(layer['intermediate_size']),
-        vocab_size=vocab,
-        draft_vocab_size=draft_vocab,
-        rms_eps=float(layer.get('rms_norm_eps', 1e-6)),
-        rope_theta=theta,
-        rope_scaling=scaling,
-        taps=taps,
-        norm_before_residual=bool(config.get('norm_before_residual', False)),
-    )
-    if target is not None:
-        try:
-            cfg.check_target(target)
-        except ValueError as e:
-            raise CheckpointError(str(e)) from None
-    return cfg
-
-
-def config_to_json(cfg: Eagle3Config, fmt: str = OFFICIAL, target_name: str = '') -> dict:
-    """config.json for `cfg` in format `fmt` (loadable by EAGLE/SpecForge or speculators)."""
-    layer = {
-        'architectures': ['LlamaForCausalLM'],
-        'model_type': 'llama',
-        'hidden_size': cfg.width,
-        'intermediate_size': cfg.mlp_width,
-        'num_attention_heads': cfg.num_heads,
-        'num_key_value_heads': cfg.num_kv_heads,
-        'head_dim': cfg.head_dim,
-        'num_hidden_layers': 1,
-        'rms_norm_eps': cfg.rms_eps,
-        'vocab_size': cfg.vocab_size,
-        'hidden_act': 'silu',
-        'tie_word_embeddings': False,
-        'rope_theta': cfg.rope_theta,
-        'max_position_embeddings': 8192,
-        'attention_bias': False,
-        'mlp_bias': False,
-        'torch_dtype': 'bfloat16',
-    }
-    if cfg.rope_scaling.to_hf():
-        layer['rope_scaling'] = cfg.rope_scaling.to_hf()
-    aux_ids = [i - 1 for i in cfg.taps]
-    if fmt == OFFICIAL:
-        out = dict(
-            layer,
-            architectures=['LlamaForCausalLMEagle3'],
-            draft_vocab_size=cfg.draft_vocab_size,
-            eagle_config={
-                'eagle_aux_hidden_state_layer_ids': aux_ids,
-                'use_aux_hidden_state': True,
-            },
-        )
-        if cfg.target_width != cfg.width:
-            out['target_hidden_size'] = cfg.target_width
-        if cfg.norm_before_residual:
-            out['norm_before_residual'] = True
-        return out
-    if fmt != SPECULATORS:
-        raise ValueError(f'format must be one of {FORMATS}, got {fmt!r}')
-    return {
-        'architectures': ['Eagle3Speculator'],
-        'speculators_model_type': 'eagle3',
-        'transformer_layer_config': layer,
-        'draft_vocab_size': cfg.draft_vocab_size,
-        'norm_before_residual': cfg.norm_before_residual,
-        'target_hidden_size': cfg.target_width,
-        'eagle_aux_hidden_state_layer_ids': aux_ids,
-        'embed_requires_grad': False,
-        'speculators_config': {
-            'algorithm': 'eagle3',
-            'proposal_methods': [{'proposal_type': 'greedy', 'speculative_tokens': 5}],
-            'default_proposal_method': 'greedy',
-            'verifier': {'name_or_path': target_name, 'architectures': ['LlamaForCausalLM']},
-        },
-    }
 
 
 # ---- directories ------------------------------------------------------------------------
@@ -422,4 +324,9 @@ def load_head(
     if 'vocab_size' not in (config.get('transformer_layer_config') or config) and target:
         config = dict(config, vocab_size=target.vocab_size)
     cfg = config_from_json(config, target)
+    if flag(config, 'fc_norm') is False and any(n.startswith('fc_norm.') for n in state):
+        raise CheckpointError(
+            f'{directory}: config.json sets fc_norm: false but the head has fc_norm tensors '
+            f'{sorted(n for n in state if n.startswith("fc_norm."))}'
+        )
     return state_to_head(cfg, state, dtype)

@@ -17,6 +17,9 @@ One call of the head:
   `d2t` maps a draft id u to the target id u + d2t[u]; `t2d` marks target ids in U.
 - Pairing (docs/eagle3.md §2): feature of position t goes with token t+1 at RoPE position t;
   the output at t predicts token t+2.
+- EAGLE-3.1 (docs/eagle3.md §1): `fc_norm` RMS-normalises each tap on its own (scale
+  `fc_norm_ed` [E, D_t]) before the concatenation and `fc`; `norm_output` returns the layer
+  output after `norm` as the next step's hidden (upstream EAGLE-3 returns it before `norm`).
 
 Attention context: with a KV cache (`kv=(cache_k [R, S, H], cache_v, lengths [B])`, R = B * K)
 the new keys are written at slots lengths+t and the mask is [B, T, S] (chain or tree
@@ -42,7 +45,7 @@ from spec_jax.models import precision, rope
 from spec_jax.models.attention import Rows, attend
 from spec_jax.models.cache import write_layer
 from spec_jax.models.config import ModelConfig, RopeScaling
-from spec_jax.models.llama import RMSNorm
+from spec_jax.models.llama import RMSNorm, rms_norm
 
 _init = nn.initializers.normal(stddev=0.02)
 
@@ -63,6 +66,8 @@ class Eagle3Config:
       taps: HF hidden_states indices of the target's features (low, mid, high).
       norm_before_residual: residual taken after hidden_norm (speculators option).
       own_embedding: the head ships its own embed_tokens [V, D].
+      fc_norm: EAGLE-3.1: an RMSNorm per tap (`fc_norm_ed` [E, D_t]) before `fc`.
+      norm_output: EAGLE-3.1: the returned hidden (the next step's input) is `norm`'s output.
       dtype: compute dtype.
     """
 
@@ -80,6 +85,8 @@ class Eagle3Config:
     taps: tuple[int, ...] = (2, 15, 27)
     norm_before_residual: bool = False
     own_embedding: bool = False
+    fc_norm: bool = False
+    norm_output: bool = False
     dtype: str = 'float32'
 
     def __post_init__(self):
@@ -200,7 +207,8 @@ class Midlayer(nn.Module):
 
 
 class Eagle3(nn.Module):
-    """fc + midlayer + norm + lm_head (reduced vocabulary). See the module docstring."""
+    """[fc_norm] + fc + midlayer + norm + lm_head (reduced vocabulary). See the module
+    docstring."""
 
     cfg: Eagle3Config
     rules: sharding.ShardingRules = sharding.DRAFT_RULES
@@ -221,11 +229,16 @@ class Eagle3(nn.Module):
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
         fc_xd = self.param('fc_xd', _init, (cfg.num_taps * cfg.target_width, cfg.width))
+        if cfg.fc_norm:
+            fc_norm_ed = self.param(
+                'fc_norm_ed', nn.initializers.ones, (cfg.num_taps, cfg.target_width)
+            )
         if apply_fc:
             b, t = hidden.shape[:2]
-            hidden = precision.einsum(
-                'btx,xd->btd', hidden.reshape(b, t, -1).astype(dt), fc_xd.astype(dt)
-            )
+            hidden = hidden.astype(dt)
+            if cfg.fc_norm:  # Each tap [B, T, E, D_t] normalised on its own D_t axis.
+                hidden = rms_norm(hidden, fc_norm_ed, cfg.rms_eps)
+            hidden = precision.einsum('btx,xd->btd', hidden.reshape(b, t, -1), fc_xd.astype(dt))
         hidden_btd, new_kv = Midlayer(cfg, self.rules, name='midlayer')(
             embeds_btd.astype(dt),
             hidden.astype(dt),
@@ -235,10 +248,14 @@ class Eagle3(nn.Module):
             tuple(diag_kv),
             ctx_kv,
         )
+        norm = RMSNorm(cfg.rms_eps, name='norm')
+        if cfg.norm_output:  # EAGLE-3.1: every position's output normed, and fed back so.
+            hidden_btd = norm(hidden_btd)
         x_btd = hidden_btd
         if logits_index_bu is not None:  # Logits at the chosen positions only.
             x_btd = jnp.take_along_axis(x_btd, logits_index_bu[:, :, None], axis=1)
-        x_btd = RMSNorm(cfg.rms_eps, name='norm')(x_btd)
+        if not cfg.norm_output:
+            x_btd = norm(x_btd)
         head_ud = self.param('lm_head_ud', _init, (cfg.draft_vocab_size, cfg.width))
         logits_btu = precision.einsum('btd,ud->btu', x_btd, head_ud.astype(dt)).astype(jnp.float32)
         return logits_btu, hidden_btd, new_kv
@@ -296,7 +313,8 @@ def eagle3_forward(
         cache's, `cache.empty_layer(..., rules)`).
 
     Returns:
-      (logits over the draft vocab [B, T or U', U] fp32, output hidden (pre-norm) [B, T, D],
+      (logits over the draft vocab [B, T or U', U] fp32, output hidden [B, T, D] (before
+       `norm`; after it with `cfg.norm_output`),
        the updated cache tuple, or this call's (k [B, T, K, H], v [B, T, K, H]) without one).
     """
     params = {k: v for k, v in params.items() if k != 'embed_vd'}
