@@ -148,19 +148,23 @@ def load_warning(info: dict) -> str | None:
 
 def header_lines(info: dict) -> list[str]:
     """The header as markdown lines (a bullet per item; the config's `settings`, one
-    `- name: value` line each; the load warning first when there is one)."""
+    `- name: value` line each; the load warning first when there is one, then any item
+    whose text starts with 'WARNING')."""
     labels = dict(cpu='CPU', cores='cores', devices='JAX devices', jax='jax', spec_jax='spec_jax',
                   python='python', fingerprint='config fingerprint')  # fmt: skip
     warning = load_warning(info)
     lines = [f'- {warning}'] if warning else []
+    # Other warnings (the drift monitor's, `spec_jax.eval.monitor`) next, then the items.
+    warned = [k for k, v in info.items() if isinstance(v, str) and v.startswith('WARNING')]
+    lines += [f'- {info[k]}' for k in warned]
     lines += [f'- {labels[k]}: {info[k] if info.get(k) is not None else "-"}' for k in labels
               if k in info]  # fmt: skip
     lines += [f'- load average at start: {_load_text(info.get("load_start"))}',
               f'- load average at end: {_load_text(info.get("load_end"))}']  # fmt: skip
     lines += [f'- {name}: {value}' for name, value in (info.get('settings') or {}).items()]
     for key, value in info.items():
-        if key not in labels and key not in ('load_start', 'load_end', 'settings',
-                                             'usable_cores'):  # fmt: skip
+        if key not in labels and key not in warned and key not in (
+                'load_start', 'load_end', 'settings', 'usable_cores'):  # fmt: skip
             shown = f'{value:.1f}' if isinstance(value, float) else str(value)
             lines.append(f'- {key.replace("_", " ")}: {shown}')
     return lines + ['']

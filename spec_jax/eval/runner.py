@@ -6,6 +6,7 @@ Data flow (docs/eval.md):
          --tasks--> items (chat prompts, gold) --tokenizer--> prompt ids
   for seed, batch of B (task, item) rows of one task group (`plan_batches`):
     for method in its group's design (`timing.interleave`), unless done:
+      warm-up, the first time a program runs     the same rows, 2 tokens, untimed (`warmup`)
       generate(engine of the method, ...)        decoding on device, noise per (seed, item)
     after the group: AR again on its first batch  the drift monitor (`timing.MONITOR`)
     score(item, text) of the round in threads    after the round: no scoring while timed
@@ -22,12 +23,13 @@ token. Every batch is decoded by every method before the next batch starts, in i
 group's balanced design, so a machine whose speed drifts slows all methods alike and each
 method's seconds on a batch pair with AR's on the same rows (`spec_jax.eval.timing`); the
 decode and prefill seconds are read from an injectable `clock` (tests give a fake one)
-less JAX's compile seconds, and each row records the invocation, host and start time that
-decoded it (`records.PROVENANCE`). A row's noise depends only on (seed, task, item id), so
-every method meets the same random numbers on the same item (common random numbers sharpen
-the paired comparisons), and a resumed run redoes a sample as an uninterrupted one would
-(exactly so with drafters whose tokens do not depend on the batch; prompt lookup's filler
-drafts do, docs/engine.md).
+less JAX's compile seconds, each program run once untimed before its first timed call
+(`warmup`: a first execution costs more), and each row records the invocation, host and
+start time that decoded it (`records.PROVENANCE`). A row's noise depends only on (seed,
+task, item id), so every method meets the same random numbers on the same item (common
+random numbers sharpen the paired comparisons), and a resumed run redoes a sample as an
+uninterrupted one would (exactly so with drafters whose tokens do not depend on the batch;
+prompt lookup's filler drafts do, docs/engine.md).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from spec_jax import data_files, decoding, distributed, rules
 from spec_jax.decoding import batching
 from spec_jax.eval import plan as plan_lib
 from spec_jax.eval import tasks as tasks_lib
-from spec_jax.eval import timing
+from spec_jax.eval import timing, warmup
 from spec_jax.eval.records import PROVENANCE, ResultStore, row_key
 from spec_jax.eval.tasks.base import Item, Task
 
@@ -152,9 +154,10 @@ def engine_for(base: decoding.Engine, method: plan_lib.Method) -> decoding.Engin
 @dataclasses.dataclass
 class Progress:
     """What a run did: samples of the plan written (the drift monitor's rows apart),
-    generated tokens, decode, prefill, compile and scoring seconds, and timed calls that
-    scoring overlapped (0 by construction: scoring waits for a batch's round to end;
-    counted to show it)."""
+    generated tokens, decode, prefill, compile (warm-ups' included) and scoring seconds,
+    warm-up calls and their seconds beyond compile, timed calls that compiled (0 when every
+    program was warmed) and that scoring overlapped (0 by construction: scoring waits for
+    a batch's round to end; counted to show it)."""
 
     samples: int = 0
     tokens: int = 0
@@ -163,6 +166,9 @@ class Progress:
     compile_s: float = 0.0
     compiled: int = 0
     cache_hits: int = 0
+    warmups: int = 0
+    warmup_s: float = 0.0
+    cold_calls: int = 0
     score_s: float = 0.0
     overlapped: int = 0
     wall_s: float = 0.0
@@ -183,7 +189,8 @@ def run(
     `clock` times the decode calls: `decoding.generate` reads it three times per scheduled
     (batch, method) of `schedule` (before the prefill call, after it, after the rounds),
     and nothing else reads it (a test's fake clock can therefore hand out the seconds of
-    each). JAX's compile seconds are taken off it.
+    each; the warm-ups, `spec_jax.eval.warmup`, run on the wall clock). JAX's compile
+    seconds are taken off it.
 
     On several processes (spec_jax/distributed.py) each decodes its share of the items
     (`process_share`) into its own results file, or with a mesh over every host
@@ -250,7 +257,7 @@ def _decode_and_score(
     check_prompts(built.engine, encoded, c)
     entries = schedule(c, methods, items, store, lambda r: len(encoded[r[0], r[1].id]))
     start, compiles = time.perf_counter(), timing.CompileClock()
-    scoring = Scoring()
+    scoring, warm = Scoring(), warmup.WarmUp(compiles)
 
     def compile_free() -> float:  # The clock less what JAX has spent compiling so far.
         return clock() - compiles.total()
@@ -263,7 +270,7 @@ def _decode_and_score(
             for slot, (planned, method, place) in round_:
                 bar.set_postfix_str(f'{method.name} seed {planned.seed}', refresh=False)
                 rows = _decode(c, built, encoded, limits, planned, method, place, slot,
-                               compile_free, compiles, scoring, progress)  # fmt: skip
+                               compile_free, compiles, scoring, progress, warm)  # fmt: skip
                 bar.update()
                 if writes:  # Else process 0 scores and writes this batch.
                     pending += [(items[r['task']][0], it, r) for it, r in rows
@@ -274,6 +281,7 @@ def _decode_and_score(
             progress.score_s += time.perf_counter() - began
             progress.samples += sum(r['method'] != timing.MONITOR for _, _, r in pending)
     bar.close()
+    progress.warmups, progress.warmup_s = warm.calls, warm.seconds
     progress.overlapped = scoring.overlapped
     progress.wall_s = time.perf_counter() - start
 
@@ -303,25 +311,26 @@ class Scoring:
 
 
 def _decode(c, built, encoded, limits, planned, method, place, slot, clock, compiles, scoring,
-            progress) -> list[tuple[Item, dict]]:  # fmt: skip
-    """Decodes one scheduled (batch, method) and returns its (item, unscored row) pairs."""
+            progress, warm) -> list[tuple[Item, dict]]:  # fmt: skip
+    """Decodes one scheduled (batch, method), its program warmed first; its (item, row)s."""
     seed, batch = planned.seed, list(planned.rows)
     ids = [encoded[name, it.id] for name, it in batch]
     pad = padded_size(len(ids), c.batch_size) - len(ids)
+    engine, prompts = engine_for(built.engine, method), ids + ids[-1:] * pad
+    warmed = warm.before(engine, built.params, prompts, seed)
     with compiles.measure() as compiled:
         scoring.check()
         result = decoding.generate(
-            engine_for(built.engine, method),
+            engine,
             built.params,
-            ids + ids[-1:] * pad,
+            prompts,
             seed=seed,
             max_new_tokens=[limits[name]['max_new_tokens'] for name, _ in batch] + [1] * pad,
             sample_ids=[sample_id(name, it.id) for name, it in batch] + [0] * pad,
             clock=clock,
         )
         scoring.check()
-    # The clock less JAX's compile seconds (the first batch of a shape compiles or loads
-    # its loops): the seconds of decoding alone, and of its prefill call.
+    # The clock less JAX's compile seconds: the seconds of decoding, and of its prefill.
     decode_s = max(result.seconds, 0.0)
     prefill_s = min(max(result.prefill_seconds, 0.0), decode_s)
     out = result.tokens[: len(batch)]
@@ -329,12 +338,14 @@ def _decode(c, built, encoded, limits, planned, method, place, slot, clock, comp
     progress.tokens += num_tokens
     progress.decode_s += decode_s
     progress.prefill_s += prefill_s
-    progress.compile_s += compiled.seconds
-    progress.compiled += compiled.compiled
-    progress.cache_hits += compiled.cache_hits
+    progress.compile_s += compiled.seconds + warmed.compile_s
+    progress.compiled += compiled.compiled + warmed.compiled
+    progress.cache_hits += compiled.cache_hits + warmed.cache_hits
+    progress.cold_calls += warmed.cold or compiled.compiled + compiled.cache_hits > 0
     timing_row = dict(
         id=planned.id, seconds=decode_s, prefill_s=prefill_s, compile_s=compiled.seconds,
-        rows=len(batch), pad=pad, tokens=num_tokens, slot=slot, place=place,
+        warmup_s=warmed.seconds, warmup_compile_s=warmed.compile_s, warmed=warmed.warmed,
+        cold=warmed.cold, rows=len(batch), pad=pad, tokens=num_tokens, slot=slot, place=place,
         unit=timing.unit(planned.number, planned.group_size), **PROVENANCE,
     )  # fmt: skip
     per_row = result.stats['per_row']

@@ -18,7 +18,18 @@ import ml_collections
 import numpy as np
 
 from spec_jax import decoding, distributed, rules, sharding
-from spec_jax.eval import findings, machine, metrics, paper, plan, records, report, runner, timing
+from spec_jax.eval import (
+    findings,
+    machine,
+    metrics,
+    monitor,
+    paper,
+    plan,
+    records,
+    report,
+    runner,
+    warmup,
+)
 from spec_jax.eval.tasks import fast_hsd
 from spec_jax.jobs import profile, runtime
 from spec_jax.rules import theory
@@ -168,10 +179,10 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
         profile.profile_experiment(c, os.path.join(c.profile_dir, f'process_{jax.process_index()}')
                                    if many else c.profile_dir)  # fmt: skip
     store, methods, progress = runner.run(c, workdir)
-    drift = timing.drift_lines(store.rows)
+    header = machine.header(store.fingerprint, load_start)
+    drift = monitor.lines(store.rows, header)
     print('Drift monitor (AR on the same rows at the start and the end of each timing group): '
           + ('; '.join(f'{g}: {v}' for g, v in drift.items()) or '-'))  # fmt: skip
-    header = machine.header(store.fingerprint, load_start)
     # Process 0 alone holds the merged results (and writes the report).
     out = (write_report(c, runner.results(store), methods, workdir, header)
            if distributed.is_main() else {})  # fmt: skip
@@ -179,8 +190,10 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     print(
         f'\n{progress.samples} new samples, {progress.tokens} tokens; decode '
         f'{progress.decode_s:.1f} s, compile {progress.compile_s:.1f} s ({progress.compiled} '
-        f'executables compiled, {progress.cache_hits} loaded from the persistent cache), wall '
-        f'clock {wall:.1f} s'
+        f'executables compiled, {progress.cache_hits} loaded from the persistent cache); '
+        f'warm-up {progress.warmup_s:.1f} s beyond compile ({progress.warmups} programs run '
+        f'once untimed before their first timed call; {progress.cold_calls} timed calls '
+        f'ran a program cold); wall clock {wall:.1f} s'
     )
     ratio = progress.throughput_ratio
     if ratio is not None:
@@ -212,8 +225,10 @@ def write_report(
     rows = metrics.aggregate(results, methods)
     pooled = findings.pooled_rows(results, methods)
     header = dict(header or {}, settings=machine.settings(c))  # Each setting, one line.
-    header.update(timing.drift_lines(results),  # AR's drift and where rows were decoded.
+    header.update(monitor.lines(results, header),  # AR's drift and where rows were decoded.
                   provenance=records.provenance_text(records.provenance(results)))
+    if warmup.summary(results):
+        header['compile and warm-up'] = warmup.summary(results)
     paths = report.write_report(
         rows, os.path.join(workdir, 'report'), mode=c.mode, title=c.name,
         theory=theory_curves(rows, c.mode, _siblings(c)) if c.meter_distortion else None,

@@ -85,6 +85,9 @@ def test_rows_hold_text_score_and_counters(tiny_run):
         assert (r['correct'] is None) == (r['task'].startswith('speed_')
                                           or r['method'] == timing.MONITOR)  # fmt: skip
         assert 0 < r['batch']['prefill_s'] < r['batch']['seconds']
+        # Every program ran once untimed first (spec_jax.eval.warmup): no timed call
+        # compiled, loaded or ran a program for the first time.
+        assert r['batch']['compile_s'] == 0 and r['batch']['cold'] is False
         st = r['stats']
         assert st['metered'] == st['emitted'] + 1  # Every emitted token and the first.
         if r['method'] == 'ar':
@@ -98,6 +101,8 @@ def test_metrics_and_report_of_the_run(tiny_run, tmp_path):
     assert 'evaluation throughput / decode throughput' in stdout
     assert 'report:' in stdout and 'score % [interval]' in stdout
     assert 'Drift monitor (AR on the same rows at the start and the end' in stdout
+    assert ' programs run once untimed before their first timed call; 0 timed calls ran a ' \
+        'program cold' in stdout
     assert ', 0 timed calls overlapped by scoring' in stdout
     c = tiny_config()
     methods = runner.methods_of(c)
@@ -144,8 +149,11 @@ def test_metrics_and_report_of_the_run(tiny_run, tmp_path):
                  '- gamma: 3 drafted tokens', '- temperature: 0.7', '- drafter: lm ',
                  '- token limits: 12 new tokens', '- batch size: 4', '- seeds: 0',
                  '- task mbpp: first 3 items, at most 12 new tokens', '- data root: ',
-                 '- commit: '):  # fmt: skip
+                 '- commit: ', '- compile and warm-up: '):  # fmt: skip
         assert text in header, text
+    drift = [line for line in header.splitlines() if line.startswith('- drift s0/')]
+    assert len(drift) == 2 and all(line.endswith(('steady (within x1.10)', 'see the warning)'))
+                                   for line in drift)  # fmt: skip
     # Every row paired with AR on the batches of its task group.
     for r in rows:
         assert r['speedup_n_batches'] >= 1 and r['speedup_basis'] == 'batches'
