@@ -25,7 +25,7 @@ import ml_collections
 from spec_jax import checkpoints, decoding
 from spec_jax.jobs import bench_accel, bench_chain, bench_mesh, bench_rules, bench_tree, runtime
 from spec_jax.jobs.profile import profile_bench
-from spec_jax.jobs.timing import interleaved_medians
+from spec_jax.jobs.timing import WARMED, interleaved_medians, warm_up
 from spec_jax.models.cache import KVCache
 from spec_jax.models.llama import forward
 
@@ -69,8 +69,8 @@ def forward_costs(
             logits, caches[t] = step(params, tokens, caches[t])
             return logits
 
-        call()  # Compile outside the timing.
         fns[t] = call
+    warm_up(fns)  # Compile and first execution outside the timing.
     return interleaved_medians(fns, rounds)
 
 
@@ -82,7 +82,7 @@ def ar_speed(model, batch: int, new_tokens: int, prompt_len: int, rounds: int) -
     engine = decoding.Engine(model.cfg, settings)
     prompts = [[(7 * i + 3 * b) % 1000 + 100 for i in range(prompt_len)] for b in range(batch)]
     run = lambda: decoding.generate(engine, decoding.Params(model.params), prompts)  # noqa: E731
-    run()  # Compile.
+    warm_up({'ar': run})
     seconds = interleaved_medians({'ar': lambda: run().tokens}, rounds)['ar']
     return batch * new_tokens / seconds
 
@@ -102,7 +102,7 @@ def bandwidth_and_forward(c: ml_collections.ConfigDict, model) -> dict:
     base = costs[1]
     print(
         f'cost of one forward over T new tokens (batch 1, {c.slots} cache slots), '
-        f'relative to T=1 ({base * 1e3:.1f} ms):'
+        f'relative to T=1 ({base * 1e3:.1f} ms; {WARMED}):'
     )
     for t, seconds in costs.items():
         print(f'  T={t:<3d} {seconds * 1e3:7.1f} ms  ratio {seconds / base:.2f}')
@@ -124,7 +124,8 @@ def ar(c: ml_collections.ConfigDict, model) -> dict:
         per_step = batch / tps
         print(
             f'AR decoding, batch {batch}: {tps:.1f} tokens/s ({per_step * 1e3:.1f} ms per '
-            f'step, prefill included); {bound_s / per_step:.2f} of the bandwidth bound'
+            f'step, prefill included; {WARMED}); {bound_s / per_step:.2f} of the bandwidth '
+            'bound'
         )
         report[f'ar_tokens_per_s_b{batch}'] = tps
     return report

@@ -1,7 +1,8 @@
 """Chain speculative decoding against spec_jax's own AR decoding, side by side.
 
 For each (temperature, batch size) the same prompts run through AR and chain decoding in
-interleaved rounds; the report gives tokens/s of each, block efficiency, acceptance and the
+interleaved rounds, each program warmed first (run once untimed at every batch shape:
+`jobs.timing.warm_up`); the report gives tokens/s of each, block efficiency, acceptance and the
 wall-clock speedup. Optionally Hugging Face transformers' assisted generation (torch CPU,
 batch 1) runs the same target and draft on the same prompts as a peer.
 """
@@ -24,7 +25,7 @@ from spec_jax.checkpoints import params_to_state
 from spec_jax.decoding import batching, drafters
 from spec_jax.decoding import engine as eng
 from spec_jax.jobs import runtime
-from spec_jax.jobs.timing import interleaved_medians
+from spec_jax.jobs.timing import WARMED, interleaved_medians, warm_up
 from spec_jax.models.llama import forward
 from spec_jax.sampling import Sampler
 
@@ -47,6 +48,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
         f'{f" behind prompt lookup ({c.ngram}..{c.lookup}-grams)" if c.lookup else ""}, '
         f'rule {c.rule}'
     )
+    print(f'timing: {WARMED}; then {c.rounds} interleaved round(s) of every engine, medians')
 
     report = {'rows': []}
     for temperature in c.temperatures:
@@ -99,7 +101,8 @@ def speed_ids(c: ml_collections.ConfigDict, tok, per_set: int):
 
 
 def interleaved_runs(engines: dict, params, ids, temperature, batch, rounds) -> dict:
-    """Every engine over `ids` in groups of `batch` at `temperature`: compiled first, then
+    """Every engine over `ids` in groups of `batch` at `temperature`: each group run once
+    untimed first (`warm_up`: every program compiled and executed at its shapes), then
     `rounds` interleaved rounds; {name: [(seconds, tokens, results) per round]}."""
     sampler = Sampler(temperature=temperature)
     groups = [ids[i : i + batch] for i in range(0, len(ids), batch)]
@@ -107,8 +110,8 @@ def interleaved_runs(engines: dict, params, ids, temperature, batch, rounds) -> 
         name: partial(decoding.generate, engine.replace(sampler=sampler), params)
         for name, engine in engines.items()
     }
-    for run_group in runners.values():  # Compile every shape first.
-        [run_group(g, seed=0) for g in groups]
+    warm_up({(name, k): partial(run_group, g, seed=0) for name, run_group in runners.items()
+             for k, g in enumerate(groups)})  # fmt: skip
     times = {name: [] for name in runners}
     for r in range(rounds):
         for name, run_group in runners.items():
@@ -200,7 +203,7 @@ def round_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:
 def time_parts(calls: dict, engine: decoding.Engine, params, ids, rounds: int) -> dict:
     """Median seconds per call of each part of a round, on the state after prefilling `ids`:
     each part jitted alone (state donated), run 5 times per timing carrying its state, timed
-    in `rounds` interleaved rounds after a compile run."""
+    in `rounds` interleaved rounds after a warm-up run of each (`warm_up`)."""
     batch = batching.pack_prompts(
         ids, prompt_bucket=engine.decode.prompt_bucket, max_prompt_len=engine.decode.max_prompt_len
     )
@@ -224,7 +227,7 @@ def time_parts(calls: dict, engine: decoding.Engine, params, ids, rounds: int) -
 
     for name in calls:
         states[name] = init(engine, params.target, params.draft, *args)
-        timed(name)()  # Compile.
+    warm_up({name: timed(name) for name in calls})
     return {k: v / 5 for k, v in interleaved_medians({k: timed(k) for k in calls}, rounds).items()}
 
 

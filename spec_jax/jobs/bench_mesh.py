@@ -65,6 +65,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
                                sharding.ShardingRules.replicated()),
             )  # fmt: skip
             rates = []
+            decoding.generate(engine, params, ids, seed=c.rounds)  # Warm-up: untimed.
             for r in range(c.rounds):
                 result = decoding.generate(engine, params, ids, seed=r)
                 rates.append(result.num_tokens / result.seconds)
@@ -73,7 +74,8 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
         row['mesh_over_one'] = many / one
         report['rows'].append(row)
         parts = ', '.join(f'{w}: {row[w]["tokens_per_s"]:.1f} tok/s' for w in placements)
-        print(f'{mode} batch {len(ids)}: {parts}; mesh / one device {row["mesh_over_one"]:.2f}x')
+        print(f'{mode} batch {len(ids)}: {parts}; mesh / one device {row["mesh_over_one"]:.2f}x '
+              '(each placement warmed: one untimed call first)')  # fmt: skip
     print(f'compile seconds, one device / mesh {dict(mesh.shape)}:')
     report['compile'] = []
     for key, (label, compile_on) in entry_points(c, target, draft, dec, engines, ids).items():

@@ -1,12 +1,12 @@
 """The rules bench: the cost of `rules.verify_chain` against a target forward over the same
 tokens (configs/bench_rules.py).
 
-verify_chain alone (jitted, warmed, median over interleaved rounds) on random processed
-probabilities [B, A+1, V] and [B, A, V], then one target forward of B x (A+1) tokens with a
-KV cache of `prefix` committed tokens (the verification forward of a chain round), and the
-ratio. A vocabulary other than the target's is compared with the same forward, which is a
-pessimistic reference: a real 128k-vocabulary target (Llama-3.1-8B) costs ~60x more than
-the 135M default.
+verify_chain alone (jitted, warmed: run once untimed first, median over interleaved
+rounds) on random processed probabilities [B, A+1, V] and [B, A, V], then one target
+forward of B x (A+1) tokens with a KV cache of `prefix` committed tokens (the verification
+forward of a chain round), and the ratio. A vocabulary other than the target's is
+compared with the same forward, which is a pessimistic reference: a real 128k-vocabulary
+target (Llama-3.1-8B) costs ~60x more than the 135M default.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from spec_jax import checkpoints, rules
-from spec_jax.jobs.timing import interleaved_medians
+from spec_jax.jobs.timing import WARMED, interleaved_medians, warm_up
 from spec_jax.models.cache import KVCache
 from spec_jax.models.llama import forward
 
@@ -62,11 +62,11 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     )
     forward_name = f'forward {c.model} B={b} T={a + 1}'
     fns[forward_name] = lambda: step(model.params, tokens, cache)
-    for fn in fns.values():
-        jax.block_until_ready(fn())  # Compile outside the timing.
+    warm_up(fns)  # Compile and first execution outside the timing.
     med = interleaved_medians(fns, c.rounds)
     fwd = med[forward_name]
-    print(f'B={b} A={a}; median of {c.rounds} interleaved rounds (measured, this machine)')
+    print(f'B={b} A={a}; {WARMED}; median of {c.rounds} interleaved rounds (measured, this '
+          'machine)')  # fmt: skip
     report = {}
     for name, seconds in med.items():
         line = f'{name:60s} {seconds * 1e3:9.2f} ms'

@@ -35,7 +35,7 @@ from spec_jax.jobs.bench_chain import (
     summarize_runs,
     time_parts,
 )
-from spec_jax.jobs.timing import interleaved_medians
+from spec_jax.jobs.timing import WARMED, interleaved_medians, warm_up
 from spec_jax.models.cache import tree_mask
 from spec_jax.models.llama import forward
 from spec_jax.sampling import Sampler
@@ -58,6 +58,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
         f'{c.max_new_tokens} new tokens max, head {c.draft}, rule {c.rule}; chain gamma '
         f'{c.num_draft}, {shape.describe()}'
     )
+    print(f'timing: {WARMED}; then {c.rounds} interleaved round(s), medians')
     report = {'rows': []}
     for temperature in c.temperatures:
         for batch in c.batches:
@@ -211,8 +212,8 @@ def shape_search(c, chain: decoding.Engine, params, ids) -> dict:
     engines = {f'{m}/{d}/{k}': chain.replace(tree=trees.TreeShape(m, d, k))
                for m, d, k in c.shapes}  # fmt: skip
     runs = {name: partial(decoding.generate, engine, params) for name, engine in engines.items()}
-    for run_one in runs.values():  # Compile every prompt bucket.
-        [run_one([p]) for p in ids]
+    warm_up({(name, k): partial(run_one, [p]) for name, run_one in runs.items()
+             for k, p in enumerate(ids)})  # Every tree at every prompt bucket.  # fmt: skip
     rates, lengths = {}, {}
 
     def timed(name):

@@ -1,19 +1,39 @@
 """The bench registry's :tiny configs run end to end and report every figure."""
 
 import os
+import time
 
 import pytest
 
-from spec_jax.jobs import bench
+from spec_jax.jobs import bench, timing
 from spec_jax.jobs.runtime import load_config
 
 CONFIGS = os.path.join(os.path.dirname(__file__), '..', '..', 'configs')
 
 
-def test_forward_and_ar_benches_report_bound_and_ratios(tmp_path):
+def test_a_warm_up_keeps_first_executions_out_of_the_medians():
+    """Thunks whose first call costs 0.3 s more (a first execution, injected as a sleep):
+    after `warm_up`, whose seconds hold them, every median is far below it."""
+    calls = {'a': 0, 'b': 0}
+
+    def thunk(name):
+        def go():
+            calls[name] += 1
+            time.sleep(0.3 if calls[name] == 1 else 0.0)
+            return calls[name]
+
+        return go
+
+    fns = {name: thunk(name) for name in calls}
+    assert timing.warm_up(fns) >= 0.6 and calls == {'a': 1, 'b': 1}
+    assert all(s < 0.1 for s in timing.interleaved_medians(fns, 3).values())
+
+
+def test_forward_and_ar_benches_report_bound_and_ratios(tmp_path, capsys):
     c = load_config(os.path.join(CONFIGS, 'bench.py'), 'tiny')
     c.ar_batches = (1,)
     report = bench.run(c, str(tmp_path))
+    assert capsys.readouterr().out.count(timing.WARMED) == 2  # The forward costs and AR.
     fwd, ar = report['forward'], report['ar']
     assert fwd['bandwidth_gbs'] > 0 and fwd['bound_ms'] > 0
     assert set(fwd['verify_cost_ratio']) == set(c.verify_tokens)
@@ -25,12 +45,13 @@ def test_forward_and_ar_benches_report_bound_and_ratios(tmp_path):
         bench.run(c)
 
 
-def test_chain_bench_reports_speedup_overhead_and_one_compile_sweeps(tmp_path):
+def test_chain_bench_reports_speedup_overhead_and_one_compile_sweeps(tmp_path, capsys):
     c = load_config(os.path.join(CONFIGS, 'bench_chain.py'), 'tiny')
     c.temperatures = (0.0,)
     c.batches = (2,)
     c.sweep_values = (0.3, 0.6)  # Two values show one compile; each is a compile per value.
     report = bench.run(c, str(tmp_path))['chain']
+    assert f'timing: {timing.WARMED}; then 1 interleaved round(s)' in capsys.readouterr().out
     (row,) = report['rows']
     assert row['speedup'] > 0
     assert row['block_efficiency'] == pytest.approx(c.num_draft + 1)  # Identical draft.
@@ -47,9 +68,10 @@ def test_chain_bench_reports_speedup_overhead_and_one_compile_sweeps(tmp_path):
     assert os.path.exists(os.path.join(tmp_path, 'bench_chain.json'))
 
 
-def test_tree_bench_reports_speed_overhead_equal_width_and_shapes(tmp_path):
+def test_tree_bench_reports_speed_overhead_equal_width_and_shapes(tmp_path, capsys):
     c = load_config(os.path.join(CONFIGS, 'bench_tree.py'), 'tiny')
     report = bench.run(c, str(tmp_path))['tree']
+    assert f'timing: {timing.WARMED}' in capsys.readouterr().out
     (row,) = report['rows']
     for name in ('chain', 'tree'):
         assert row[f'{name}_speedup'] > 0 and row[f'{name}_accept_length'] >= 1
@@ -66,10 +88,11 @@ def test_tree_bench_reports_speed_overhead_equal_width_and_shapes(tmp_path):
     assert os.path.exists(os.path.join(tmp_path, 'bench_tree.json'))
 
 
-def test_rules_bench_sets_each_rule_against_the_forward():
+def test_rules_bench_sets_each_rule_against_the_forward(capsys):
     c = load_config(os.path.join(CONFIGS, 'bench_rules.py'), 'tiny')
     c.rules = ('lossless', 'lenience:l=0.5')
     report = bench.run(c)['rules']
+    assert timing.WARMED in capsys.readouterr().out
     names = [f'verify_chain V=1031 {r}' for r in c.rules]
     assert set(names) < set(report)
     assert all(report[n]['ms'] > 0 and report[n]['of_forward'] > 0 for n in names)
