@@ -107,22 +107,42 @@ def _lossless_rule(method: str) -> bool | None:
         return None
 
 
-def _verdict(row: dict, key: str, ref: float) -> str:
-    """'flatters it', 'understates it' or 'no distinguishable effect': the flattery's
-    interval against `ref` (0 for a difference, 1 for a ratio); none below the items or
-    batches a verdict needs (`verdicts.MIN_ITEMS`, `MIN_BATCHES`; not Holm-adjusted)."""
-    speed = 'speedup' in key
-    n = row.get('speedup_vs_matched_n_batches' if speed else 'pair_n_items')
-    if tables.num(n) and n < (verdicts.MIN_BATCHES if speed else verdicts.MIN_ITEMS):
-        return 'too few batches to judge' if speed else verdicts.TOO_FEW
-    lo, hi = row.get(f'{key}_lo'), row.get(f'{key}_hi')
-    if not (tables.num(lo) and tables.num(hi)):
-        return 'no interval'
-    if lo > ref:
-        return 'flatters it'
-    if hi < ref:
-        return 'understates it'
-    return 'not distinguishable'
+def flattery_tests(group: str, row: dict) -> list[verdicts.Test]:
+    """The flattery of a lossy row matched with something other than lossless SD, as Tests
+    of the run's family (`spec_jax.eval.findings.tests`): its BE (a difference, judged
+    against 0 over the row's items) and its speed (a ratio, against 1 over its batches or
+    design units), each from the matched baseline's own interval over lossless SD. Keys
+    (group, method, 'flattery_be' / 'flattery_speedup'); none for other rows."""
+    matched = tables.matched_name(row)
+    if matched in (None, PLAIN) or not tables.num(row.get('sd_d_be')):
+        return []
+    m = row['method']
+    out = [verdicts.t_test((group, m, 'flattery_be'), row.get('flattery_be'),
+                           row.get('flattery_be_lo'), row.get('flattery_be_hi'),
+                           row.get('pair_n_items') or row.get('pair_n'))]  # fmt: skip
+    if tables.num(row.get('flattery_speedup')):
+        n = row.get('speedup_vs_matched_n_units') or row.get('speedup_vs_matched_n_batches')
+        out.append(verdicts.t_test((group, m, 'flattery_speedup'), row['flattery_speedup'],
+                                   row.get('flattery_speedup_lo'),
+                                   row.get('flattery_speedup_hi'), n, ref=1.0, log=True,
+                                   min_n=verdicts.MIN_BATCHES, unit='batches'))  # fmt: skip
+    return out
+
+
+# The family's verdict words as the flattery's.
+_WORDS = {'above': 'flatters it', 'below': 'understates it', 'not': 'not distinguishable'}
+
+
+def _verdict(fam: verdicts.Family | None, key: tuple) -> str:
+    """' (flatters it; Holm p 0.01)', ' (understates it; ...)', ' (not distinguishable;
+    Holm p 0.4)' or ' (too few items to judge)' from the run's family; '' without a family
+    (numbers only: the verdicts are the findings')."""
+    if fam is None or key not in fam.verdicts:
+        return ''
+    said = fam.verdicts[key]
+    words = _WORDS.get(said.split(' ')[0], said)
+    adj = fam.adjusted.get(key)
+    return f' ({words}; Holm p {adj:.3g})' if adj is not None else f' ({words})'
 
 
 def _tv_vs_plain(row: dict) -> str:
@@ -136,11 +156,14 @@ def _tv_vs_plain(row: dict) -> str:
     return 'not metered'
 
 
-def finding_lines(group: str, rows: Sequence[dict]) -> list[str]:
+def finding_lines(
+    group: str, rows: Sequence[dict], fam: verdicts.Family | None = None
+) -> list[str]:  # fmt: skip
     """Per lossy rule matched with something other than lossless SD, a sentence: its ΔBE
     and speedup against lossless SD and against its matched baseline, and how much the
-    plain-SD comparison flatters it (with the matched baseline's own Δ interval); one
-    sentence for the rules whose matched baseline is lossless SD (no flattery)."""
+    plain-SD comparison flatters it (with the matched baseline's own Δ interval) and, with
+    the run's family `fam` (whose Holm adjustment covers `flattery_tests`), its verdict
+    and Holm p; one sentence for the rules whose matched baseline is lossless SD."""
     lines, plain = [], []
     for r in rows:
         matched = tables.matched_name(r)
@@ -149,15 +172,17 @@ def finding_lines(group: str, rows: Sequence[dict]) -> list[str]:
         if matched == PLAIN:
             plain.append(str(r['method']))
             continue
-        be, speed = _verdict(r, 'flattery_be', 0.0), _verdict(r, 'flattery_speedup', 1.0)
+        m = r['method']
+        be = _verdict(fam, (group, m, 'flattery_be'))
+        speed = _verdict(fam, (group, m, 'flattery_speedup'))
         lines.append(
             f'{group}: {r["method"]}: against lossless SD BE '
             f'{tables.interval(r, "sd_d_be", "+.3f")}, speedup '
             f'{tables.interval(r, "sd_speedup", ".2f")}x; against {matched} BE '
             f'{tables.interval(r, "d_be", "+.3f")}, speedup '
             f'{tables.interval(r, "speedup_vs_matched", ".2f")}x: the plain-SD comparison '
-            f'adds {tables.interval(r, "flattery_be", "+.3f")} BE ({be}) and x'
-            f'{tables.interval(r, "flattery_speedup", ".2f")} speed ({speed})'
+            f'adds {tables.interval(r, "flattery_be", "+.3f")} BE{be} and x'
+            f'{tables.interval(r, "flattery_speedup", ".2f")} speed{speed}'
         )
     if plain:
         lines.append(f'{group}: {len(plain)} rules are matched with lossless SD itself (no '
@@ -182,7 +207,8 @@ def section(rows: Sequence[dict]) -> list[str]:
         "speedups are tokens/s over the reference's per shared batch (geometric mean, "
         't-interval from 5 batches on). Flattery = Δ vs lossless SD minus Δ vs matched (BE), '
         "or their ratio (speed), with the interval of the matched baseline's own Δ over "
-        'lossless SD (the same number on a complete run). TV vs matched is against the '
+        'lossless SD (the same number on a complete run); its verdicts are in the findings '
+        '(one Holm family), not here. TV vs matched is against the '
         "baseline's law p_A, TV vs lossless SD against the processed target p itself (both "
         'metered at every emitted position). '
         'Lossless: the rule at this setting emits the target law.',

@@ -7,17 +7,24 @@ method (the speed sets share batches, `spec_jax.eval.timing`, and are judged tog
 handful of prompts per set has no interval of its own); `findings` reads those rows and
 says, per rule and parameter value:
 
-  "minp_verify rho 0.3: BE +0.05 [+0.01, +0.09] (n 30; above 0) for TV 0.110 (outside
-   0.030) against baseline[min_p=0.3]"
+  "minp_verify rho 0.3: ΔBE +0.35 [+0.21, +0.49] (n 30 items: 24 gain, 5 lose, 1 tie, the
+   largest item 9% of the sum; the ratio of sums over these prompts' target forwards)
+   (above +0.1; Holm p 0.012) for TV 0.110 (outside 0.030) against baseline[min_p=0.3]"
 
-Every verdict comes from the test printed beside it (`spec_jax.eval.verdicts`): score gaps
-from McNemar's exact test (one seed) or a t-test over items; ΔBE from the t-interval of
-the linearised ratio; speedups from the t-interval on log batch ratios; trends over a
-rule's grid from the slope of per-item values (a trend the data cannot order is said to
-be so). Below `verdicts.MIN_ITEMS` items (or MIN_BATCHES batches) the numbers are printed
-with "too few items to judge". The verdicts of a run are one family, Holm-adjusted
-(`family`), and the findings say how many comparisons they made. `untestable` names the
-paper's claims the run cannot test and why, each with the number that decides it.
+Every verdict comes from the test printed beside it (`spec_jax.eval.verdicts`), and every
+line that prints a judged p prints its Holm p: score gaps from McNemar's exact test (one
+seed; Tango's score interval beside it) or a t-test over items; ΔBE (estimand: the ratio
+of sums over the run's prompts, an inference to prompts like these) from the t-interval of
+the linearised ratio, a direction only beyond +-verdicts.MARGIN_BE, with the items that
+gain, lose and tie and the largest item's share printed; speedups from the t-interval on
+log batch ratios (over the design's units where there are enough); the engine rules'
+flattery (`engine_rules.flattery_tests`) in the same family; trends over a rule's grid from
+the slope of the per-item linearised values of the printed quantity ("rises" only when the
+printed values rise at every step too; a slope not judged is "no slope shown", never
+"no trend"). Below `verdicts.MIN_ITEMS` items (or MIN_BATCHES batches) the numbers are
+printed with "too few items to judge". The verdicts of a run are one family,
+Holm-adjusted (`family`), and the findings say how many comparisons they made. `untestable`
+names the paper's claims the run cannot test and why, each with the number that decides it.
 """
 
 from __future__ import annotations
@@ -100,8 +107,9 @@ def tests(rows: Sequence[dict]) -> list[verdicts.Test]:
             if r.get('kind') != 'lossy' or not r.get('pair_n'):
                 continue
             n = r.get('pair_n_items') or r.get('pair_n')
-            out.append(verdicts.t_test((group, m, 'd_be'), r.get('d_be'), r.get('d_be_lo'),
-                                       r.get('d_be_hi'), n))  # fmt: skip
+            out.append(verdicts.margin_test((group, m, 'd_be'), r.get('d_be'), r.get('d_be_lo'),
+                                            r.get('d_be_hi'), n, verdicts.MARGIN_BE))  # fmt: skip
+            out += engine_rules.flattery_tests(group, r)
             if tables.num(r.get('speedup_vs_matched')):
                 out.append(_speed_test((group, m, 'speedup_vs_matched'), r,
                                        'speedup_vs_matched'))  # fmt: skip
@@ -119,9 +127,12 @@ def tests(rows: Sequence[dict]) -> list[verdicts.Test]:
 
 
 def _speed_test(key: tuple, row: dict, field: str) -> verdicts.Test:
+    """A speedup's Test: its t-interval's n is the design units it was taken over
+    (`paired.ratio_interval`), else the batches."""
+    n = row.get(f'{field}_n_units') or row.get(f'{field}_n_batches')
     return verdicts.t_test(key, row.get(field), row.get(f'{field}_lo'), row.get(f'{field}_hi'),
-                           row.get(f'{field}_n_batches'), ref=1.0, log=True,
-                           min_n=verdicts.MIN_BATCHES, unit='batches')  # fmt: skip
+                           n, ref=1.0, log=True, min_n=verdicts.MIN_BATCHES,
+                           unit='batches')  # fmt: skip
 
 
 def family(rows: Sequence[dict]) -> verdicts.Family:
@@ -136,16 +147,32 @@ def _said(fam: verdicts.Family, key: tuple) -> str:
     return f' ({text}; Holm p {adj:.3g})' if adj is not None else f' ({text})'
 
 
-def _trend_text(fam: verdicts.Family, key: tuple, name: str) -> str:
-    """'rises (slope +0.80 [+0.45, +1.19] per unit, n 30 items; Holm p ...)' or 'cannot be
-    ordered by these data (...)' from the family's trend test."""
+def _monotone(values: Sequence, up: bool) -> bool:
+    pts = [v for v in values if tables.num(v)]
+    return len(pts) == len(values) and all((b >= a) if up else (b <= a)
+                                           for a, b in zip(pts, pts[1:]))  # fmt: skip
+
+
+def _trend_text(fam: verdicts.Family, key: tuple, name: str, printed: Sequence) -> str:
+    """'rises (slope +0.80 [+0.45, +1.19] per unit, n 30 items; Holm p ...)' from the
+    family's trend test (the slope of per-item linearised values of the printed quantity,
+    `pooled_rows`): 'rises' / 'falls' only when the slope is judged so and the printed
+    values move that way at every step ('has a positive slope' otherwise); 'no slope
+    shown' when it is not judged (not a finding of no trend)."""
     test = next((t for t in fam.tests if t.key == key), None)
     if test is None:
-        return 'has no trend test (fewer than 3 grid points or no per-item values)'
+        return f'{name} has no trend test (fewer than 3 grid points or no per-item values)'
     said = fam.verdicts[key]
     slope = tables.interval(dict(s=test.estimate, s_lo=test.lo, s_hi=test.hi), 's', '+.3g')
-    words = {'above 0': 'rises', 'below 0': 'falls'}.get(
-        said, 'cannot be ordered by these data' if said.startswith('not') else f': {said}')
+    if said in ('above 0', 'below 0'):
+        up = said == 'above 0'
+        words = ('rises' if up else 'falls') if _monotone(printed, up) else (
+            f'has a {"positive" if up else "negative"} slope (the printed values do not '
+            f'{"rise" if up else "fall"} at every step)')  # fmt: skip
+    elif said.startswith('not'):
+        words = 'no slope shown (not a finding of no trend)'
+    else:
+        words = f': {said}'
     adj = fam.adjusted.get(key)
     p = f'; Holm p {adj:.3g}' if adj is not None else ''
     sep = '' if words.startswith(':') else ' '
@@ -192,8 +219,8 @@ def _speed_lines(group: str, sel: list[dict], fam: verdicts.Family) -> list[str]
                      f'({_batches(r.get("speedup_vs_matched_n_batches"))})'
                      + _said(fam, (group, m, 'speedup_vs_matched')))  # fmt: skip
         lines.append(
-            f'{group}: {_param_text(r)}: BE {tables.interval(r, "d_be", "+.3f")} '
-            f'(n {r.get("pair_n_items") or r.get("pair_n")} items)'
+            f'{group}: {_param_text(r)}: ΔBE {tables.interval(r, "d_be", "+.3f")} '
+            f'({_spread_text(r, "d_be")})'
             f'{_said(fam, (group, m, "d_be"))} for {paid} against {tables.matched_name(r)}'
             + speed
         )
@@ -204,11 +231,12 @@ def _speed_lines(group: str, sel: list[dict], fam: verdicts.Family) -> list[str]
         params = ', '.join(f'{r["param"]:g}' for r in members)
         tv = ', '.join(tables.fmt(r.get('tv'), '.3f') for r in members)
         be = ', '.join(tables.fmt(r.get('d_be'), '+.3f') for r in members)
-        lines.append(
-            f'{group}: {rule} over {name} = {params}: TV ({tv}): '
-            f'{_trend_text(fam, (group, rule, "trend", "tv"), "TV")}; ΔBE ({be}): '
-            f'{_trend_text(fam, (group, rule, "trend", "d_be"), "ΔBE")}'
-        )
+        tv_trend = _trend_text(fam, (group, rule, 'trend', 'tv'), 'TV',
+                               [r.get('tv') for r in members])  # fmt: skip
+        be_trend = _trend_text(fam, (group, rule, 'trend', 'd_be'), 'ΔBE',
+                               [r.get('d_be') for r in members])  # fmt: skip
+        lines.append(f'{group}: {rule} over {name} = {params}: TV ({tv}): {tv_trend}; '
+                     f'ΔBE ({be}): {be_trend}')  # fmt: skip
         if rule == 'lenience':
             peaks = [(r['param'], r.get('overshoot_max')) for r in members]
             under = all(tables.num(p) and p <= 1.0 / lam + 1e-6 for lam, p in peaks)
@@ -223,9 +251,25 @@ def _speed_lines(group: str, sel: list[dict], fam: verdicts.Family) -> list[str]
     return lines
 
 
-def _score_text(r: dict) -> str:
+def _spread_text(r: dict, name: str) -> str:
+    """'n 30 items: 18 gain, 10 lose, 2 tie, the largest item 24% of the sum; ratio of sums
+    over these prompts' target forwards' for a ratio Δ (`paired.spread`)."""
+    n = r.get('pair_n_items') or r.get('pair_n')
+    sp = r.get(f'{name}_spread') or {}
+    if not sp:
+        return f'n {n} items'
+    share = f', the largest item {100 * sp["share"]:.0f}% of the sum' if sp.get('share') else ''
+    return (f'n {n} items: {sp["gain"]} gain, {sp["lose"]} lose, {sp["tie"]} tie{share}; '
+            "the ratio of sums over these prompts' target forwards")
+
+
+def _score_text(r: dict, fam: verdicts.Family, key: tuple) -> str:
+    """A score gap with its interval (McNemar: Tango's score interval; several seeds: t),
+    its test's p and, where judged, its Holm p."""
     test = r.get('d_score_test')
     p = f', {test or "test"} p {r["d_score_p"]:.3g}' if tables.num(r.get('d_score_p')) else ''
+    adj = fam.adjusted.get(key)
+    p += f', Holm p {adj:.3g}' if adj is not None else ''
     return (f'{_param_text(r)} {tables.interval(r, "d_score", "+.1f", 100.0)} points '
             f'(n {r.get("pair_n_items") or r.get("pair_n")}{p})')  # fmt: skip
 
@@ -242,13 +286,14 @@ def _score_lines(task: str, sel: list[dict], fam: verdicts.Family) -> list[str]:
         said = fam.verdicts.get(key, verdicts.NO_TEST)
         if said.startswith(('above', 'below')):
             lines.append(f'{task}: score gap against {tables.matched_name(r)}: '
-                         f'{_score_text(r)}{_said(fam, key)}')  # fmt: skip
+                         f'{_score_text(r, fam, key)} ({said})')  # fmt: skip
         else:
             quiet[said].append(r)
     for said, group in quiet.items():
         lines.append(f'{task}: score gaps against the matched baselines, {said}'
                      + (f' (n < {verdicts.MIN_ITEMS})' if said == verdicts.TOO_FEW else '')
-                     + ': ' + '; '.join(_score_text(r) for r in group))  # fmt: skip
+                     + ': ' + '; '.join(_score_text(r, fam, (task, r['method'], 'd_score'))
+                                        for r in group))  # fmt: skip
     return lines
 
 
@@ -263,7 +308,7 @@ def findings(rows: Sequence[dict], fam: verdicts.Family | None = None) -> list[s
                                                   if r['task'] == g)):  # fmt: skip
         sel = [r for r in rows if r['task'] == group]
         out += _speed_lines(group, sel, fam)
-        out += engine_rules.finding_lines(group, sel)  # Against lossless SD: the flattery.
+        out += engine_rules.finding_lines(group, sel, fam)  # Against lossless SD: flattery.
         if sel and sel[0].get('scored'):
             out += _score_lines(group, sel, fam)
     return out

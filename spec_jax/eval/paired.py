@@ -43,10 +43,11 @@ from spec_jax.eval import verdicts
 
 # The fields `matched_deltas` gives a lossy row (None on the other rows).
 MATCHED_FIELDS = ('pair_n', 'pair_n_items', 'd_score', 'd_score_lo', 'd_score_hi', 'd_score_p',
-                  'd_score_test', 'd_score_seed_mean', 'd_score_seed_std', 'd_be', 'd_be_lo',
-                  'd_be_hi', 'd_tv', 'd_tv_lo', 'd_tv_hi', 'd_tv_plain', 'd_tv_plain_lo',
-                  'd_tv_plain_hi', 'speedup_vs_matched', 'speedup_vs_matched_lo',
-                  'speedup_vs_matched_hi', 'speedup_vs_matched_n_batches',
+                  'd_score_test', 'd_score_seed_mean', 'd_score_seed_std', 'd_score_wins',
+                  'd_score_losses', 'd_be', 'd_be_lo', 'd_be_hi', 'd_be_spread', 'd_tv',
+                  'd_tv_lo', 'd_tv_hi', 'd_tv_spread', 'd_tv_plain', 'd_tv_plain_lo',
+                  'd_tv_plain_hi', 'd_tv_plain_spread', 'speedup_vs_matched',
+                  'speedup_vs_matched_lo', 'speedup_vs_matched_hi', 'speedup_vs_matched_n_batches',
                   'speedup_vs_matched_n_units')  # fmt: skip
 MIN_BATCHES = verdicts.MIN_BATCHES  # An interval from this many batches on (none below).
 # Speedup intervals over design units (pairs of batches) from this many units on.
@@ -202,48 +203,83 @@ def t_interval(values: Sequence[float]) -> tuple[float | None, float | None]:
     return float(x.mean() - half), float(x.mean() + half)
 
 
-def ratio_delta(
+def _item_sums(
     pairs: dict[tuple, tuple[dict, dict]], num: Callable[[dict], float],
     den: Callable[[dict], float],
-) -> tuple[float | None, float | None, float | None]:  # fmt: skip
-    """(Δ, lo, hi) of a pooled ratio sum(num) / sum(den), ours minus the baseline's, over
-    the shared pairs (None where a side has no denominator): the t-interval over items of
-    each item's linearised influence on Δ, n (a_i - R1 b_i) / sum(b) - n (c_i - R2 d_i) /
-    sum(d), whose mean is 0 and whose spread is the delta method's standard error."""
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """item -> (num, den of ours, num, den of the baseline's) summed over its shared seeds."""
     items: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(4))
     for (item, _), (a, b) in pairs.items():
         items[item] += (num(a), den(a), num(b), den(b))
-    if not items:
-        return None, None, None
-    sums = np.stack(list(items.values()))  # n x 4
+    return dict(items)
+
+
+def linearised(sums: np.ndarray, paired_base: bool = True) -> np.ndarray | None:
+    """Per item (rows of `sums`: num, den of ours, num, den of the baseline's) its
+    linearised value of the pooled ratio Δ = sum(num) / sum(den) - sum(num') / sum(den'):
+    Δ + n (a_i - R1 b_i) / sum(b) - n (c_i - R2 d_i) / sum(d), whose mean over the items is
+    the printed Δ exactly and whose spread is the delta method's (the baseline's columns
+    ignored without `paired_base`: the ratio itself). None without a denominator."""
     total = sums.sum(0)
-    if not total[1] or not total[3]:
-        return None, None, None
-    r1, r2 = total[0] / total[1], total[2] / total[3]
+    if not total[1] or (paired_base and not total[3]):
+        return None
     n = len(sums)
-    infl = n * (
-        (sums[:, 0] - r1 * sums[:, 1]) / total[1] - (sums[:, 2] - r2 * sums[:, 3]) / total[3]
-    )
-    lo, hi = t_interval(r1 - r2 + infl)
-    return float(r1 - r2), lo, hi
+    r1 = total[0] / total[1]
+    out = r1 + n * (sums[:, 0] - r1 * sums[:, 1]) / total[1]
+    if paired_base:
+        r2 = total[2] / total[3]
+        out = out - r2 - n * (sums[:, 2] - r2 * sums[:, 3]) / total[3]
+    return out
+
+
+def spread(own: Sequence[float], lin: Sequence[float]) -> dict:
+    """What a Δ over items rests on: 'gain' / 'lose' / 'tie' (items whose own Δ is above,
+    below or at 0) and 'share': the largest item's share of the sum of |linearised values|
+    (1.0: one item carries it all)."""
+    own, lin = np.asarray(own, float), np.abs(np.asarray(lin, float))
+    return dict(gain=int((own > 0).sum()), lose=int((own < 0).sum()), tie=int((own == 0).sum()),
+                share=float(lin.max() / lin.sum()) if lin.sum() > 0 else None)  # fmt: skip
+
+
+def ratio_delta(
+    pairs: dict[tuple, tuple[dict, dict]], num: Callable[[dict], float],
+    den: Callable[[dict], float],
+) -> tuple[float | None, float | None, float | None, dict | None]:  # fmt: skip
+    """(Δ, lo, hi, spread) of a pooled ratio sum(num) / sum(den), ours minus the
+    baseline's, over the shared pairs (None where a side has no denominator): the estimand
+    is the ratio of sums over these items' target forwards; the interval is the
+    t-interval over items of their linearised values (`linearised`); `spread` says how
+    many items gain, lose or tie (each item's own ratio Δ) and the largest item's share."""
+    items = _item_sums(pairs, num, den)
+    if not items:
+        return None, None, None, None
+    sums = np.stack(list(items.values()))  # n x 4
+    lin = linearised(sums)
+    if lin is None:
+        return None, None, None, None
+    with np.errstate(divide='ignore', invalid='ignore'):
+        own = np.where((sums[:, 1] > 0) & (sums[:, 3] > 0),
+                       sums[:, 0] / sums[:, 1] - sums[:, 2] / sums[:, 3], np.nan)  # fmt: skip
+    lo, hi = t_interval(lin)
+    return float(lin.mean()), lo, hi, spread(own[np.isfinite(own)], lin)
 
 
 def item_values(
     rows: Sequence[dict], num: str, den: str, base: Sequence[dict] | None = None
 ) -> dict[str, float]:  # fmt: skip
-    """item -> sum(num) / sum(den) of the stats over the item's seeds, minus the same of
-    `base` on the shared (item, seed) keys when given (items without a denominator are
-    left out): the per-item values a trend over a grid is judged from."""
-    sums: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(4))
+    """item -> its linearised value (`linearised`) of the pooled ratio sum(num) / sum(den)
+    over the rows' (item, seed) samples, minus the same of `base` on the shared keys when
+    given: the values a trend over a grid is judged from, whose mean is the printed ratio
+    (or Δ) itself, so the slope is the slope of what is printed. Samples without the stats
+    are left out."""
     pairs = _shared(rows, base) if base is not None else {sample_key(r): (r, r) for r in rows}
-    for (item, _), (a, b) in pairs.items():
-        if all(k in r['stats'] for r in (a, b) for k in (num, den)):
-            sums[item] += (a['stats'][num], a['stats'][den], b['stats'][num], b['stats'][den])
-    out = {}
-    for item, (x, y, u, w) in sums.items():
-        if y and (base is None or w):
-            out[item] = float(x / y - (u / w if base is not None else 0.0))
-    return out
+    pairs = {k: v for k, v in pairs.items()
+             if all(f in r['stats'] for r in v for f in (num, den))}  # fmt: skip
+    items = _item_sums(pairs, _stat(num), _stat(den))
+    if not items:
+        return {}
+    lin = linearised(np.stack(list(items.values())), paired_base=base is not None)
+    return {} if lin is None else {item: float(v) for item, v in zip(items, lin)}
 
 
 def score_delta(pairs: dict[tuple, tuple[dict, dict]]) -> dict:
@@ -254,7 +290,8 @@ def score_delta(pairs: dict[tuple, tuple[dict, dict]]) -> dict:
     ('d_score_test' 't'), and the mean and standard deviation over seeds of each seed's Δ
     ('d_score_seed_mean', 'd_score_seed_std')."""
     out = dict(d_score=None, d_score_lo=None, d_score_hi=None, d_score_p=None,
-               d_score_test=None, d_score_seed_mean=None, d_score_seed_std=None)  # fmt: skip
+               d_score_test=None, d_score_seed_mean=None, d_score_seed_std=None,
+               d_score_wins=None, d_score_losses=None)  # fmt: skip
     by_item: dict[str, list[float]] = defaultdict(list)
     by_seed: dict[int, list[float]] = defaultdict(list)
     for (item, seed), (a, b) in pairs.items():
@@ -269,7 +306,8 @@ def score_delta(pairs: dict[tuple, tuple[dict, dict]]) -> dict:
         wins, losses = int((x > 0).sum()), int((x < 0).sum())
         out['d_score_test'] = 'McNemar'
         out['d_score_p'] = verdicts.mcnemar_p(wins, losses)
-        out['d_score_lo'], out['d_score_hi'] = verdicts.mcnemar_interval(wins, losses, len(x))
+        out['d_score_lo'], out['d_score_hi'] = verdicts.score_gap_interval(wins, losses, len(x))
+        out['d_score_wins'], out['d_score_losses'] = wins, losses
     else:
         out['d_score_test'] = 't'
         out['d_score_lo'], out['d_score_hi'] = t_interval(x)
@@ -306,8 +344,9 @@ def matched_deltas(
     for name, num, den in (('be', 'emitted', 'blocks'), ('tv', 'tv_sum', 'metered'),
                            ('tv_plain', 'tv_plain_sum', 'metered')):  # fmt: skip
         has = all(den in r['stats'] and num in r['stats'] for pair in pairs.values() for r in pair)
-        d, lo, hi = ratio_delta(pairs, _stat(num), _stat(den)) if has else (None,) * 3
-        out.update({f'd_{name}': d, f'd_{name}_lo': lo, f'd_{name}_hi': hi})
+        d, lo, hi, sp = ratio_delta(pairs, _stat(num), _stat(den)) if has else (None,) * 4
+        out.update({f'd_{name}': d, f'd_{name}_lo': lo, f'd_{name}_hi': hi,
+                    f'd_{name}_spread': sp})  # fmt: skip
     est = ratio_interval(*unit_ratios(*(timed or (rows, base))))
     out.update(speedup_vs_matched=est['mean'], speedup_vs_matched_lo=est['lo'],
                speedup_vs_matched_hi=est['hi'], speedup_vs_matched_n_batches=est['n'],

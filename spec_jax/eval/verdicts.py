@@ -11,10 +11,11 @@ over the run's family of verdicts (docs/eval.md).
 
 The tests:
   0/1 score gaps (one seed)  McNemar's exact test: the two-sided binomial test of the
-        discordant pairs at 1/2 (`mcnemar_p`); its interval (`mcnemar_interval`) is the
-        Clopper-Pearson interval of the wins' share of the discordant pairs carried to the
-        paired difference, so the interval excludes 0 exactly when p < ALPHA (the null law
-        is symmetric: the central and the minimum-likelihood two-sided p are the same).
+        discordant pairs at 1/2 (`mcnemar_p`), beside Tango's unconditional score interval
+        of the gap (`score_gap_interval`); a direction needs both (`verdict`).
+  ΔBE  a t-interval of the linearised ratio of sums, judged beyond a margin (`margin_test`,
+        MARGIN_BE): a mean over few prompts where a few gain much and the rest lose a
+        little points the wrong way under a test against 0 (docs/eval.md).
   continuous Δs and log ratios  a t-interval at n - 1 degrees of freedom (paired.py:
         per-item Δs, the linearised ratio of sums, log batch ratios); its p-value is read
         back from the interval (`t_p_value`), so the two agree to rounding. Coverage at the
@@ -51,6 +52,12 @@ MIN_ITEMS = 10
 # Speed ratios are judged per batch: a t-interval on log ratios from 5 batches on
 # (paired.py reads it); their noise is close to lognormal, where t covers at small n.
 MIN_BATCHES = 5
+# ΔBE directions are claimed only beyond +-MARGIN_BE tokens per target forward: against 0,
+# the skewed nulls of issue 45 (10% of prompts +0.5, the rest -0.056 or -0.038; 5% +0.6,
+# the rest -0.032 or -0.02) read "below 0" in 7-30% of runs at n 10-30 (a sample without
+# one of the few gainers looks like a uniform loss); beyond 0.1 in at most 0.03% of 4,000
+# per null and n (tests/eval/test_findings.py, docs/eval.md with the power this keeps).
+MARGIN_BE = 0.1
 TOO_FEW = 'too few items to judge'
 NO_TEST = 'no interval'
 METHOD = 'Holm'
@@ -69,6 +76,8 @@ class Test:
       min_n: the fewest n it is judged from (MIN_ITEMS or MIN_BATCHES).
       unit: 'items' or 'batches', for the "too few" text.
       lo, hi: its 95% interval where the test has one (None otherwise).
+      margin: a direction is claimed only beyond ref +- margin (`margin_test`; 0: beyond
+        ref).
     """
 
     key: Hashable
@@ -80,6 +89,7 @@ class Test:
     unit: str = 'items'
     lo: float | None = None
     hi: float | None = None
+    margin: float = 0.0
 
     @property
     def judged(self) -> bool:
@@ -109,17 +119,50 @@ def mcnemar_p(wins: int, losses: int) -> float:
     return float(stats.binomtest(int(wins), int(wins + losses), 0.5).pvalue)
 
 
-def mcnemar_interval(wins: int, losses: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """The exact interval of the paired difference (wins - losses) / n that agrees with
-    McNemar's test: the Clopper-Pearson interval [a, b] of the wins' share of the
-    discordant pairs d, carried to d (2a - 1) / n, d (2b - 1) / n ([0, 0] with none)."""
-    if n < 1 or wins + losses > n:
+def _tango_z(wins, losses, n: int, d):
+    """Tango's score statistic for the paired difference d = p(win) - p(loss), at the
+    restricted maximum-likelihood p(loss) (the root of 2n p^2 - B p - losses d (1 - d)),
+    with a half-unit continuity correction on the numerator (arrays broadcast)."""
+    big_b = wins + losses + (wins - losses - 2 * n) * d
+    p_loss = (big_b + np.sqrt(np.maximum(big_b**2 + 8 * n * losses * d * (1 - d), 0))) / (4 * n)
+    var = n * np.maximum(2 * p_loss + d - d * d, 0.0)
+    num = wins - losses - n * d
+    num = np.sign(num) * np.maximum(np.abs(num) - 0.5, 0.0)
+    with np.errstate(divide='ignore', invalid='ignore'):
+        return np.where(var > 0, num / np.sqrt(var), np.where(num == 0, 0.0, np.sign(num) * np.inf))
+
+
+def score_gap_interval(wins, losses, n: int, level: float = 0.95):
+    """The 95% interval of a paired 0/1 score gap (wins - losses) / n over n items: Tango's
+    unconditional score interval (Tango 1998, Stat Med 17:891) with a half-unit continuity
+    correction, by bisection on its statistic (60 halvings: exact to 1e-18). Unconditional:
+    it does not condition on the discordant count, unlike the Clopper-Pearson interval of
+    the wins' share carried to the gap (which covered 0.34-0.80 on small one-sided
+    effects). Exact coverage at least 0.95 on the grid p(win), p(loss) in {0, .01, .03, .05,
+    .1, .15, .2, .3} at n 30, 100, 378 (tests/eval/test_paired.py enumerates it); without
+    the correction 0.930 at n 30, and Agresti-Min's 0.890 at n 378. `wins` and `losses`
+    may be arrays (one interval per element).
+
+    Raises:
+      ValueError: counts below 0 or above n.
+    """
+    w, lo_ = np.asarray(wins, float), np.asarray(losses, float)
+    if n < 1 or (w < 0).any() or (lo_ < 0).any() or (w + lo_ > n).any():
         raise ValueError(f'need 0 <= wins + losses <= n and n >= 1, got {wins}, {losses}, {n}')
-    d = wins + losses
-    if not d:
-        return 0.0, 0.0
-    ci = stats.binomtest(int(wins), int(d), 0.5).proportion_ci(level, method='exact')
-    return d * (2 * ci.low - 1) / n, d * (2 * ci.high - 1) / n
+    z = float(stats.norm.ppf(0.5 + level / 2.0))
+    est = (w - lo_) / n
+    a, b = np.full_like(est, -1.0), est.copy()  # Lower end in (a, b]: a outside, b inside.
+    c, d = est.copy(), np.full_like(est, 1.0)  # Upper end in [c, d): c inside, d outside.
+    for _ in range(60):
+        m = (a + b) / 2
+        out = _tango_z(w, lo_, n, m) > z
+        a, b = np.where(out, m, a), np.where(out, b, m)
+        m = (c + d) / 2
+        out = _tango_z(w, lo_, n, m) < -z
+        c, d = np.where(out, c, m), np.where(out, m, d)
+    if np.ndim(wins) == 0 and np.ndim(losses) == 0:
+        return float(b), float(c)
+    return b, c
 
 
 def t_p_value(
@@ -154,12 +197,28 @@ def t_test(
 
 
 def mcnemar_test(key: Hashable, wins: int, losses: int, n: int) -> Test:
-    """A Test of a 0/1 score gap over n items by McNemar's exact test, with the interval
-    that agrees with it."""
+    """A Test of a 0/1 score gap over n items by McNemar's exact test, with the score
+    interval of the gap (`score_gap_interval`)."""
     if not n:
         return Test(key, None, None, 0)
-    lo, hi = mcnemar_interval(wins, losses, n)
+    lo, hi = score_gap_interval(wins, losses, n)
     return Test(key, (wins - losses) / n, mcnemar_p(wins, losses), n, lo=lo, hi=hi)
+
+
+def margin_test(
+    key: Hashable, estimate: float | None, lo: float | None, hi: float | None, n: int | None,
+    margin: float,
+) -> Test:  # fmt: skip
+    """A Test of whether a Δ lies beyond +-`margin` (H0: |Δ| <= margin), from its t-interval:
+    the p-value against the margin on the estimate's side (1 inside the margin). Its
+    verdict reads 'above +m' / 'below -m' / 'not shown beyond +-m'."""
+    n = int(n or 0)
+    vals = (estimate, lo, hi)
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in vals):
+        return Test(key, estimate, None, n, margin=margin, lo=lo, hi=hi)
+    ref = margin if estimate > 0 else -margin
+    p = t_p_value(estimate, lo, hi, n, ref) if abs(estimate) > margin else 1.0
+    return Test(key, estimate, p, n, margin=margin, lo=lo, hi=hi)
 
 
 def slope_test(key: Hashable, xs: Sequence[float], ys_by_item: np.ndarray) -> Test:
@@ -189,15 +248,26 @@ def slope_test(key: Hashable, xs: Sequence[float], ys_by_item: np.ndarray) -> Te
 
 def verdict(test: Test, p_adjusted: float | None = None) -> str:
     """'above 0' / 'below 0' / 'not distinguishable from 0' (adjusted p against ALPHA; the
-    unadjusted p when none is given), or TOO_FEW / NO_TEST."""
+    unadjusted p when none is given), or TOO_FEW / NO_TEST. A direction needs its printed
+    interval (where it has one) to clear the reference (or the margin) on that side too,
+    so no line reads "below 0" beside an interval that holds 0. With a margin m: 'above
+    +m' / 'below -m' / 'not shown beyond +-m'. Non-rejection never reads as equality."""
     if test.n < test.min_n:
         return TOO_FEW if test.unit == 'items' else f'too few {test.unit} to judge'
     if test.p is None or test.estimate is None:
         return NO_TEST
     p = test.p if p_adjusted is None else p_adjusted
-    if p < ALPHA and test.estimate != test.ref:
-        return f'{"above" if test.estimate > test.ref else "below"} {test.ref:g}'
-    return f'not distinguishable from {test.ref:g}'
+    up = test.estimate > test.ref
+    bound = test.ref + (test.margin if up else -test.margin)
+    clears = test.lo is None or test.hi is None or (test.lo > bound if up else test.hi < bound)
+    if p < ALPHA and test.estimate != test.ref and clears:
+        if test.margin:
+            return f'{"above" if up else "below"} {bound:+g}'
+        return f'{"above" if up else "below"} {test.ref:g}'
+    split = f' (p under {ALPHA:g} but the interval holds it)' if p < ALPHA else ''
+    if test.margin:
+        return f'not shown beyond {test.ref:g} ± {test.margin:g}{split}'
+    return f'not distinguishable from {test.ref:g}{split}'
 
 
 def judge_interval(
