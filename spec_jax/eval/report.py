@@ -229,7 +229,16 @@ def _not_judged(pair: dict[str, Any]) -> str:
     return f' (not judged: n {n} < {verdicts.MIN_ITEMS})' if n < verdicts.MIN_ITEMS else ''
 
 
-def _pairs_section(rows: Sequence[dict[str, Any]]) -> list[str]:
+def _holm(fam: verdicts.Family | None, p: dict[str, Any]) -> str:
+    """', Holm p 0.31' for a score gap the run's family judged (`findings.family` of the
+    pooled rows: a scored task is its own timing group), else ''."""
+    adj = (fam.adjusted if fam else {}).get((p['task'], p['method'], 'd_score'))
+    return f', Holm p {adj:.3g}' if adj is not None else ''
+
+
+def _pairs_section(
+    rows: Sequence[dict[str, Any]], fam: verdicts.Family | None = None
+) -> list[str]:  # fmt: skip
     pairs = matched_pairs(rows)
     lines = [
         '## Matched pairs',
@@ -238,10 +247,12 @@ def _pairs_section(rows: Sequence[dict[str, Any]]) -> list[str]:
         'verified losslessly, or lossless SD for rules that truncate nothing; docs/laws.md §5). '
         'Δ = method minus matched baseline over the (item, seed) samples both ran (n; '
         '"pooled": the difference of pooled values, no pairing known), with 95% intervals '
-        "(score in percentage points: McNemar's exact test with the exact interval that "
-        'agrees with it for one seed, a t-interval over items for several; ΔBE and ΔTV: the '
-        't-interval over items of the linearised ratio); speedup vs matched: tokens/s over '
-        "the baseline's on the same batches (geometric mean, t-interval from 5 batches on). "
+        "(score in percentage points: McNemar's exact test beside Tango's score interval "
+        'of the gap for one seed, a t-interval over items for several, with the Holm p of '
+        "the findings' family; ΔBE and ΔTV: the t-interval over items of the linearised "
+        "ratio of sums); speedup vs matched: tokens/s over the baseline's on the same "
+        'batches (geometric mean, t-interval from 5 batches on, over design units from 5 '
+        'units on). '
         "TV, KL, outside and overshoot are the lossy method's distortion against the "
         'baseline law. Intervals here are per comparison; the verdicts (above / below / not '
         'distinguishable, or too few items to judge) are in the findings, Holm-adjusted over '
@@ -261,7 +272,7 @@ def _pairs_section(rows: Sequence[dict[str, Any]]) -> list[str]:
             tables.score_text(p['row']),
             tables.score_text(p['matched_row'] or {}),
             tables.interval(p, 'd_score', '+.1f', 100.0)
-            + (f' ({p.get("d_score_test") or "test"} p {p["d_score_p"]:.3g})'
+            + (f' ({p.get("d_score_test") or "test"} p {p["d_score_p"]:.3g}{_holm(fam, p)})'
                if tables.num(p['d_score_p']) else '')
             + _not_judged(p)
             + (f' ± {tables.pct(p["row"]["d_score_seed_std"])} sd over seeds'
@@ -392,8 +403,9 @@ def write_report(
         '(comparable between chain and tree); scores are percentages with their intervals, '
         'failed scorings counted as wrong; speedup is the geometric mean over batches of '
         "tokens/s over AR's on the same rows (every method decodes each batch, in a "
-        'balanced order with AR mid-round: timing.design), with its 95% t-interval from 5 '
-        'batches on and the '
+        'balanced order relabelled at random per pair of batches from the run seed and the '
+        'group: timing.design), with its 95% t-interval from 5 batches on (over the '
+        "design's pairs from 5 pairs on) and the "
         'batches counted; TV, JS (Jensen-Shannon, nats, at most ln 2), KL (KL(p_A || pi)), outside '
         '(mass outside the allowed set) and overshoot (max pi/p) are metered against the '
         'matched baseline law; KL and the overshoot are means over the positions where they '
@@ -405,7 +417,7 @@ def write_report(
     lines += lead
     lines += _headline_section(rows, mode)
     lines += _seeds_section(rows) + _failures_section(rows)
-    lines += _pairs_section(rows)
+    lines += _pairs_section(rows, findings.family(pooled) if pooled else None)
     lines += engine_rules.section(pooled or rows)  # The speed sets pooled, as the trade-off.
     gaps = compare.method_gaps(rows, mode)
     if comparison or gaps:
