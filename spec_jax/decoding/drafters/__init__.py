@@ -5,6 +5,7 @@ lm.py       `LMDrafter`: a draft LM sharing the target's tokenizer
 eagle3.py   `Eagle3Drafter`: an EAGLE-3 head on the target's feature taps
 lookup.py   `NgramDrafter` (prompt lookup) and `PromptLookup` (lookup, then a model)
 self_draft.py  `SelfDrafter`: the target as its own draft (q = p), chains and top-k trees
+dflash.py   `DFlashDrafter`: a DFlash block drafter (chains; DDTree trees)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 from absl import logging
 
 from spec_jax import checkpoints, sharding
-from spec_jax.checkpoints import eagle_formats
+from spec_jax.checkpoints import dflash_format, eagle_formats
 from spec_jax.decoding.drafters.base import (
     OUTSIDE_DRAFT_VOCAB,
     Drafter,
@@ -26,16 +27,20 @@ from spec_jax.decoding.drafters.base import (
     TreeDrafter,
     fit_vocab,
 )
+from spec_jax.decoding.drafters.dflash import DFlashDrafter, DFlashState
 from spec_jax.decoding.drafters.eagle3 import Eagle3Drafter, Eagle3State
 from spec_jax.decoding.drafters.lm import LMDrafter
 from spec_jax.decoding.drafters.lookup import NgramDrafter, PromptLookup, lookup
 from spec_jax.decoding.drafters.self_draft import SelfDrafter
+from spec_jax.models import dflash as df
 from spec_jax.models import eagle3 as e3
 
 __all__ = [
     'KINDS',
     'OUTSIDE_DRAFT_VOCAB',
     'Built',
+    'DFlashDrafter',
+    'DFlashState',
     'Drafter',
     'Eagle3Drafter',
     'Eagle3State',
@@ -53,7 +58,7 @@ __all__ = [
 ]
 
 
-KINDS = ('none', 'lm', 'eagle3', 'ngram', 'self')
+KINDS = ('none', 'lm', 'eagle3', 'ngram', 'self', 'dflash')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +89,9 @@ def make(
         directory `draft`, official or speculators layout; 'random': random weights over
         the whole vocabulary, for smoke runs), 'ngram' (prompt lookup of up to `ngram`
         tokens) or 'self' (the target drafts for itself, q = p: `SelfDrafter`, chains and
-        its own top-k trees; no `draft`).
+        its own top-k trees; no `draft`) or 'dflash' (a DFlash block drafter directory
+        `draft` as released: config.json + safetensors; 'random': random weights, for
+        smoke runs; chains and DDTree trees).
       target: the loaded target.
       draft: the checkpoint spec or directory ('' for 'none' and 'ngram').
       ngram: the longest n-gram prompt lookup matches.
@@ -116,9 +123,18 @@ def make(
     if not 0 <= lookup <= ngram:
         raise ValueError(f'lookup={lookup} must be in [0, ngram={ngram}] (0 = off)')
     if not draft:
-        what = 'a draft LM checkpoint' if kind == 'lm' else 'an EAGLE-3 head directory'
+        what = {'lm': 'a draft LM checkpoint', 'eagle3': 'an EAGLE-3 head directory',
+                'dflash': 'a DFlash drafter directory'}[kind]
         raise ValueError(f'drafter {kind!r} needs a draft: {what}')
-    if kind == 'eagle3':
+    if kind == 'dflash':
+        if draft == 'random':
+            cfg = df.DFlashConfig.for_target(target.cfg)
+            params = df.init_params(cfg, jax.random.PRNGKey(seed))
+        else:
+            cfg, params = dflash_format.load(draft, target.cfg, dtype)
+        drafter = DFlashDrafter(cfg, rules)
+        built = Built(drafter, drafter.params_for(params, target.params))
+    elif kind == 'eagle3':
         if draft == 'random':
             head = random_head(target.cfg, seed)
         else:
