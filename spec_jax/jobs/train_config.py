@@ -112,6 +112,9 @@ def eagle3_fields(c: ml_collections.ConfigDict, tiny: bool) -> None:
     # the high tap. Measured on the embedded default it learned SLOWER (TTT step-0 agreement
     # 0.12 vs 0.18 at step 15, B4 x T256, lr 2e-3: large initial logits), so it is off.
     c.model.init_from_target = False
+    # EAGLE-3.1 (docs/eagle3.md §1): an RMSNorm per tap before fc; the normed output fed back.
+    c.model.fc_norm = False
+    c.model.norm_output = False
     # An exported head directory (official or speculators layout) to fine-tune: its sizes
     # and draft vocabulary replace the settings above. '' = a new head.
     c.model.init_from = ''

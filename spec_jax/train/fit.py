@@ -178,8 +178,9 @@ def fit_eagle3(c, workdir: str, target, examples: Sequence[shards.Example]):
             counts, m.draft_vocab_size, always=target.tokenizer.stop_ids
         )
         sizes = ('num_heads', 'num_kv_heads', 'head_dim', 'mlp_width')
+        switches = {k: bool(m.get(k)) for k in ('fc_norm', 'norm_output')}  # EAGLE-3.1
         hcfg = e3.Eagle3Config.for_target(
-            target.cfg, m.draft_vocab_size, **{k: m[k] for k in sizes if m.get(k)}
+            target.cfg, m.draft_vocab_size, **{k: m[k] for k in sizes if m.get(k)}, **switches
         )
         params = e3.init_params(hcfg, jax.random.PRNGKey(c.train.seed))
         if m.init_from_target:
