@@ -204,7 +204,8 @@ def spec_config(mode: str = 'ar', draft: str = '') -> ml_collections.ConfigDict:
             # draft trees of shape `tree`: drafter 'eagle3', lookup 0).
             mode=mode,
             # 'lm' (a draft LM at `draft`), 'eagle3' (an EAGLE-3 head directory at `draft`,
-            # official or speculators layout) or 'ngram' (prompt lookup).
+            # official or speculators layout), 'dflash' (a DFlash drafter directory as
+            # released; tree mode: DDTree) or 'ngram' (prompt lookup).
             drafter='lm',
             draft=draft,  # The draft LM's checkpoint spec (same tokenizer) or the head's dir.
             draft_seed=-1,  # Seed of 'random:' draft weights (-1: the target's seed).
@@ -265,11 +266,11 @@ def build(c: ml_collections.ConfigDict) -> Built:
         prompt_bucket=c.prompt_bucket,
         pad_id=(tok.pad_id or 0) if tok else 0,
     )
-    if s.mode == 'tree' and (s.drafter not in ('eagle3', 'self') or s.lookup):
+    if s.mode == 'tree' and (s.drafter not in ('eagle3', 'self', 'dflash') or s.lookup):
         raise ValueError(
-            f'spec.mode=tree drafts with an EAGLE-3 head or the target itself: set '
-            f"spec.drafter to 'eagle3' or 'self' (got {s.drafter!r}) and spec.lookup=0 (got "
-            f'{s.lookup})'
+            f'spec.mode=tree drafts with an EAGLE-3 head, a DFlash drafter (DDTree) or the '
+            f"target itself: set spec.drafter to 'eagle3', 'dflash' or 'self' (got "
+            f'{s.drafter!r}) and spec.lookup=0 (got {s.lookup})'
         )
     kind = 'none' if s.mode == 'ar' else s.drafter
     draft = drafters.make(
