@@ -92,16 +92,26 @@ def test_every_rule_verifies_a_dflash_block(models):
     np.testing.assert_allclose(np.asarray(q_bav).sum(-1), 1.0, atol=1e-5)
     picked = np.take_along_axis(np.asarray(q_bav), np.asarray(x_ba)[..., None], -1)
     assert (picked > 0).all()  # Each draft was drawn from its own q row.
-    p = SAMPLER.probs(logits)
+    accepted_rb, tokens_rba = _verify_all(keys, logits, q_bav, x_ba, history, lengths)
+    assert ((accepted_rb >= 0) & (accepted_rb <= DF.max_drafts)).all()
+    assert ((tokens_rba >= 0) & (tokens_rba < V)).all()
+
+
+@jax.jit
+def _verify_all(keys, logits_btv, q_bav, x_ba, history_bs, lengths_b):
+    """Every registered rule's `verify_chain` on one block, in one compiled program:
+    (accepted [R, B], tokens [R, B, A + 1]) for the R rules."""
+    p_btv = SAMPLER.probs(logits_btv)
+    accepted, tokens = [], []
     for name in rules.names():
         rule = rules.make(name)
         extra = {}
         if rule.needs_logits:
-            extra = {'raw': raw_inputs(SAMPLER, logits, q_bav, history, lengths + 1)}
-        out = rules.verify_chain(rule, keys, p, q_bav, x_ba, **extra)
-        accepted = np.asarray(out.num_accepted)
-        assert ((accepted >= 0) & (accepted <= DF.max_drafts)).all(), name
-        assert ((np.asarray(out.tokens) >= 0) & (np.asarray(out.tokens) < V)).all(), name
+            extra = {'raw': raw_inputs(SAMPLER, logits_btv, q_bav, history_bs, lengths_b + 1)}
+        out = rules.verify_chain(rule, keys, p_btv, q_bav, x_ba, **extra)
+        accepted.append(out.num_accepted)
+        tokens.append(out.tokens)
+    return jnp.stack(accepted), jnp.stack(tokens)
 
 
 # ---- DDTree's law ---------------------------------------------------------------------------
