@@ -114,6 +114,78 @@ def _verify_all(keys, logits_btv, q_bav, x_ba, history_bs, lengths_b):
     return jnp.stack(accepted), jnp.stack(tokens)
 
 
+@jax.jit
+def _laws_after(target, params, text_bp, lengths_b, pending_b, extra_bt, garbage_b):
+    """The DFlash q of a round, after prefill of `text_bp` and, when `extra_bt` [B, T - 1]
+    is not empty, after a verification of [s, extra..., garbage] that committed every
+    extra token (the garbage one rejected)."""
+    drafter, batch, slots = DFlashDrafter(DF), text_bp.shape[0], 32
+    bucket = text_bp.shape[1]
+    cache = KVCache.init(CFG, batch, slots)
+    _, taps_bped, cache = prefill(CFG, target, cache, text_bp, lengths_b, drafter.tap_layers)
+    rows = jnp.arange(batch)
+    history_bs = jnp.zeros((batch, slots), jnp.int32).at[:, :bucket].set(text_bp)
+    t = extra_bt.shape[1] + 1
+    first_b = pending_b if t == 1 else extra_bt[:, 0]
+    history_bs = history_bs.at[rows, lengths_b].set(first_b)
+    state = drafter.init(params, history_bs, lengths_b, bucket, taps_bped)
+    committed_b = lengths_b
+    if t > 1:  # Verify [first, extra[1:], garbage]; commit all but the garbage.
+        verify_bt = jnp.concatenate([extra_bt, garbage_b[:, None]], 1)
+        _, taps_bted, cache = forward(
+            CFG,
+            target,
+            verify_bt,
+            cache.positions(t),
+            cache,
+            cache.causal_mask(t),
+            tap_layers=drafter.tap_layers,
+        )
+        for j in range(1, t - 1):
+            history_bs = history_bs.at[rows, lengths_b + j].set(extra_bt[:, j])
+        committed_b = lengths_b + t - 1
+        history_bs = history_bs.at[rows, committed_b].set(pending_b)
+        state = drafter.observe(params, state, history_bs, lengths_b, committed_b, taps_bted)
+    keys = jax.random.split(jax.random.PRNGKey(0), batch)
+    return drafter.propose(params, state, history_bs, committed_b, keys, DF.max_drafts,
+                           SAMPLER.probs)[2]  # fmt: skip
+
+
+def test_laws_after_a_verification_are_those_of_a_fresh_prefill(models):
+    """The context cache's bookkeeping: after a verification that committed 3 tokens of
+    each row (a rejected draft's taps written past C), the block's laws equal those of a
+    prefill of the whole committed text (rows of different lengths), to fp32 rounding."""
+    target, params = models
+    short = [[1, 2, 3], [4, 5, 6, 7, 8, 9]]
+    extra = [[11, 12, 13], [14, 15, 16]]
+    pending = jnp.array([17, 18], jnp.int32)
+
+    def padded(rows):
+        return jnp.array([r + [0] * (16 - len(r)) for r in rows], jnp.int32)
+
+    after = _laws_after(
+        target,
+        params,
+        padded(short),
+        jnp.array([3, 6], jnp.int32),
+        pending,
+        jnp.array(extra, jnp.int32),
+        jnp.array([19, 20], jnp.int32),
+    )
+    whole = [s + e for s, e in zip(short, extra)]
+    fresh = _laws_after(
+        target,
+        params,
+        padded(whole),
+        jnp.array([6, 9], jnp.int32),
+        pending,
+        jnp.zeros((2, 0), jnp.int32),
+        jnp.zeros((2,), jnp.int32),
+    )
+    np.testing.assert_allclose(np.asarray(after), np.asarray(fresh), atol=2e-5)
+    assert tv(np.asarray(after)[0, 0], np.asarray(after)[1, 0]) > 1e-3  # Rows differ.
+
+
 # ---- DDTree's law ---------------------------------------------------------------------------
 # N rows of one prompt are independent samples of tokens 1-3. With a law over V = 31 ids,
 # E[TV(empirical, law)] <= 0.5 * sqrt(V / N) = 0.044 at N = 4000; the bound is 0.06 (fixed
