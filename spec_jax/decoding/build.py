@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import ml_collections
 
 from spec_jax import checkpoints, rules, sharding
@@ -124,7 +125,8 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
             tiers=tiers,
             # Seconds of a round of each tier at context 0, one per tier ('1,1.3,1.6,2.2',
             # any unit: a bench's measurements); 'chip:h200' a calibrated chip's cost model
-            # (spec_jax.costs) at the run's slots; '' the relative model below.
+            # (spec_jax.costs) at the run's slots ('chip:cpu': this machine's bench); 'auto'
+            # the chip of the platform's first device; '' the relative model below.
             costs=costs,
             per_token='',  # Seconds each tier's round adds per context token ('' = 0).
             # The relative model (units of an AR step): tier k costs 1 + verify k +
@@ -166,6 +168,16 @@ def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
     return TierCosts.table(at, batch_n=CHIP_BATCHES)
 
 
+def platform_chip() -> str:
+    """The chip of this process's first device ('cpu' on a CPU), for `costs='auto'`."""
+    device = jax.devices()[0]
+    found = chips.of_device(device)
+    if found is None:
+        raise ValueError(f"spec.adaptive.costs='auto': device kind {device.device_kind!r} is no "
+                         f"known chip; name one: 'chip:NAME', NAME of {sorted(chips.CHIPS)}")
+    return found.name
+
+
 def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int,
                 chip_costs=None) -> Adaptive | None:  # fmt: skip
     """The engine's `Adaptive` from an adaptive block (None when `tiers` is ''); `chip_costs`
@@ -180,8 +192,8 @@ def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int,
         tiers = (0, num_draft)
     if not c.costs:
         costs = TierCosts.relative(tiers, c.verify, c.draft, c.context)
-    elif c.costs.startswith('chip:') and chip_costs is not None:
-        costs = chip_costs(c.costs.split(':', 1)[1], tiers)
+    elif (c.costs == 'auto' or c.costs.startswith('chip:')) and chip_costs is not None:
+        costs = chip_costs(platform_chip() if c.costs == 'auto' else c.costs[5:], tiers)
     else:
         try:
             base = [float(v) for v in c.costs.split(',')]

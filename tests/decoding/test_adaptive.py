@@ -12,7 +12,13 @@ import pytest
 from spec_jax import decoding
 from spec_jax.decoding import adaptive, engine
 from spec_jax.decoding.adaptive import Adaptive, TierCosts
-from spec_jax.decoding.build import CHIP_BATCHES, adaptive_config, adaptive_of, chip_tier_costs
+from spec_jax.decoding.build import (
+    CHIP_BATCHES,
+    adaptive_config,
+    adaptive_of,
+    chip_tier_costs,
+    platform_chip,
+)
 from spec_jax.decoding.drafters import Eagle3Drafter, LMDrafter
 from spec_jax.decoding.host import loop_rows
 from spec_jax.decoding.state import DecodeSettings
@@ -136,6 +142,30 @@ def test_chip_costs():
         chip_tier_costs('v5e', (0, 1), tiny.TARGET, LMDrafter(tiny.DRAFT), 'lm', 64)
     with pytest.raises(ValueError, match="prices drafters 'lm' and 'eagle3'"):
         chip_tier_costs('h200', (0, 1), tiny.TARGET, None, 'ngram', 64)
+
+
+def test_cpu_curve_chooses_ar(models, greedy_ar):
+    """costs='auto' on this CPU reads 'chip:cpu' (the curve fitted from this machine's bench,
+    spec_jax/assets/costs/cpu_2026-12-06.json). At tiny shapes, batch 1, 64 slots, tiers
+    (0, 1, 3) with the draft LM it prices a round at 0.0116, 0.992, 0.996 ms: the chain
+    round's engine work (0.98 ms, fitted) dwarfs the tiny forwards. Even at acceptance 0.99
+    (tokens 1, 1.99, 3.94) that is 86, 2.0, 3.96 tokens a ms: AR, by hand and in the engine
+    (prior 0.99, weight 50, no exploration: nothing drafted, AR's tokens)."""
+    lm = LMDrafter(tiny.DRAFT)
+    price = lambda chip, tiers: chip_tier_costs(chip, tiers, tiny.TARGET, lm, 'lm', 64)  # noqa: E731
+    assert platform_chip() == 'cpu'
+    auto = adaptive_of(adaptive_config(tiers='0,1,3', costs='auto'), 'chain', 3, price)
+    named = adaptive_of(adaptive_config(tiers='0,1,3', costs='chip:cpu'), 'chain', 3, price)
+    np.testing.assert_array_equal(np.asarray(auto.costs.base_kn), np.asarray(named.costs.base_kn))
+    ms = np.asarray(auto.costs.seconds(1, jnp.float32(0))) * 1e3
+    np.testing.assert_allclose(ms, [0.0116, 0.992, 0.996], rtol=0.01)
+    tokens = np.array([1.0, 1.99, 1 + 0.99 + 0.99**2 + 0.99**3])
+    assert int(np.argmax(tokens / ms)) == 0
+    eng = decoding.Engine(tiny.TARGET, tiny.DECODE, lm, 3, adaptive=Adaptive(
+        (0, 1, 3), auto.costs, prior=0.99, weight=50.0, explore=0))  # fmt: skip
+    result = decoding.generate(eng, decoding.Params(*models), tiny.PROMPTS)
+    assert result.tokens == greedy_ar['mixed']
+    assert result.stats['per_row']['drafted'] == [0, 0, 0]
 
 
 # ---- the engine ------------------------------------------------------------------------------
