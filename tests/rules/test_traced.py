@@ -30,6 +30,8 @@ SWEEP = {
     'w_d': (0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
     't_s': (0.05, 0.2, 0.4, 0.6, 0.8, 1.0),
     't_a': (0.05, 0.2, 0.4, 0.6, 0.8, 1.0),
+    'posterior_threshold': (0.05, 0.2, 0.4, 0.6, 0.8, 1.0),
+    'posterior_alpha': (0.0, 0.2, 0.4, 0.8, 1.6, 3.2),
 }
 
 
@@ -78,7 +80,7 @@ def test_every_rule_declares_its_static_fields():
     assert rules.SpecCascade.static_fields == ('deferral',)
     for name in rules.names():
         rule = rules.make(name)
-        leaves = jax.tree_util.tree_leaves(rule)  # A None parameter (tv_budget's l) is none.
+        leaves = jax.tree_util.tree_leaves(rule)  # A None parameter (tv_budget l=None) is none.
         params = [f for f in _float_params(rule) if getattr(rule, f) is not None]
         assert len(leaves) == len(params), name
         assert all(isinstance(v, float) for v in leaves), (name, leaves)
