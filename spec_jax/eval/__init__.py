@@ -9,7 +9,9 @@ Modules:
   plan        a rule grid -> methods: AR, lossless SD, the rules, their matched baselines
   timing      the batch plan (one task group a batch), the balanced method orders
               (timing.design), AR's drift monitor, the compile clock
-  runner      run(config, workdir): batches -> every method -> score (after the round) -> store
+  runner      run(config, workdir): batches -> every method -> score (after the round) -> store;
+              warmup (each program run once untimed before its first timed call)
+  monitor     the drift monitor judged: steady within x1.10, else a warning naming the cause
   records     results.jsonl (a line per sample; per process, merged by process 0), run.json
   metrics     aggregate(rows, methods): score and interval, block efficiencies, speed, meter;
               paired (per-batch speedups, Δs on shared samples, their intervals); outcomes
