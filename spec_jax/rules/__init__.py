@@ -21,6 +21,8 @@ Rules (registry names; docs/laws.md sections in each docstring):
     'relaxed:preset=max'), mars (theta), fuzzy (threshold, divergence)
   block (decide the whole block, `Rule.accept_block`): block_verify, fly (theta, window)
   budget: tv_budget (eps, l): on the distortion frontier, TV to p capped per position
+  cactus: cactus (delta; block-level, its residual reads the rejected draft)
+  entropy_verify: entropy_verify (posterior_threshold, posterior_alpha; vllm-ascend)
 
 Tree verification: `verify_node` (one node's ordered siblings) and `verify_tree` (a whole
 static tree from parent pointers; see `spec_jax.rules.tree`; the `Tree` type and
@@ -39,6 +41,7 @@ from spec_jax.rules.base import Rule, YieldRule
 from spec_jax.rules.baselines import MatchedBaseline, matched_baseline
 from spec_jax.rules.block import BlockVerify, FLy
 from spec_jax.rules.budget import TVBudget
+from spec_jax.rules.cactus import Cactus
 from spec_jax.rules.cascade import SpecCascade
 from spec_jax.rules.chain import ChainResult, verify_chain
 from spec_jax.rules.collaborative import CoS, Lenience, OvershootOnly, OvershootTail, UniformInterp
@@ -58,6 +61,7 @@ from spec_jax.rules.distortion import (
     tv,
 )
 from spec_jax.rules.engines import LogitEnsemble, OneHotQ, SGLangThresholds, StaticEnsemble
+from spec_jax.rules.entropy_verify import EntropyVerify
 from spec_jax.rules.logit_rules import Fuzzy, Mars, Relaxed
 from spec_jax.rules.lossless import Greedy, Lossless
 from spec_jax.rules.registry import make, names, register
@@ -74,9 +78,11 @@ from spec_jax.rules.truncation import EtaVerify, MinPVerify, Typical
 __all__ = [
     'Block',
     'BlockVerify',
+    'Cactus',
     'ChainResult',
     'CoS',
     'Distortion',
+    'EntropyVerify',
     'EtaVerify',
     'FLy',
     'Fuzzy',

@@ -36,6 +36,10 @@ RULE_SPECS = (
     'interp_ceiling:w=0.5',
     # On the distortion frontier with a per-position TV cap (tests/rules/test_budget.py).
     'tv_budget:eps=0.1,l=0.5',
+    # Cactus (block-level: its residual reads the rejected draft; tests/rules/test_cactus.py)
+    # and vllm-ascend's entropy verify (lenience with an entropy-read l).
+    'cactus:delta=0.5',
+    'entropy_verify',
 )
 
 TREE_SPECS = (

@@ -29,7 +29,8 @@ SPECS = _cases.RULE_SPECS + ('minp_verify_chainform:rho=0.3', 'eta_verify_chainf
 ON = ('lossless', 'lenience:l=0.5', 'lenience:l=0.2', 'cos:lam=0.4', 'overshoot_only:l=0.5',
       'static_ensemble:w=0.7', 'interp_ceiling:w=0.5', 'tv_budget:eps=0.1,l=0.5',
       'speccascade:deferral=chow,alpha=0.5', 'speccascade:deferral=diff,alpha=0.2',
-      'speccascade:deferral=opt,alpha=0.5', 'block_verify')  # fmt: skip
+      'speccascade:deferral=opt,alpha=0.5', 'block_verify', 'entropy_verify',
+      'cactus:delta=0.5')  # fmt: skip
 # Strictly below on some law, and on average.
 BELOW = ('greedy', 'overshoot_tail:l=0.5,rho=0.3', 'uniform_interp:w=0.3',
          'lenience_flat:l=0.4', 'minp_verify:rho=0.3', 'eta_verify:eta=0.2',
