@@ -2,7 +2,8 @@
 
 One row per task x method (`spec_jax.eval.metrics`): FIELDS first, then any other keys;
 None is an empty cell, `pairs` is ';'-joined, floats are written exactly (repr), other
-lists as JSON. `read_metrics_csv` restores bool, int, float, None and the `pairs` list.
+lists and dicts (the Δs' gain/lose/tie spreads) as JSON. `read_metrics_csv` restores bool,
+int, float, None, the `pairs` list and the JSON cells.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ FIELDS = (
     'n_infra_errors',
     'failed_samples',
 )
-# The paired Δs of a lossy row against its matched baseline (`spec_jax.eval.paired`).
+# The paired Δs of a lossy row against its matched baseline (`spec_jax.eval.stats.paired`).
 PAIR_FIELDS = ('d_score', 'd_score_lo', 'd_score_hi', 'd_score_p', 'd_score_test', 'd_be',
                'd_be_lo', 'd_be_hi', 'd_tv', 'd_tv_lo', 'd_tv_hi', 'd_tv_plain', 'd_tv_plain_lo',
                'd_tv_plain_hi', 'speedup_vs_matched', 'speedup_vs_matched_lo',
@@ -73,7 +74,7 @@ def cell(value: Any, key: str = '') -> str:
         return ''
     if isinstance(value, bool):
         return str(value)
-    if isinstance(value, (list, tuple)):  # Method names; other lists (numbers) as JSON.
+    if isinstance(value, (list, tuple, dict)):  # Method names; other lists, dicts as JSON.
         return _PAIRS_SEP.join(str(v) for v in value) if key == 'pairs' else json.dumps(value)
     if isinstance(value, float):
         return repr(value)
@@ -104,7 +105,7 @@ def _parse(key: str, text: str) -> Any:
         return None
     if key in _STR_FIELDS:
         return text
-    if text.startswith('['):
+    if text.startswith(('[', '{')):
         return json.loads(text)
     if key == 'scored' or text in ('True', 'False'):
         return text == 'True'
@@ -119,6 +120,6 @@ def _parse(key: str, text: str) -> Any:
 
 def read_metrics_csv(path: str) -> list[dict[str, Any]]:
     """Reads `write_metrics_csv`'s file back into rows with their types (bool, int, float,
-    None, the `pairs` list)."""
+    None, the `pairs` list, the JSON lists and dicts)."""
     with open(path, newline='') as f:
         return [{k: _parse(k, v) for k, v in r.items()} for r in csv.DictReader(f)]

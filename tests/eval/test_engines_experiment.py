@@ -10,7 +10,7 @@ import os
 import pytest
 
 from spec_jax import rules
-from spec_jax.eval import engine_rules, metrics, plan, runner, timing
+from spec_jax.eval import engine_rules, findings, metrics, plan, runner, timing
 from spec_jax.jobs import evaluate, runtime
 
 ROOT = os.path.join(os.path.dirname(__file__), '..', '..')
@@ -134,9 +134,11 @@ def test_the_flattery_is_the_baselines_own_gain_over_lossless_sd():
     assert lenience['flattery_be'] == 0.0 and lenience['flattery_speedup'] == 1.0
     assert lenience['sd_d_be'] == lenience['d_be'] and lenience['sd_speedup_lo'] is not None
     assert rows['ar']['flattery_be'] is None and rows['baseline[min_p=0.3]']['sd_d_be'] is None
-    lines = engine_rules.finding_lines('speed', list(rows.values()))
-    assert any(line.startswith('speed: minp_verify:rho=0.3: against lossless SD BE +')
-               and '(flatters it)' in line for line in lines)  # fmt: skip
+    group = minp['task']
+    lines = engine_rules.finding_lines(group, list(rows.values()),
+                                       findings.family(list(rows.values())))  # fmt: skip
+    assert any(line.startswith(f'{group}: minp_verify:rho=0.3: against lossless SD BE +')
+               and '(flatters it; Holm p' in line for line in lines), lines  # fmt: skip
     assert any('1 rules are matched with lossless SD itself' in line for line in lines)
     assert engine_rules.section(list(rows.values())) == []  # No engine rule: no section.
 

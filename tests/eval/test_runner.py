@@ -304,7 +304,7 @@ def test_the_main_job_shows_the_grid_as_curves_and_prints_findings(tiny_run, tmp
     for m in methods:
         if m.name not in ('ar', 'lossless') and not m.baseline:
             rule, value = m.rule.split(':')[0], m.rule.split('=')[1]
-            assert f'speed: {rule} ' in tail and f' {float(value):g}: BE ' in tail
+            assert f'speed: {rule} ' in tail and f' {float(value):g}: ΔBE ' in tail
     assert "The paper's claims this run cannot test:" in tail
     with open(os.path.join(workdir, 'report', 'report.md')) as f:
         md = f.read()

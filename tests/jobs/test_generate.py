@@ -120,7 +120,8 @@ def test_bad_spec_options(tiny_config):
     with pytest.raises(ValueError, match=r"spec.mode='beam' is not one of \('ar', 'chain', 'tree'"):
         generate.run(c)
     c.spec.mode = 'tree'
-    with pytest.raises(ValueError, match="set spec.drafter to 'eagle3' or 'self' \\(got 'lm'\\)"):
+    bad_drafter = "set spec.drafter to 'eagle3', 'dflash' or 'self' \\(got 'lm'\\)"
+    with pytest.raises(ValueError, match=bad_drafter):
         generate.run(c)
     c.spec.drafter, c.spec.draft, c.spec.tree.static = 'eagle3', 'random', '0,0,x'
     with pytest.raises(ValueError, match="spec.tree.static='0,0,x': give the parents"):
