@@ -17,7 +17,7 @@ from the speed sets (the 10 bundled prompts of each of the 3 sets whose prompts 
 tokens, 24 tokens each: five batches of 6, so every speedup has an interval) and the meter,
 which need few tokens. Task scores: MBPP (6 of the 20 bundled test items, 128 tokens: one
 batch), the one bundled task on which this target scores above zero at a limit that fits
-the budget. Six items is under the 10 a verdict needs (`spec_jax.eval.verdicts.MIN_ITEMS`),
+the budget. Six items is under the 10 a verdict needs (`spec_jax.eval.stats.verdicts.MIN_ITEMS`),
 and 10 do not fit the ~15 minutes (12 ran 17:37): the score rows and their gaps are printed,
 marked not judged; the verdicts rest on the speed sets' 30 prompts (five batches).
 Measured with AR at T 0.7 (2026-12-02): MBPP 2/20 at 128 tokens; GSM8K 0/20 at 192,

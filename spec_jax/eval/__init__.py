@@ -8,16 +8,17 @@ Modules:
   sandbox/    one contained process per code sample (namespaces, mounts, rlimits, uid drop)
   plan        a rule grid -> methods: AR, lossless SD, the rules, their matched baselines
   timing      the batch plan (one task group a batch), the balanced method orders
-              (timing.design), AR's drift monitor, the compile clock
+              (stats.design), AR's drift monitor, the compile clock
   runner      run(config, workdir): batches -> every method -> score (after the round) -> store;
               warmup (each program run once untimed before its first timed call)
   monitor     the drift monitor judged: steady within x1.10, else a warning naming the cause
   records     results.jsonl (a line per sample; per process, merged by process 0), run.json
   metrics     aggregate(rows, methods): score and interval, block efficiencies, speed, meter;
-              paired (per-batch speedups, Δs on shared samples, their intervals); outcomes
-              (scoring failures by kind, avg@k / pass@k over seeds)
+              outcomes (scoring failures by kind, avg@k / pass@k over seeds)
+  stats/      design (the timing design's relabelled orders), paired (per-batch speedups,
+              Δs on shared samples, their intervals), verdicts (each from its printed test,
+              from MIN_ITEMS on, Holm over the run)
   findings    what a run supports, in sentences with numbers, and what it cannot test;
-              verdicts (each from its printed test, from MIN_ITEMS on, Holm over the run);
               engine_rules (each lossy rule against lossless SD too, the flattery, the
               report's "Rules the engines ship")
   acceptance  a draft's teacher-forced greedy acceptance on held-out target text

@@ -40,9 +40,10 @@ import math
 import os
 
 from spec_jax import rules
-from spec_jax.eval import frontier, metrics, tables, verdicts
+from spec_jax.eval import frontier, metrics, tables
 from spec_jax.eval.frontier import by_item, fmt_ci, mean_interval, t_test
-from spec_jax.eval.paired import sample_key
+from spec_jax.eval.stats import verdicts
+from spec_jax.eval.stats.paired import sample_key
 from spec_jax.rules import theory
 
 TRUNCATION = ('minp_verify', 'eta_verify')

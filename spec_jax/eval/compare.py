@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from spec_jax.eval import paper, tables, verdicts
+from spec_jax.eval import paper, tables
+from spec_jax.eval.stats import verdicts
 
 PAPER_FIELDS = (
     'task',
@@ -42,7 +43,7 @@ PAPER_BE_FIELD = {'chain': 'be_full_gamma', 'tree': 'accept_length'}
 
 def score_gap(row: dict[str, Any], matched: dict[str, Any] | None) -> float | None:
     """A lossy row's score gap to its matched baseline: the paired Δ over the (item, seed)
-    samples both ran (`spec_jax.eval.paired`, field 'd_score') when the row has it, else
+    samples both ran (`spec_jax.eval.stats.paired`, field 'd_score') when the row has it, else
     (rows without pairing, e.g. an older metrics.csv) the difference of pooled scores."""
     if row.get('pair_n') is not None:
         return row.get('d_score')

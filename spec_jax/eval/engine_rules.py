@@ -8,7 +8,7 @@ efficiency and speed the truncation itself buys are credited to the verifier. Ru
 a set are matched with lossless SD itself, and for them the two comparisons are one.
 
 `vs_plain_sd` gives a lossy metrics row (`spec_jax.eval.metrics`) its paired Δs against the
-'lossless' method on the (item, seed) keys both ran (`spec_jax.eval.paired.matched_deltas`,
+'lossless' method on the (item, seed) keys both ran (`spec_jax.eval.stats.paired.matched_deltas`,
 so a partial run compares the same samples), and the *flattery*: Δ vs lossless SD minus Δ
 vs matched (BE: a difference; speedup: a ratio), with the interval of the matched
 baseline's own paired Δ over lossless SD, which equals it on a complete run (the same keys
@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from spec_jax import rules
-from spec_jax.eval import paired, tables, verdicts
+from spec_jax.eval import tables
+from spec_jax.eval.stats import paired, verdicts
 
 PLAIN = 'lossless'  # The plan's plain lossless SD method (`spec_jax.eval.plan`).
 # The engines' rules (docs/rules.md) and the single-factor overshoot ablations (§4.7).

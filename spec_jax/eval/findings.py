@@ -11,7 +11,7 @@ says, per rule and parameter value:
    largest item 9% of the sum; the ratio of sums over these prompts' target forwards)
    (above +0.1; Holm p 0.012) for TV 0.110 (outside 0.030) against baseline[min_p=0.3]"
 
-Every verdict comes from the test printed beside it (`spec_jax.eval.verdicts`), and every
+Every verdict comes from the test printed beside it (`spec_jax.eval.stats.verdicts`), and every
 line that prints a judged p prints its Holm p: score gaps from McNemar's exact test (one
 seed; Tango's score interval beside it) or a t-test over items; ΔBE (estimand: the ratio
 of sums over the run's prompts, an inference to prompts like these) from the t-interval of
@@ -32,8 +32,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from spec_jax.eval import engine_rules, metrics, paired, tables, timing, verdicts
+from spec_jax.eval import engine_rules, metrics, tables, timing
 from spec_jax.eval.plan import Method
+from spec_jax.eval.stats import paired, verdicts
 
 # docs/paper.md §5.3: the score gaps the paper reports, in percentage points.
 PAPER_CHAIN_GAPS = (1.0, 4.0)  # Chain truncation rules against their matched baselines.
@@ -347,8 +348,8 @@ def untestable(rows: Sequence[dict], mode: str) -> list[str]:
     for task, n in few:
         out.append(
             f'score verdicts on {task}: {n} paired items, fewer than the {verdicts.MIN_ITEMS} a '
-            'verdict needs (spec_jax.eval.verdicts.MIN_ITEMS); its score gaps are printed and '
-            'not judged'
+            'verdict needs (spec_jax.eval.stats.verdicts.MIN_ITEMS); its score gaps are printed '
+            'and not judged'
         )
     if mode == 'chain':
         out.append(

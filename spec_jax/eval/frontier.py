@@ -27,8 +27,9 @@ import math
 from collections.abc import Sequence
 
 from spec_jax import rules
-from spec_jax.eval import plots, tables, verdicts
-from spec_jax.eval.paired import sample_key, t_interval
+from spec_jax.eval import plots, tables
+from spec_jax.eval.stats import verdicts
+from spec_jax.eval.stats.paired import sample_key, t_interval
 
 
 def mean_interval(values: Sequence[float]) -> dict:

@@ -27,7 +27,7 @@ Definitions (docs/eval.md; the paper's, docs/paper.md §3):
                     on the same rows of the same batch, over the task's group (every
                     'speed_*' set: group 'speed', `speedup_group`); `speedup_lo` /
                     `speedup_hi` its 95% t-interval on log ratios from 5 batches on,
-                    `speedup_n_batches` (`spec_jax.eval.paired.speedup`)
+                    `speedup_n_batches` (`spec_jax.eval.stats.paired.speedup`)
   decode_speedup    the same of the decode alone: per batch, the tokens after each row's
                     first (prefill draws it) over the seconds after the prefill call,
                     against AR's; `_lo`, `_hi`, `_n_batches` as the speedup's
@@ -36,7 +36,7 @@ Definitions (docs/eval.md; the paper's, docs/paper.md §3):
   n_seeds, score_seed_std  seeds, and the std over seeds of each seed's score
   pair_n, d_score, d_be, d_tv, speedup_vs_matched, ...  a lossy row against its matched
                     baseline on their shared (item, seed) keys only, with intervals
-                    (`spec_jax.eval.paired.matched_deltas`)
+                    (`spec_jax.eval.stats.paired.matched_deltas`)
   sd_d_be, sd_speedup, flattery_be, ...  the same against plain lossless SD, and the
                     difference (`spec_jax.eval.engine_rules.vs_plain_sd`)
   tv_plain          TV(pi, p) against the processed target itself (plain lossless SD's
@@ -69,8 +69,9 @@ from collections.abc import Sequence
 from scipy import stats
 
 from spec_jax import rules
-from spec_jax.eval import engine_rules, outcomes, paired, timing
+from spec_jax.eval import engine_rules, outcomes, timing
 from spec_jax.eval.plan import Method
+from spec_jax.eval.stats import paired
 
 Z95 = 1.959963984540054
 
@@ -153,7 +154,7 @@ def aggregate(rows: Sequence[dict], methods: Sequence[Method]) -> list[dict]:
 def _paired_fields(task: str, task_rows: list[dict], methods: Sequence[Method],
                    groups: dict[tuple[str, str], list[dict]]) -> None:  # fmt: skip
     """Adds each row's speedup against AR over its task group's batches, its seeds' spread,
-    and a lossy row's paired Δs against its matched baseline (`spec_jax.eval.paired`)."""
+    and a lossy row's paired Δs against its matched baseline (`spec_jax.eval.stats.paired`)."""
     group_name = timing.task_group(task)
     ar = next((m.name for m in methods if m.mode == 'ar'), None)
 

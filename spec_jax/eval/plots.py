@@ -22,7 +22,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from spec_jax.eval import verdicts
+from spec_jax.eval.stats import verdicts
 
 # Rule families -> colour, so a family looks the same in every figure.
 FAMILY_COLORS = {

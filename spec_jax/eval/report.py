@@ -28,8 +28,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from spec_jax.eval import compare, engine_rules, findings, machine, plan, plots, tables, verdicts
+from spec_jax.eval import compare, engine_rules, findings, machine, plan, plots, tables
 from spec_jax.eval.metrics_csv import PAIR_FIELDS, cell, write_metrics_csv
+from spec_jax.eval.stats import verdicts
 
 # --- The terminal table -------------------------------------------------------------------
 
@@ -193,7 +194,7 @@ def matched_pairs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     'd_score' (with 'd_score_p'), 'd_be', 'd_tv', 'speedup_vs_matched', each with '_lo' /
     '_hi'}.
 
-    With the paired fields of `spec_jax.eval.metrics` (`spec_jax.eval.paired`), every Δ is
+    With the paired fields of `spec_jax.eval.metrics` (`spec_jax.eval.stats.paired`), every Δ is
     over the (item, seed) keys both methods ran ('paired' True, 'n' their number); rows
     without them (a metrics.csv of an older run) fall back to the difference of the pooled
     values ('paired' False, 'n' None, no intervals).
@@ -404,7 +405,7 @@ def write_report(
         'failed scorings counted as wrong; speedup is the geometric mean over batches of '
         "tokens/s over AR's on the same rows (every method decodes each batch, in a "
         'balanced order relabelled at random per pair of batches from the run seed and the '
-        'group: timing.design), with its 95% t-interval from 5 batches on (over the '
+        'group: stats.design), with its 95% t-interval from 5 batches on (over the '
         "design's pairs from 5 pairs on) and the "
         'batches counted; TV, JS (Jensen-Shannon, nats, at most ln 2), KL (KL(p_A || pi)), outside '
         '(mass outside the allowed set) and overshoot (max pi/p) are metered against the '

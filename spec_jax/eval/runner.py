@@ -52,6 +52,7 @@ from spec_jax.eval import plan as plan_lib
 from spec_jax.eval import tasks as tasks_lib
 from spec_jax.eval import timing, warmup
 from spec_jax.eval.records import PROVENANCE, ResultStore, row_key
+from spec_jax.eval.stats import design
 from spec_jax.eval.tasks.base import Item, Task
 
 SPEC_MODES = ('chain', 'tree')
@@ -346,7 +347,7 @@ def _decode(c, built, encoded, limits, planned, method, place, slot, clock, comp
         id=planned.id, seconds=decode_s, prefill_s=prefill_s, compile_s=compiled.seconds,
         warmup_s=warmed.seconds, warmup_compile_s=warmed.compile_s, warmed=warmed.warmed,
         cold=warmed.cold, rows=len(batch), pad=pad, tokens=num_tokens, slot=slot, place=place,
-        unit=timing.unit(planned.number, planned.group_size), **PROVENANCE,
+        unit=design.unit(planned.number, planned.group_size), **PROVENANCE,
     )  # fmt: skip
     per_row = result.stats['per_row']
     # A row's share of its batch's decode time: by its target forwards (prefill and

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from spec_jax.eval import claims as eval_claims
-from spec_jax.eval import floors, frontier, verdicts
+from spec_jax.eval import floors, frontier
+from spec_jax.eval.stats import verdicts
 from spec_jax.jobs import claims, runtime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

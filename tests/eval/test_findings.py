@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from spec_jax.eval import engine_rules, findings, paired, verdicts
+from spec_jax.eval import engine_rules, findings
+from spec_jax.eval.stats import paired, verdicts
 
 MAIN_JOB_N = 30  # The main job's speed sets: 3 x 10 prompts, ΔBE paired over all 30.
 

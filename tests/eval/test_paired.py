@@ -14,7 +14,8 @@ import pytest
 from scipy import optimize, stats
 from scipy.special import gammaln
 
-from spec_jax.eval import compare, findings, metrics, paired, plan, report, verdicts
+from spec_jax.eval import compare, findings, metrics, plan, report
+from spec_jax.eval.stats import paired, verdicts
 
 LOSSY, BASE = 'minp_verify:rho=0.3', 'baseline[min_p=0.3]'
 

@@ -12,7 +12,8 @@ import os
 
 import pytest
 
-from spec_jax.eval import findings, machine, metrics, paired, records, runner, timing
+from spec_jax.eval import findings, machine, metrics, records, runner, timing
+from spec_jax.eval.stats import design, paired
 from spec_jax.jobs import evaluate, runtime
 
 CONFIG = os.path.join(os.path.dirname(__file__), '..', '..', 'configs', 'experiments',
@@ -48,7 +49,7 @@ def test_interleave_follows_the_design_skips_what_is_done_and_monitors():
     order = timing.interleave(plan, ['ar', 'a', 'b'], lambda b, m: True, 'mon')
     # Each pair of batches an order and its reverse (the design's, relabelled from the
     # seed); then the monitor.
-    orders = timing.design(3, 4, 0, 't')
+    orders = design.design(3, 4, 0, 't')
     names = ['ar', 'a', 'b']
     assert [(b.index, m, place) for b, m, place in order[:6]] == [
         (k, names[i], place) for k in (0, 1) for place, i in enumerate(orders[k])]  # fmt: skip

@@ -29,7 +29,8 @@ import pytest
 from scipy import stats
 
 from spec_jax.decoding import batching
-from spec_jax.eval import paired, plan, runner, timing, verdicts
+from spec_jax.eval import plan, runner, timing
+from spec_jax.eval.stats import design, paired, verdicts
 from spec_jax.jobs import runtime
 
 EXPERIMENTS = os.path.join(os.path.dirname(__file__), '..', '..', 'configs', 'experiments')
@@ -117,7 +118,7 @@ def timed_rows(order, seconds) -> list[dict]:
     each), its place and design unit recorded."""
     rows = []
     for (batch, method, place), sec in zip(order, seconds):
-        unit = timing.unit(batch.number, batch.group_size)
+        unit = design.unit(batch.number, batch.group_size)
         rows += [dict(method=method.name, task=task, item=it.id, seed=batch.seed, num_tokens=24,
                       seconds=sec / len(batch.rows), batch_id=batch.id,
                       batch=dict(place=place, unit=unit)) for task, it in batch.rows]  # fmt: skip
@@ -172,7 +173,7 @@ class Layout:
         out = np.empty((len(seeds), len(self.batches), self.m), int)
         for g, ks in self.groups.items():
             for i, s in enumerate(seeds):
-                out[i, ks] = np.argsort(timing.design(self.m, len(ks), s, g), axis=1)
+                out[i, ks] = np.argsort(design.design(self.m, len(ks), s, g), axis=1)
         return out
 
     def moments(self, places) -> np.ndarray:
@@ -210,7 +211,7 @@ def intervals(lay: Layout, methods, logsec: np.ndarray):
         n = len(ks)
         if n < verdicts.MIN_BATCHES:
             continue
-        units = [timing.unit(k, n) for k in range(n)]
+        units = [design.unit(k, n) for k in range(n)]
         for j, ref in comparisons(methods):
             x = logsec[:, ks, ref] - logsec[:, ks, j]
             if units[-1] + 1 >= paired.MIN_UNITS:
@@ -234,27 +235,27 @@ def simulate(lay: Layout, methods, kind: str, runs: int, seed: int = 45):
 def test_the_design_balances_every_method_place_and_relabels_every_unit_at_random():
     for m in (1, 2, 3, 12, 14, 27):
         for n in range(2, 9):  # One batch cannot balance: it gets no interval.
-            orders = timing.design(m, n, 3, 'speed')
+            orders = design.design(m, n, 3, 'speed')
             assert len(orders) == n and all(sorted(o) == list(range(m)) for o in orders)
             sums = [sum(o.index(i) for o in orders) for i in range(m)]
             # Equal sums where they can be (n even); else within one place of the mean.
             assert max(sums) - min(sums) <= (0 if n % 2 == 0 else 2), (m, n, sums)
             for k in range(3 * (n % 2), n, 2):  # Each pair: an order, then its reverse.
                 assert orders[k + 1] == orders[k][::-1]
-                assert timing.unit(k, n) == timing.unit(k + 1, n) == (k - 3 * (n % 2)) // 2 + (
+                assert design.unit(k, n) == design.unit(k + 1, n) == (k - 3 * (n % 2)) // 2 + (
                     n % 2)  # fmt: skip
-            assert timing.design(m, n, 3, 'speed') == orders  # A resumed run: the same.
-    assert timing.design(14, 5, 0, 'speed') != timing.design(14, 5, 1, 'speed')
-    assert timing.design(14, 5, 0, 'speed') != timing.design(14, 5, 0, 'mbpp')
+            assert design.design(m, n, 3, 'speed') == orders  # A resumed run: the same.
+    assert design.design(14, 5, 0, 'speed') != design.design(14, 5, 1, 'speed')
+    assert design.design(14, 5, 0, 'speed') != design.design(14, 5, 0, 'mbpp')
     # No method holds a fixed place: over 700 run seeds AR's place in a group's first batch
     # takes each of 14 places 50 times on average (Binomial sd 6.8); all within 4 sd.
-    counts = np.bincount([timing.design(14, 5, s, 'speed')[0].index(0) for s in range(700)],
+    counts = np.bincount([design.design(14, 5, s, 'speed')[0].index(0) for s in range(700)],
                          minlength=14)  # fmt: skip
     assert np.abs(counts - 50).max() <= 4 * np.sqrt(700 * (1 / 14) * (13 / 14)), counts
     with pytest.raises(ValueError, match='batches >= 1'):
-        timing.design(3, 0)
+        design.design(3, 0)
     with pytest.raises(ValueError, match='outside a group of 5'):
-        timing.unit(5, 5)
+        design.unit(5, 5)
 
 
 def test_rows_carry_places_and_the_monitor_retimes_each_groups_first_batch(layout):
@@ -324,7 +325,7 @@ def test_the_simulation_is_the_real_schedule_and_estimator(layout):
             centre, half, _ = est[group, method, 'ar']
             assert np.isclose(np.log(row['speedup']), centre[run], atol=1e-9)
             assert np.isclose(np.log(row['speedup_hi']), centre[run] + half[run], atol=1e-9)
-            units = timing.unit(len(lay.groups[group]) - 1, len(lay.groups[group])) + 1
+            units = design.unit(len(lay.groups[group]) - 1, len(lay.groups[group])) + 1
             assert row['speedup_n_units'] == (units if units >= paired.MIN_UNITS else None)
 
 

@@ -13,7 +13,7 @@ made pair by pair, never between pools:
                 of AR/method, so the direction of the ratio cannot change the answer; t,
                 because a run has few batches (5-20). Drift that moves a batch's methods
                 alike cancels in its ratio; drift linear in time within rounds cancels
-                over the group's balanced design (`spec_jax.eval.timing.design`).
+                over the group's balanced design (`spec_jax.eval.stats.design`).
                 decode_speedup: the same after each batch's prefill call.
   Δ (score, BE, TV)  method minus matched baseline over the shared (item, seed) keys only
                 (a partial or mixed run compares the same items), with n, a 95% interval
@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy import stats
 
-from spec_jax.eval import verdicts
+from spec_jax.eval.stats import verdicts
 
 # The fields `matched_deltas` gives a lossy row (None on the other rows).
 MATCHED_FIELDS = ('pair_n', 'pair_n_items', 'd_score', 'd_score_lo', 'd_score_hi', 'd_score_p',
@@ -63,7 +63,7 @@ def ratio_interval(ratios: Sequence[float], units: Sequence | None = None) -> di
     """{'mean', 'lo', 'hi', 'n', 'n_units'} of positive per-batch ratios: the geometric mean
     and its 95% t-interval on the log ratios (None below MIN_BATCHES batches).
 
-    With `units` (each batch's design unit, `spec_jax.eval.timing.unit`) and at least
+    With `units` (each batch's design unit, `spec_jax.eval.stats.design.unit`) and at least
     MIN_UNITS of them, the logs are averaged within each unit first and the mean and
     interval are those of the unit means ('n_units' their count, the t's n): a design's
     units are its independent random draws, while a pair's two batches share one (a load
