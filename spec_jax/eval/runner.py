@@ -49,8 +49,8 @@ from tqdm import tqdm
 from spec_jax import data_files, decoding, distributed, rules
 from spec_jax.decoding import batching
 from spec_jax.eval import plan as plan_lib
+from spec_jax.eval import sandbox, timing, warmup
 from spec_jax.eval import tasks as tasks_lib
-from spec_jax.eval import timing, warmup
 from spec_jax.eval.records import PROVENANCE, ResultStore, row_key
 from spec_jax.eval.stats import design
 from spec_jax.eval.tasks.base import Item, Task
@@ -436,11 +436,15 @@ def check_prompts(engine: decoding.Engine, encoded: dict, c: ml_collections.Conf
 
 def _scored(task: Task, item: Item, text: str, row: dict) -> dict:
     """The result line of one sample; a scorer that raises scores it wrong (the error in
-    `detail`), so one bad item cannot stop every resumed run at the same place."""
+    `detail`), so one bad item cannot stop every resumed run at the same place. A sandbox
+    too weak to score code (`sandbox.WeakSandboxError`) is the machine's, not the sample's:
+    it stops the run with its message instead of scoring every sample wrong."""
     if not getattr(task, 'scored', True):
         return dict(row, correct=None, extracted=None, detail={})
     try:
         score = task.score(item, text)
+    except sandbox.WeakSandboxError:
+        raise
     except Exception as e:  # noqa: BLE001  (any scorer failure is this sample's)
         return dict(row, correct=False, extracted=None, detail={'error': repr(e)})
     return dict(row, correct=bool(score.correct), extracted=score.extracted, detail=score.detail)

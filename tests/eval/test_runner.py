@@ -15,7 +15,18 @@ from collections import defaultdict
 import pytest
 from figures import check_series
 
-from spec_jax.eval import findings, metrics, metrics_csv, paper, plots, records, runner, timing
+from spec_jax.eval import (
+    findings,
+    metrics,
+    metrics_csv,
+    paper,
+    plots,
+    records,
+    runner,
+    sandbox,
+    timing,
+)
+from spec_jax.eval.tasks.base import Item
 from spec_jax.jobs import evaluate, runtime
 
 ROOT = os.path.join(os.path.dirname(__file__), '..', '..')
@@ -309,3 +320,26 @@ def test_the_main_job_shows_the_grid_as_curves_and_prints_findings(tiny_run, tmp
     with open(os.path.join(workdir, 'report', 'report.md')) as f:
         md = f.read()
     assert md.index('## Trade-off') < md.index('## Headline')
+
+
+class _Raises:
+    """A scored task whose scorer raises `error`."""
+
+    name, scored = 'raises', True
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def score(self, item, text):
+        raise self.error
+
+
+def test_a_scorer_error_is_the_samples_but_a_weak_sandbox_stops_the_run():
+    """A scorer that raises scores its sample wrong with the error in its detail; the
+    sandbox refusing to score code (below 'namespaces') stops the run with its message
+    rather than scoring every code sample wrong."""
+    item, row = Item('raises', '0', (), 'a'), {'method': 'ar'}
+    wrong = runner._scored(_Raises(ValueError('bad gold')), item, 'text', row)
+    assert wrong['correct'] is False and 'bad gold' in wrong['detail']['error']
+    with pytest.raises(sandbox.WeakSandboxError, match='only in the'):
+        runner._scored(_Raises(sandbox.WeakSandboxError('only in the box')), item, 'text', row)
