@@ -227,7 +227,8 @@ def summarize(stats: Stats) -> dict:
     their finite positions, with the fractions that were infinite), and two flags at the
     relative tolerance `METER_RTOL`: `overshoots` (max pi/p > 1 + METER_RTOL: pi puts more
     mass than p somewhere) and `outside` (mean outside mass > METER_RTOL: pi leaves A).
-    `per_row` holds each row's raw counters and sums, so rows pool.
+    `per_row` holds each row's raw counters and sums, so rows pool (per position too:
+    `accepted_at_position` / `reached_at_position`, the conditional acceptance's counts).
     """
     s = jax.tree.map(np.asarray, stats)
     blocks = np.maximum(s.blocks, 1)
@@ -243,6 +244,8 @@ def summarize(stats: Stats) -> dict:
         block_efficiency=(s.emitted / blocks).tolist(),
         acceptance_rate=(s.accepted / np.maximum(s.drafted, 1)).tolist(),
         acceptance_at_position=(s.accepted_at_ba / np.maximum(s.reached_at_ba, 1)).tolist(),
+        accepted_at_position=s.accepted_at_ba.tolist(),  # Counts: rows and runs pool.
+        reached_at_position=s.reached_at_ba.tolist(),
         block_accepted=[row[row >= 0].tolist() for row in s.block_accepted_bo],
     )
     total_blocks = max(int(s.blocks.sum()), 1)

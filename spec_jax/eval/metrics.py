@@ -51,6 +51,8 @@ Definitions (docs/eval.md; the paper's, docs/paper.md §3):
   js                mean Jensen-Shannon divergence JS(pi, p_A) over the metered
                     positions (nats, <= ln 2; finite where KL is not)
   tv_at_offset      mean TV at each offset of a round (drafted positions, then the bonus)
+  acceptance_length, position_acceptance_at, ttft_s, tpot_s (each with _half, _n), tv_half,
+                    tv_n  SPEED-Bench's per-request figures (`spec_jax.eval.speed`)
   seeds_k, avg_at_k, pass_at_k  k = the fewest samples (seeds) of an item; avg@k and
                     pass@k over them (`spec_jax.eval.outcomes.over_seeds`; AIME's)
   n_scorer_errors, n_timeouts, n_infra_errors, failed_samples  scorings that failed
@@ -69,7 +71,7 @@ from collections.abc import Sequence
 from scipy import stats
 
 from spec_jax import rules
-from spec_jax.eval import engine_rules, outcomes, timing
+from spec_jax.eval import engine_rules, outcomes, speed, timing
 from spec_jax.eval.plan import Method
 from spec_jax.eval.stats import paired
 
@@ -255,6 +257,9 @@ def _metrics(task: str, method: Method, group: list[dict]) -> dict:
     peaks = [r['stats']['max_overshoot'] for r in group if 'max_overshoot' in r['stats']]
     row['overshoot_max'] = max(peaks) if peaks and metered else None
     row['tv_at_offset'] = _per_offset(group)
+    # SPEED-Bench's per-request figures (acceptance length, per position, TTFT, TPOT).
+    speed_row = speed.fields(speed.requests_of_rows(group), spec=not ar)
+    row.update({k: v for k, v in speed_row.items() if k not in ('tv', 'tv_positions')})
     return row
 
 

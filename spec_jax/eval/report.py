@@ -28,7 +28,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from spec_jax.eval import compare, engine_rules, findings, machine, plan, plots, tables
+from spec_jax.eval import compare, engine_rules, findings, machine, plan, plots, speed, tables
 from spec_jax.eval.metrics_csv import PAIR_FIELDS, cell, write_metrics_csv
 from spec_jax.eval.stats import verdicts
 
@@ -420,6 +420,7 @@ def write_report(
     lines += _seeds_section(rows) + _failures_section(rows)
     lines += _pairs_section(rows, findings.family(pooled) if pooled else None)
     lines += engine_rules.section(pooled or rows)  # The speed sets pooled, as the trade-off.
+    lines += speed.section(pooled or rows)  # SPEED-Bench's figures, TV and matched beside.
     gaps = compare.method_gaps(rows, mode)
     if comparison or gaps:
         lines += compare.paper_section(comparison, mode)

@@ -57,7 +57,7 @@ from spec_jax.eval.tasks.base import Item, Task
 
 SPEC_MODES = ('chain', 'tree')
 PER_ROW_STATS = ('blocks', 'drafted', 'accepted', 'emitted', 'full_blocks', 'full_accepted',
-                 'full_drafted', 'reached')  # fmt: skip
+                 'full_drafted', 'reached', 'accepted_at_position', 'reached_at_position')
 METER_SUMS = ('metered', 'tv_sum', 'kl_sum', 'outside_sum', 'overshoot_sum', 'kl_inf',
               'overshoot_inf', 'max_overshoot', 'metered_at_offset', 'tv_at_offset',
               'js_sum', 'tv_plain_sum', 'overlap_sum')  # fmt: skip
