@@ -24,6 +24,7 @@ import json
 import os
 
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 from safetensors.numpy import save_file
 
@@ -206,13 +207,17 @@ def params_to_state(cfg: DFlashConfig, params: dict) -> dict[str, np.ndarray]:
     return out
 
 
-def save(directory: str, cfg: DFlashConfig, params: dict) -> None:
-    """Writes config.json + model.safetensors of a drafter in the released format."""
+def save(directory: str, cfg: DFlashConfig, params: dict, dtype: str = 'float32') -> None:
+    """Writes config.json + model.safetensors of a drafter in the released format, its
+    tensors in `dtype` ('float32' or 'bfloat16', the released models')."""
+    if dtype not in ('float32', 'bfloat16'):
+        raise ValueError(f"dtype={dtype!r}: valid are 'float32', 'bfloat16'")
+    np_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == 'bfloat16' else np.dtype(np.float32)
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, 'config.json'), 'w') as f:
         json.dump(config_to_json(cfg), f, indent=2)
-    save_file(params_to_state(cfg, params), os.path.join(directory, 'model.safetensors'),
-              metadata={'format': 'pt'})  # fmt: skip
+    state = {k: v.astype(np_dtype) for k, v in params_to_state(cfg, params).items()}
+    save_file(state, os.path.join(directory, 'model.safetensors'), metadata={'format': 'pt'})
 
 
 def load(

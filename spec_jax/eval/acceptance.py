@@ -11,6 +11,8 @@ the target adds (the evaluation's `block_efficiency`, spec_jax/eval/metrics.py; 
   draft_lm     per-token agreement of a draft LM, chain-k round lengths, agreement per set
   eagle3_head  per-depth agreement of an EAGLE-3 head (its training-time-test forward),
                chain-k and static-tree round lengths, depth-1 agreement per set
+  dflash       per-block-position agreement of a DFlash drafter (one block per anchor, as
+               it drafts), its chain round lengths
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spec_jax.models import dflash as df
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.eagle3 import Eagle3Head
 from spec_jax.models.llama import forward
 from spec_jax.train import batches, core, shards
+from spec_jax.train import dflash as train_dflash
 from spec_jax.train.eagle3 import ttt_topk
 
 BUCKET = 64  # Padding bucket of the held-out batches: few compiled shapes.
@@ -181,6 +185,51 @@ def eagle3_head(
         **{f'chain{chain}_{key}': v for key, v in _round_stats(chains).items()},
         **{f'tree_{key}': v for key, v in _round_stats(trees).items()},
     )
+
+
+def dflash(target, cfg: df.DFlashConfig, params: dict, examples: Sequence[shards.Example],
+           *, seq_len: int, anchors: int = 32) -> dict:  # fmt: skip
+    """A DFlash drafter's acceptance on `examples`: at every anchor a of each response (block
+    [x_a, mask, ...] over the target's taps below a: exactly its inference block), position
+    j's greedy agreement with x_{a+j} (the marginal, given x_a right), and the greedy chain's
+    round lengths (drafts accepted while they match, + 1). `params` are the drafter's."""
+    head_vd = target.params.get('lm_head_vd', target.params['embed_vd'])
+    k = cfg.block_size - 1
+    hit_sum, hit_n, rounds = np.zeros(k), np.zeros(k), []
+    for e in examples:
+        b = batches.make_batch([e], seq_len, BUCKET)
+        start, last = response_span(b.loss_mask_bt[0])
+        if last - start < 2:
+            continue
+        taps = core.teacher_taps(target.cfg, target.params, jnp.asarray(b.tokens_bt),
+                                 jnp.asarray(b.valid_bt), cfg.taps)  # fmt: skip
+        roots = np.arange(start + 1, last)  # Anchor a = r + 1: root x_{r+1}.
+        argmax_aj = []
+        for s in range(0, len(roots), anchors):
+            chunk = np.resize(roots[s : s + anchors], anchors)[None].astype(np.int32)
+            argmax_aj.append(_block_argmax(cfg, params, target.params['embed_vd'], head_vd,
+                                           taps, jnp.asarray(b.tokens_bt), chunk)[0])  # fmt: skip
+        argmax_aj = np.concatenate(argmax_aj)[: len(roots)]
+        tokens = b.tokens_bt[0]
+        hits_jt = np.zeros((k, b.tokens_bt.shape[1]), bool)
+        for j in range(k):
+            inside = roots + j + 1 <= last
+            a = roots[inside]
+            hits_jt[j, a - 1] = argmax_aj[inside, j] == tokens[a + j + 1]
+            hit_sum[j] += hits_jt[j, a - 1].sum()
+            hit_n[j] += inside.sum()
+        rounds += chain_lengths(hits_jt, start, last, k)
+    return dict(
+        position_agreement=(hit_sum / np.maximum(hit_n, 1)).round(4).tolist(),
+        positions=hit_n.astype(int).tolist(),
+        **{f'chain{k}_{key}': v for key, v in _round_stats(rounds).items()},
+    )
+
+
+@partial(jax.jit, static_argnums=0)
+def _block_argmax(cfg, params, embed_vd, head_vd, taps, tokens, anchors_bn):
+    logits = train_dflash.block_logits(cfg, params, embed_vd, head_vd, taps, tokens, anchors_bn)
+    return jnp.argmax(logits, -1)
 
 
 def _per_set(hits: dict[str, list[int]]) -> dict:

@@ -113,3 +113,60 @@ def make_train_step(cfg: df.DFlashConfig, optimizer: optax.GradientTransformatio
         return apply_gradients(optimizer, state, loss_fn)
 
     return step
+
+
+def response_anchors(key, token_mask_bt, num: int):
+    """[B, N] anchors a drawn uniformly from each row's positions whose next token x_{a+1}
+    is a response token (`token_mask_bt` [B, T]: token t is a response token), so block
+    position 1 is always scored. A row without one draws anchor 0 (nothing scored)."""
+    next_bt = jnp.concatenate([token_mask_bt[:, 1:], jnp.zeros_like(token_mask_bt[:, :1])], 1)
+    logits_bt = jnp.where(next_bt, 0.0, -jnp.inf)
+    logits_bt = jnp.where(jnp.any(next_bt, 1, keepdims=True), logits_bt, 0.0)
+    return jax.random.categorical(key, logits_bt, axis=-1, shape=(num, token_mask_bt.shape[0])).T
+
+
+def topk_block_loss(logits_bnav, ids_btk, logprobs_btk, anchors_bn, token_mask_bt,
+                    decay: float):  # fmt: skip
+    """`block_loss` against the target's stored top-k law (`teacher.teacher_topk`: ids and
+    log-probabilities [B, T, k] of the token after t, renormalised over the k): the same
+    position weights and mask, the soft cross-entropy over the k ids; agreement with ids[0]."""
+    t, a = ids_btk.shape[1], logits_bnav.shape[2]
+    j_a = jnp.arange(1, a + 1)
+    target_bna = anchors_bn[..., None] + j_a
+    index_bna = jnp.clip(target_bna - 1, 0, t - 1)
+    gather = jax.vmap(lambda z_tk, i_na: z_tk[i_na])
+    ids_bnak = gather(ids_btk, index_bna)
+    p_bnak = jax.nn.softmax(gather(logprobs_btk, index_bna).astype(jnp.float32), -1)
+    scored_bna = (target_bna < t) & gather(token_mask_bt, jnp.clip(target_bna, 0, t - 1))
+    weight_bna = jnp.where(scored_bna, jnp.exp(-(j_a - 1) / decay), 0.0)
+    logp_bnav = jax.nn.log_softmax(logits_bnav, -1)
+    ce_bna = -jnp.sum(p_bnak * jnp.take_along_axis(logp_bnav, ids_bnak, -1), -1)
+    loss = jnp.sum(weight_bna * ce_bna) / jnp.maximum(jnp.sum(weight_bna), 1e-9)
+    agree_bna = (jnp.argmax(logits_bnav, -1) == ids_bnak[..., 0]) & scored_bna
+    count_a = jnp.sum(scored_bna, (0, 1))
+    return loss, {
+        'accuracy': jnp.sum(agree_bna) / jnp.maximum(jnp.sum(count_a), 1),
+        'acc1': jnp.sum(agree_bna[..., 0]) / jnp.maximum(count_a[0], 1),
+        'positions': jnp.sum(count_a),
+    }
+
+
+def make_topk_train_step(cfg: df.DFlashConfig, optimizer: optax.GradientTransformation,
+                         anchors: int = 8, decay: float | None = None):  # fmt: skip
+    """The cached-teacher step (the recipe's): (state, key, embed_vd, head_vd, taps
+    [B, T, E, D] (stored, float16 ok), top-k ids [B, T, k], top-k log-probs [B, T, k],
+    tokens [B, T], token_mask [B, T] (token t is a response token)) -> (state, loss, aux,
+    grad norm); anchors drawn by `response_anchors`."""
+    decay = float(decay or (cfg.block_size - 1) / 2)
+
+    @partial(jax.jit, donate_argnums=0)
+    def step(state, key, embed_vd, head_vd, taps, ids, logprobs, tokens, token_mask):
+        anchors_bn = response_anchors(key, token_mask, anchors)
+
+        def loss_fn(params):
+            logits = block_logits(cfg, params, embed_vd, head_vd, taps, tokens, anchors_bn)
+            return topk_block_loss(logits, ids, logprobs, anchors_bn, token_mask, decay)
+
+        return apply_gradients(optimizer, state, loss_fn)
+
+    return step
