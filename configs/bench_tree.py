@@ -4,14 +4,15 @@
     python launch/bench.py --config configs/bench_tree.py --config.data_root=/path/to/data
     python launch/bench.py --config configs/bench_tree.py:tiny    # random models, seconds
 
-Prints, per temperature (0, 0.7) and batch (1, 4): AR, chain and tree tokens/s, the tree's
-speedup over AR and over the chain, acceptance lengths (tokens per target forward, the
-bonus counted), the cost of a round in AR tokens and the speedup ceiling; the tree round's
-engine overhead; then, at equal verified width (tree M = chain A + 1 for A = 3, 5, 7),
-acceptance lengths with 95% intervals over the prompts and of their per-prompt difference;
-then tokens/s of a few tree shapes (the best one on this machine). On this CPU verifying M
-tokens costs 1.5x (M 2) to 2.3x (M 16) a one-token step, so a tree's speedup over AR is
-capped near its ceiling, not its acceptance length (docs/performance.md).
+Prints, per temperature (0, 0.7) and batch (1, 2, 4, 8, 16): AR, chain and tree tokens/s,
+the tree's speedup over AR and over the chain, acceptance lengths (tokens per target
+forward, the bonus counted), the cost of a round in AR tokens and the speedup ceiling, and
+the field's speed table (per-position acceptance, TTFT, TPOT; a lossy rule's TV and matched
+baseline); the tree round's engine overhead; then, at equal verified width (tree M = chain A
++ 1 for A = 3, 5, 7), acceptance lengths with 95% intervals over the prompts and of their
+per-prompt difference; then tokens/s of a few tree shapes (the best one on this machine). On
+this CPU verifying M tokens costs 1.5x (M 2) to 2.3x (M 16) a one-token step, so a tree's
+speedup over AR is capped near its ceiling, not its acceptance length (docs/performance.md).
 """
 
 import ml_collections
@@ -42,7 +43,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.max_prompt_len = 1024
     c.prompt_bucket = 64
     c.temperatures = (0.0,) if tiny else (0.0, 0.7)
-    c.batches = (1,) if tiny else (1, 4)
+    # The speed sweep (SPEED-Bench's batch axis; on an accelerator up to 64:
+    # --config.batches='(1,2,4,8,16,32,64)'). A batch past the prompt count repeats prompts.
+    c.batches = (1,) if tiny else (1, 2, 4, 8, 16)
     c.rounds = 1 if tiny else 2
     c.overhead = True
     # Equal verified width: chain A against a tree of A + 1 nodes: (A, the tree at T 0, the

@@ -24,7 +24,7 @@ from spec_jax import checkpoints, data_files, decoding, rules
 from spec_jax.checkpoints import params_to_state
 from spec_jax.decoding import batching, drafters
 from spec_jax.decoding import engine as eng
-from spec_jax.jobs import runtime
+from spec_jax.jobs import runtime, speed_report
 from spec_jax.jobs.timing import WARMED, interleaved_medians, warm_up
 from spec_jax.models.llama import forward
 from spec_jax.sampling import Sampler
@@ -36,10 +36,10 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     built = drafters.make(
         c.drafter, target, c.draft, ngram=c.ngram, lookup=c.lookup, dtype=c.dtype, seed=c.seed
     )
-    engines = {
+    engines = speed_report.with_matched({
         'ar': decoding.Engine(target.cfg, dec),
         'spec': decoding.Engine(target.cfg, dec, built.drafter, c.num_draft, rules.make(c.rule)),
-    }
+    }, 'spec')  # A lossy rule's matched baseline ('spec matched') is timed beside it.
     params = decoding.Params(target.params, built.params)
     print(
         f'{len(prompts)} prompts ({c.prompts_per_set} from each of {", ".join(c.sets)}), '
@@ -52,9 +52,15 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
 
     report = {'rows': []}
     for temperature in c.temperatures:
+        tv = {}
         for batch in c.batches:
-            times = interleaved_runs(engines, params, ids, temperature, batch, c.rounds)
+            batch_ids = speed_report.fill(ids, batch)
+            times = interleaved_runs(engines, params, batch_ids, temperature, batch, c.rounds)
             row = summarize_runs(temperature, batch, times, c.num_draft)
+            if speed_report.is_lossy(engines['spec']) and not tv:  # Once per temperature.
+                tv = speed_report.metered_tv(engines['spec'], params, batch_ids, temperature,
+                                             batch)  # fmt: skip
+            row['speed'] = speed_report.rows_of(times, engines, batch, {'spec': tv})
             report['rows'].append(row)
             print(
                 f'T={temperature} batch {batch}: AR {row["ar_tokens_per_s"]:.1f} tok/s, '
@@ -64,6 +70,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
                 f'{row["round_cost"]:.2f} AR tokens, so accepting every draft would give '
                 f'at most {row["speedup_ceiling"]:.2f}x'
             )
+            speed_report.print_table(temperature, batch, row['speed'])
 
     if c.overhead:
         report['overhead'] = round_overhead(engines['spec'], params, ids[:1], c.rounds)

@@ -4,7 +4,9 @@ Three parts (configs/bench_tree.py):
   speed        AR, chain and tree side by side per (temperature, batch), in interleaved
                rounds: tokens/s, speedups over AR and over the chain, acceptance length
                (tokens per target forward, the bonus counted), the round cost in AR tokens
-               and the speedup ceiling; then the tree round's engine overhead.
+               and the speedup ceiling, and the field's speed table (`speed_report`:
+               per-position acceptance, TTFT, TPOT; a lossy rule's TV and matched
+               baselines); then the tree round's engine overhead.
   equal width  tree M = chain A + 1 for each A of `c.width_trees`, same head, prompts and
                seeds (a dynamic tree at T 0, a sampled static tree at T > 0):
                acceptance length of each with a 95% interval over prompts, and of their
@@ -27,6 +29,7 @@ import scipy.stats
 from spec_jax import decoding, rules
 from spec_jax.decoding import drafters, trees
 from spec_jax.decoding import engine as eng
+from spec_jax.jobs import speed_report
 from spec_jax.jobs.bench_chain import (
     interleaved_runs,
     overhead_report,
@@ -53,6 +56,8 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
         'chain': chain,
         'tree': chain.replace(tree=shape),
     }
+    for name in ('chain', 'tree'):  # A lossy rule's matched baselines, timed beside them.
+        engines = speed_report.with_matched(engines, name)
     print(
         f'{len(prompts)} prompts ({c.prompts_per_set} from each of {", ".join(c.sets)}), '
         f'{c.max_new_tokens} new tokens max, head {c.draft}, rule {c.rule}; chain gamma '
@@ -61,8 +66,15 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     print(f'timing: {WARMED}; then {c.rounds} interleaved round(s), medians')
     report = {'rows': []}
     for temperature in c.temperatures:
+        tv = {}
         for batch in c.batches:
-            row = speed_row(engines, params, ids, temperature, batch, c.rounds)
+            batch_ids = speed_report.fill(ids, batch)
+            row, times = speed_row(engines, params, batch_ids, temperature, batch, c.rounds)
+            for name in ('chain', 'tree'):  # Metered untimed, once per temperature.
+                if speed_report.is_lossy(engines[name]) and name not in tv:
+                    tv[name] = speed_report.metered_tv(engines[name], params, batch_ids,
+                                                       temperature, batch)  # fmt: skip
+            row['speed'] = speed_report.rows_of(times, engines, batch, tv)
             report['rows'].append(row)
             print(
                 f'T={temperature} batch {batch}: AR {row["ar_tokens_per_s"]:.1f} tok/s, chain '
@@ -72,6 +84,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
                 f'acceptance length {row["tree_accept_length"]:.2f}); a tree round costs '
                 f'{row["tree_round_cost"]:.2f} AR tokens: ceiling {row["tree_ceiling"]:.2f}x'
             )
+            speed_report.print_table(temperature, batch, row['speed'])
     if c.overhead:
         report['overhead'] = tree_overhead(engines['tree'], params, ids[:1], c.rounds)
     if c.width_trees:
@@ -88,8 +101,9 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     return report
 
 
-def speed_row(engines, params, ids, temperature, batch, rounds) -> dict:
-    """Median-round tokens/s of AR, chain and tree at one (temperature, batch)."""
+def speed_row(engines, params, ids, temperature, batch, rounds) -> tuple[dict, dict]:
+    """Median-round tokens/s of AR, chain and tree at one (temperature, batch), and the
+    timed runs (`bench_chain.interleaved_runs`)."""
     times = interleaved_runs(engines, params, ids, temperature, batch, rounds)
     row = dict(temperature=temperature, batch=batch)
     for name in ('chain', 'tree'):
@@ -103,7 +117,7 @@ def speed_row(engines, params, ids, temperature, batch, rounds) -> dict:
         row[f'{name}_round_cost'] = part['round_cost']
         row[f'{name}_ceiling'] = part['speedup_ceiling']
     row['tree_over_chain'] = row['tree_tokens_per_s'] / row['chain_tokens_per_s']
-    return row
+    return row, times
 
 
 def tree_overhead(engine: decoding.Engine, params, ids, rounds: int) -> dict:

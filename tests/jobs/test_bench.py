@@ -51,8 +51,21 @@ def test_chain_bench_reports_speedup_overhead_and_one_compile_sweeps(tmp_path, c
     c.batches = (2,)
     c.sweep_values = (0.3, 0.6)  # Two values show one compile; each is a compile per value.
     report = bench.run(c, str(tmp_path))['chain']
-    assert f'timing: {timing.WARMED}; then 1 interleaved round(s)' in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f'timing: {timing.WARMED}; then 1 interleaved round(s)' in out
     (row,) = report['rows']
+    # The field's speed table (:tiny runs a lossy rule): its matched baseline timed beside
+    # it, its TV metered; acceptance length with the bonus, every position accepted (the
+    # draft is the target), TTFT and TPOT measured.
+    assert 'T=0.0 batch 2, measured' in out and 'TPOT ms (n calls)' in out
+    ar, spec, matched = row['speed']
+    assert (ar['kind'], spec['kind'], matched['kind']) == ('ar', 'lossy', 'baseline')
+    assert spec['pairs'] == ['spec matched'] and 'spec matched: 6.00 / ' in out
+    assert spec['acceptance_length'] == pytest.approx(c.num_draft + 1)
+    assert spec['position_acceptance_at'] == [1.0] * c.num_draft
+    assert spec['tv'] >= 0 and spec['tv_positions'] > 0 and spec['tv_batch'] == 2
+    assert all(r['ttft_s'] > 0 and r['tpot_s'] > 0 for r in row['speed'])
+    assert ar['acceptance_length'] is None and matched['tv'] is None
     assert row['speedup'] > 0
     assert row['block_efficiency'] == pytest.approx(c.num_draft + 1)  # Identical draft.
     # speedup = block efficiency / round cost; with every draft accepted it is the ceiling.
@@ -71,8 +84,15 @@ def test_chain_bench_reports_speedup_overhead_and_one_compile_sweeps(tmp_path, c
 def test_tree_bench_reports_speed_overhead_equal_width_and_shapes(tmp_path, capsys):
     c = load_config(os.path.join(CONFIGS, 'bench_tree.py'), 'tiny')
     report = bench.run(c, str(tmp_path))['tree']
-    assert f'timing: {timing.WARMED}' in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f'timing: {timing.WARMED}' in out and 'T=0.0 batch 1, measured' in out
     (row,) = report['rows']
+    # The field's speed table: a lossless rule, so no matched baseline and TV 0.
+    assert [r['method'] for r in row['speed']] == ['ar', 'chain', 'tree']
+    for r in row['speed'][1:]:
+        assert r['acceptance_length'] == pytest.approx(row[f'{r["method"]}_accept_length'])
+        assert len(r['position_acceptance_at']) == c.num_draft and r['tpot_s'] > 0
+    assert '0 (lossless)' in out
     for name in ('chain', 'tree'):
         assert row[f'{name}_speedup'] > 0 and row[f'{name}_accept_length'] >= 1
         # speedup = acceptance length / round cost.
