@@ -65,6 +65,7 @@ def verify_chain(
     draft_tokens_ba: jax.Array,
     pad_id: int = 0,
     raw: contract.Raw | None = None,
+    uniforms: jax.Array | None = None,
 ) -> ChainResult:
     """Verifies a chain of drafted tokens with `rule` (docs/laws.md §6).
 
@@ -95,6 +96,8 @@ def verify_chain(
       draft_tokens_ba: [B, A] int drafted tokens.
       pad_id: token written after the emitted ones (static).
       raw: the raw logits (`contract.Raw`), required by rules that set `needs_logits`.
+      uniforms: [B, A] the acceptance uniforms u_i in (0, 1] to use instead of drawing them
+        from `key` (`rules.audit` puts them at their bounds); the final draw still uses key.
 
     A rule that sets `block_level` decides the block itself (`rule.accept_block` on the same
     uniforms; docs/rules.md, "Logits and block decisions"); the other rules take the path
@@ -117,9 +120,11 @@ def verify_chain(
             f'{draft_probs_bav.shape}, tokens {draft_tokens_ba.shape} do not match [B, A+1, V], '
             '[B, A, V], [B, A]'
         )
+    if uniforms is not None and uniforms.shape != (b, a):
+        raise ValueError(f'verify_chain: uniforms of shape {uniforms.shape}, want [B, A] {(b, a)}')
     if getattr(rule, 'block_level', False):
         return _verify_block(rule, key, target_probs_bav1, draft_probs_bav, draft_tokens_ba,
-                             pad_id, raw)  # fmt: skip
+                             pad_id, raw, uniforms)  # fmt: skip
     per_row, key_u, key_s = _split_keys(key, b)
     rows = jnp.arange(b)
     x = draft_tokens_ba.astype(jnp.int32)
@@ -133,7 +138,9 @@ def verify_chain(
             stats = jax.tree_util.tree_map(lambda s: s[:, :a], rule.stats(target_probs_bav1, None))
         accept_probs = rule.accept_from(px, qx, x, stats)
         accept_probs = accept_probs.astype(jnp.float32)
-        if per_row:
+        if uniforms is not None:
+            u = jnp.asarray(uniforms, jnp.float32)
+        elif per_row:
             u = categorical.map_rows(lambda k: uniform_open_closed(k, (a,)), key_u)
         else:
             u = uniform_open_closed(key_u, (b, a))
@@ -167,7 +174,8 @@ def verify_chain(
     )
 
 
-def _verify_block(rule, key, target_probs_bav1, draft_probs_bav, draft_tokens_ba, pad_id, raw):
+def _verify_block(rule, key, target_probs_bav1, draft_probs_bav, draft_tokens_ba, pad_id, raw,
+                  uniforms=None):
     """verify_chain for a block-level rule: the same shapes, keys and uniforms as the token-level
     path (shapes checked by the caller); n and the final law come from `rule.accept_block`."""
     b, a1, _ = target_probs_bav1.shape
@@ -179,7 +187,9 @@ def _verify_block(rule, key, target_probs_bav1, draft_probs_bav, draft_tokens_ba
     per_row, key_u, key_s = _split_keys(key, b)
     x = draft_tokens_ba.astype(jnp.int32)
     if a > 0:
-        if per_row:
+        if uniforms is not None:
+            u = jnp.asarray(uniforms, jnp.float32)
+        elif per_row:
             u = categorical.map_rows(lambda k: uniform_open_closed(k, (a,)), key_u)
         else:
             u = uniform_open_closed(key_u, (b, a))
