@@ -33,9 +33,13 @@ read raw logits or decide a whole block meet: Raw, Block and its helpers), regis
 `names`, `register`), lossless, collaborative, truncation, cascade, engines, ablations,
 logit_rules, block, budget (the rule families), chain (`verify_chain`), tree,
 tree_pointers, baselines (`matched_baseline`), distortion (TV, KL, JS, the meter, the
-frontier), theory (closed-form curves and the paper's claims, for jobs/diagnose.py). The
-contract and adding a rule: docs/rules.md; every rule's law: docs/laws.md. """
+frontier), theory (closed-form curves and the paper's claims, for jobs/diagnose.py), audit
+(`rules.audit`: any verifier's emitted law against its claim by Monte Carlo, on random and
+adversarial laws, u at its bounds; docs/laws.md §9), audit_examples (four upstream verifier
+bugs as small verifiers). The contract and adding a rule: docs/rules.md; every rule's law:
+docs/laws.md. """
 
+from spec_jax.rules import audit
 from spec_jax.rules.ablations import InterpCeiling, LenienceFlat
 from spec_jax.rules.base import Rule, YieldRule
 from spec_jax.rules.baselines import MatchedBaseline, matched_baseline
@@ -112,6 +116,7 @@ __all__ = [
     'Typical',
     'UniformInterp',
     'YieldRule',
+    'audit',
     'children_from_parents',
     'compare',
     'frontier',
