@@ -150,7 +150,7 @@ def positions_text(row: dict) -> str:
 
 
 HEADER = ('method', 'kind', 'acceptance length (bonus counted)',
-          'P(accept at k | accepted before k), k = 1, 2, ...', 'TTFT ms (n calls)',
+          'P(accept at k given accepted before k), k = 1, 2, ...', 'TTFT ms (n calls)',
           'TPOT ms (n calls)', 'TV vs p_A (n requests)',
           'matched baseline: acceptance length / TPOT ms')  # fmt: skip
 

@@ -139,6 +139,17 @@ def test_metrics_and_report_of_the_run(tiny_run, tmp_path):
             assert 1.0 <= r['block_efficiency'] <= c.num_draft + 1
         if r['kind'] in ('ar', 'lossless', 'baseline'):
             assert r['tv'] < 1e-5 and r['outside'] < 1e-6  # They emit the reference law.
+        # SPEED-Bench's figures (spec_jax/eval/speed.py): the acceptance length is the block
+        # efficiency; the per-position counts pool to the position acceptance; TTFT once per
+        # call, TPOT per request.
+        assert r['ttft_n'] == len({s['batch_id'] for s in group}) and r['ttft_s'] > 0
+        assert r['tpot_s'] > 0 and r['tpot_requests'] <= len(group)
+        if r['kind'] != 'ar':
+            assert r['acceptance_length'] == pytest.approx(r['block_efficiency'])
+            at, rounds = r['position_acceptance_at'], r['position_rounds']
+            assert len(at) == c.num_draft and sum(rounds) == sum(
+                s['stats']['reached'] for s in group)  # fmt: skip
+            assert sum(a * n for a, n in zip(at, rounds) if n) == pytest.approx(accepted)
     lossy = by[('mbpp', 'minp_verify:rho=0.3')]
     assert lossy['tv'] > 0 and lossy['outside'] > 0  # Truncation leaks outside A.
     assert by[('mbpp', 'cos:lam=0.4')]['outside'] == 0.0  # Its baseline truncates nothing.
@@ -151,6 +162,11 @@ def test_metrics_and_report_of_the_run(tiny_run, tmp_path):
     with open(os.path.join(report_dir, 'report.md')) as f:
         md = f.read()
     assert 'baseline[min_p=0.3]' in md and 'minp_verify:rho=0.3' in md
+    # The speed table: the field's figures, the TV paid and the matched baseline beside.
+    speed_md = md[md.index("## Speed in the field's terms") :].split('\n## ')[0]
+    assert '### speed' in speed_md and '### mbpp' in speed_md
+    minp = next(line for line in speed_md.splitlines() if '`minp_verify:rho=0.3`' in line)
+    assert '| baseline[min_p=0.3]: ' in minp and ' (n ' in minp
     # The header: machine, versions, the config's fingerprint, the load.
     with open(os.path.join(workdir, 'run.json')) as f:
         fingerprint = json.load(f)['fingerprint']

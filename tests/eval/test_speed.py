@@ -57,6 +57,8 @@ def test_table_puts_the_matched_baseline_and_tv_beside_a_lossy_rule():
     ]  # fmt: skip
     lines = speed.section(rows)
     assert lines[0] == "## Speed in the field's terms"
+    table = [line for line in lines if line.startswith('|')]  # Header, rule, 3 rows.
+    assert len(table) == 5 and {line.count('|') for line in table} == {len(speed.HEADER) + 1}
     body = {line.split(' | ')[0].strip('| `'): line.split(' | ') for line in lines
             if line.startswith('| `')}  # fmt: skip
     assert body['lenience'][-1] == 'base: 1.50 / 250.00 |'
