@@ -12,7 +12,8 @@ num_accepted_b)`, `verify_chain`'s arrays (target rows p_0..p_A, the draft laws 
 the drafts x were drawn from) plus the acceptance uniforms u [B, A] in [0, 1): drawing the
 uniforms is the audit's, so that it can put them at their bounds (0 and 1 - 2^-24); a
 verifier that accepts with probability a must accept iff u < a. `chain(rule)` meets it for
-spec_jax's `verify_chain` (u -> 1 - u, its (0, 1] convention) and `host(fn)` for a host
+spec_jax's `verify_chain` (u -> 1 - u, its (0, 1] convention), `node(rule, draws)` for its
+`verify_node` (one sibling; offset 0 only, its own uniforms) and `host(fn)` for a host
 (numpy) function `fn(p, q, x, u, w) -> (tokens, n)`, w [B] a uniform in [0, 1) for its final
 draw (inverse CDF), run through `jax.pure_callback`.
 
@@ -51,28 +52,20 @@ import numpy as np
 
 from spec_jax import categorical
 from spec_jax.rules import base, contract
+from spec_jax.rules.audit_laws import U_MODES, U_TOP, Law, stack, standard_laws
 from spec_jax.rules.chain import verify_chain
 from spec_jax.rules.distortion import frontier_gap
+from spec_jax.rules.tree import verify_node
 
 Array = jax.Array
 Verify = Callable[[Array, Array, Array, Array, Array], tuple[Array, Array]]
 Claim = Callable[[Array, Array], Array]
 
-# The largest float32 below 1: the upper bound of u in [0, 1).
-U_TOP = float(np.nextafter(np.float32(1.0), np.float32(0.0)))
-U_MODES = {'uniform': None, 'zero': 0.0, 'top': U_TOP}
 FLOAT_SLACK = 1e-4  # float32 rounding of the claimed laws and of the samplers.
 LOG_TINY = -1e4  # The raw logit given a token of probability 0 (`raw_inputs`).
-
-
-class Law(NamedTuple):
-    """One audited (p, q) chain: p [A+1, V] target rows, q [A, V] draft laws, how u is drawn
-    ('uniform' in [0, 1), 'zero', 'top' = 1 - 2^-24)."""
-
-    name: str
-    p: np.ndarray
-    q: np.ndarray
-    u: str = 'uniform'
+__all__ = ['U_MODES', 'U_TOP', 'Law', 'standard_laws']  # Re-exported from audit_laws; and:
+__all__ += ['Report', 'Row', 'audit', 'audit_all', 'chain', 'host', 'node', 'node_claim',
+            'rule_claim', 'target_claim']  # fmt: skip
 
 
 class Row(NamedTuple):
@@ -150,74 +143,6 @@ class Report(NamedTuple):
 
 
 # ----------------------------------------------------------------------------------------
-# Laws.
-
-
-def _norm(x: np.ndarray) -> np.ndarray:
-    return (x / x.sum(-1, keepdims=True)).astype(np.float32)
-
-
-def standard_laws(v: int = 7, a: int = 2, seed: int = 0) -> tuple[Law, ...]:
-    """The default law set: every law has distinct rows at every offset (a verifier reading
-    the wrong offset's row emits another law), V = v, A = a drafts.
-
-    random (Dirichlet 1), zeros_p (p = 0 on tokens q drafts), zeros_q (q = 0 where p > 0),
-    near_tie (q = p up to 1e-6 per entry: acceptance ~1, an empty residual), point_p (p
-    one-hot), point_q (q one-hot on a token with 0 < p < 1), disjoint (supports apart),
-    and u_zero / u_top: the zeros_p law with u at 0 and at 1 - 2^-24 in every row.
-    """
-    if v < 4 or a < 1:
-        raise ValueError(f'standard_laws: v={v} (>= 4) and a={a} (>= 1)')
-    rng = np.random.default_rng(seed)
-
-    def dirichlet(rows, alpha=1.0):
-        return rng.dirichlet(np.full(v, alpha), rows)
-
-    half = v // 2
-    laws = [Law('random', _norm(dirichlet(a + 1)), _norm(dirichlet(a)))]
-    p, q = dirichlet(a + 1), dirichlet(a, 0.7)
-    for i in range(a):  # p = 0 on two tokens q drafts often.
-        hot = rng.permutation(v)[:2]
-        p[i, hot] = 0.0
-        q[i, hot] += 0.3
-    zeros_p = (_norm(p), _norm(q))
-    laws.append(Law('zeros_p', *zeros_p))
-    p, q = dirichlet(a + 1), dirichlet(a)
-    for i in range(a):
-        q[i, rng.permutation(v)[:half]] = 0.0
-    laws.append(Law('zeros_q', _norm(p), _norm(q)))
-    p = _norm(dirichlet(a + 1))
-    tie = p[:a] * (1.0 + 1e-6 * rng.choice([-1.0, 1.0], (a, v)))
-    laws.append(Law('near_tie', p, _norm(tie)))
-    onehot = np.eye(v, dtype=np.float32)[rng.integers(v, size=a + 1)]
-    laws.append(Law('point_p', onehot, _norm(dirichlet(a))))
-    p = _norm(dirichlet(a + 1) + 0.05)
-    laws.append(Law('point_q', p, np.eye(v, dtype=np.float32)[rng.integers(v, size=a)]))
-    p = np.concatenate([dirichlet(a + 1)[:, :half], np.zeros((a + 1, v - half))], 1)
-    q = np.concatenate([np.zeros((a, half)), dirichlet(a)[:, half:]], 1)
-    p[-1] = dirichlet(1)[0]  # The bonus row: full support.
-    laws.append(Law('disjoint', _norm(p), _norm(q)))
-    laws.append(Law('u_zero', *zeros_p, u='zero'))
-    laws.append(Law('u_top', *zeros_p, u='top'))
-    return tuple(laws)
-
-
-def _stack(laws: tuple[Law, ...]) -> tuple[np.ndarray, np.ndarray]:
-    shapes = {(law.p.shape, law.q.shape) for law in laws}
-    if len(shapes) != 1:
-        raise ValueError(f'audit: the laws differ in shape {sorted(shapes)}; one A and V each')
-    ((p_shape, q_shape),) = shapes
-    if len(p_shape) != 2 or q_shape != (p_shape[0] - 1, p_shape[1]):
-        raise ValueError(f'audit: p {p_shape}, q {q_shape}: want [A+1, V] and [A, V]')
-    for law in laws:
-        if law.u not in U_MODES:
-            raise ValueError(f'audit: law {law.name!r} u={law.u!r}; valid: {sorted(U_MODES)}')
-    p = np.stack([law.p for law in laws]).astype(np.float32)
-    q = np.stack([law.q for law in laws]).astype(np.float32)
-    return p, q
-
-
-# ----------------------------------------------------------------------------------------
 # Verifiers and claims.
 
 
@@ -261,6 +186,46 @@ def host(fn: Callable) -> Verify:
         return jax.pure_callback(call, shapes, p, q, x, u, w)
 
     return verify
+
+
+def node(rule: base.Rule, draws: str = 'iid') -> Verify:
+    """spec_jax's `verify_node` on the audit's contract: the node of target p_0 with one
+    sibling, the draft x_0 ~ q_0. It emits one token (offset 0; n = 0, so the other offsets
+    are not reached). `verify_node` draws its own uniforms: on the u-at-bound laws it runs
+    at uniform u (the support check still holds).
+
+    Args:
+      rule: a rule with the tree mode.
+      draws: 'iid' or 'distinct' (sampled siblings: q_0 passed), or 'deterministic' (q not
+        passed: EAGLE's siblings, whose law does not read how they were chosen).
+    """
+    sampled = draws != 'deterministic'
+
+    def verify(key, p, q, x, u):
+        del u
+        out = verify_node(rule, key, p[:, 0], x[:, :1], q[:, 0] if sampled else None,
+                          draws=draws if sampled else 'iid')  # fmt: skip
+        tokens = jnp.zeros(p.shape[:2], jnp.int32).at[:, 0].set(out.token)
+        return tokens, jnp.zeros(p.shape[:1], jnp.int32)
+
+    return verify
+
+
+def node_claim(rule: base.Rule, draws: str = 'iid') -> Claim:
+    """The law `node(rule, draws)` claims at offset 0 (p at the offsets it does not reach):
+    p for sampled siblings (lossless tree modes); for deterministic siblings the mixture
+    sum_x q_0(x) rule.induced_tree_node(p_0, [x]) over the drafted sibling."""
+
+    def claim(p, q):
+        if draws != 'deterministic':
+            return p
+        v = p.shape[-1]
+        sib = jnp.broadcast_to(jnp.arange(v)[:, None, None], (v, p.shape[0], 1))
+        laws = jax.vmap(lambda s: rule.induced_tree_node(p[:, 0], s))(sib)  # [V, L, V]
+        mixed = jnp.einsum('lx,xlv->lv', q[:, 0], laws)
+        return p.at[:, 0].set(mixed)
+
+    return claim
 
 
 def rule_claim(rule: base.Rule) -> Claim:
@@ -377,7 +342,7 @@ def audit_all(
     laws = standard_laws() if laws is None else tuple(laws)
     if not 0.0 < alpha < 1.0 or n < 1:
         raise ValueError(f'audit: alpha={alpha} must be in (0, 1) and n={n} >= 1')
-    p, q = _stack(laws)
+    p, q = stack(laws)
     modes = np.asarray([list(U_MODES).index(law.u) for law in laws], np.int32)
     names = list(verifiers)
     run = jax.jit(_simulate([verifiers[k][0] for k in names], [verifiers[k][1] for k in names],

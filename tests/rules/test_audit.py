@@ -87,6 +87,24 @@ def test_measured_tv_matches_the_bugs_exact_law():
         assert abs(row.tv - exact) <= row.bound, (law.name, row.tv, exact)
 
 
+def test_tree_nodes_pass_against_their_claims():
+    """`verify_node` with one drafted sibling: lossless in its three sibling modes (claim p),
+    and the deterministic-sibling forms of lenience, minp_verify and greedy against the
+    mixture of `induced_tree_node` over the drafted sibling; one compiled program."""
+    cases = [('lossless', 'iid'), ('lossless', 'distinct'), ('lossless', 'deterministic'),
+             ('lenience:l=0.5', 'deterministic'), ('minp_verify:rho=0.3', 'deterministic'),
+             ('greedy', 'deterministic')]  # fmt: skip
+    verifiers = {}
+    for spec, draws in cases:
+        rule = rules.make(spec)
+        verifiers[f'{spec}/{draws}'] = (audit.node(rule, draws), audit.node_claim(rule, draws))
+    reports = audit.audit_all(verifiers, LAWS, n=N_RULES, seed=3)
+    failed = {k: r.format() for k, r in reports.items() if not r.passed}
+    assert not failed, '\n'.join(failed.values())
+    for report in reports.values():  # Offset 0 of the 7 uniform laws, nothing else reached.
+        assert report.m == 7 and all(r.n == 0 for r in report.rows if r.offset > 0)
+
+
 def _numpy_sd(p, q, x, u, w, inclusive=False):
     """Speculative sampling in numpy on the host contract (inclusive: SGLang's u <= a)."""
     b, a1, v = p.shape
