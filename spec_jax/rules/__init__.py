@@ -35,9 +35,9 @@ logit_rules, block, budget (the rule families), chain (`verify_chain`), tree,
 tree_pointers, baselines (`matched_baseline`), distortion (TV, KL, JS, the meter, the
 frontier), theory (closed-form curves and the paper's claims, for jobs/diagnose.py), audit
 (`rules.audit`: any verifier's emitted law against its claim by Monte Carlo, on random and
-adversarial laws, u at its bounds; docs/laws.md §9), audit_examples (four upstream verifier
-bugs as small verifiers). The contract and adding a rule: docs/rules.md; every rule's law:
-docs/laws.md. """
+adversarial laws, u at its bounds; docs/laws.md §9), audit_laws (the laws it runs on),
+audit_examples (four upstream verifier bugs as small verifiers). The contract and adding a
+rule: docs/rules.md; every rule's law: docs/laws.md. """
 
 from spec_jax.rules import audit
 from spec_jax.rules.ablations import InterpCeiling, LenienceFlat
