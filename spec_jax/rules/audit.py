@@ -62,6 +62,7 @@ Verify = Callable[[Array, Array, Array, Array, Array], tuple[Array, Array]]
 Claim = Callable[[Array, Array], Array]
 
 FLOAT_SLACK = 1e-4  # float32 rounding of the claimed laws and of the samplers.
+P_FLOOR = 1e-300  # The smallest p-value a TV test reports.
 LOG_TINY = -1e4  # The raw logit given a token of probability 0 (`raw_inputs`).
 __all__ = ['U_MODES', 'U_TOP', 'Law', 'standard_laws']  # Re-exported from audit_laws; and:
 __all__ += ['Report', 'Row', 'audit', 'audit_all', 'chain', 'host', 'node', 'node_claim',
@@ -77,8 +78,8 @@ class Row(NamedTuple):
       tv: TV(empirical law, claimed law) (measured; not judged where u is at a bound).
       bound: r(n, alpha / m), the TV a verifier emitting its claim stays under (prob >= 1 -
         alpha / m); nan where u is at a bound.
-      p_value: the Bretagnolle-Huber-Carol p-value of tv; at a bound: 0 if a token fell
-        outside the claim's support, else 1.
+      p_value: the Bretagnolle-Huber-Carol p-value of tv (floored at 1e-300); at a bound:
+        0 if a token fell outside the claim's support, else 1.
       detectable: the smallest TV (uniform u) or per-row outside-support probability (u at
         a bound) flagged with power >= 0.9 at this n.
       outside: tokens emitted outside the claimed law's support.
@@ -303,11 +304,13 @@ def radius(n: int, v: int, delta: float) -> float:
 
 
 def p_value(d: float, n: int, v: int) -> float:
-    """min(1, 2^V exp(-2 n (d - FLOAT_SLACK)_+^2)): the BHC p-value of an observed TV d."""
+    """min(1, 2^V exp(-2 n (d - FLOAT_SLACK)_+^2)): the BHC p-value of an observed TV d,
+    floored at P_FLOOR = 1e-300 (below it the bound underflows; a TV p-value is never 0)."""
     if n <= 0:
         return 1.0
     e = max(d - FLOAT_SLACK, 0.0)
-    return float(min(1.0, math.exp(v * math.log(2.0) - 2.0 * n * e * e)))
+    log_p = v * math.log(2.0) - 2.0 * n * e * e
+    return float(min(1.0, math.exp(max(log_p, math.log(P_FLOOR)))))
 
 
 def _rate_radius(n: int, delta: float) -> float:
