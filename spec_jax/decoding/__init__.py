@@ -12,9 +12,10 @@
     decoding.Engine(cfg, decode, drafters.Eagle3Drafter(head_cfg),
                     tree=decoding.TreeShape(nodes=8, depth=4, branch=2))  # EAGLE-3 trees
 
-Modules: engine (the loop and its rounds), verification (the rule or its matched
-baseline), trees (tree shapes, selection, ancestor masks), tree_budget (a
-tree sized for the chip and the batch), adaptive (draft lengths chosen online), state
+Modules: engine (the loop and its rounds), tree_rounds (a tree round), verification (the
+rule or its matched baseline), trees (tree shapes, selection, ancestor masks), tree_budget
+(a tree sized for the chip and the batch), adaptive (draft lengths and trees chosen
+online), state
 (settings, the carry, commit), stats (counters and summaries), host (generate, chat), build
 (config blocks -> engine), drafters/ (the Drafter protocol and proposers), batching,
 code_room. docs/engine.md describes the design.

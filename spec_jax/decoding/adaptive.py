@@ -1,12 +1,12 @@
-"""Verification sized online: each chain round's draft length chosen on device.
+"""Verification sized online: each round's draft length, or tree, chosen on device.
 
 `Engine(adaptive=Adaptive(tiers, costs))` compiles one chain round per tier (a draft length;
 0 is an AR step) and, at the top of every round of the `lax.while_loop`, `Adaptive.tier`
 picks the tier that maximizes expected tokens per second; `lax.switch` runs it. In tree
-mode the tiers are (0, path_len): AR's step or the engine's tree (its node budget is not
-sized online: that needs acceptance per rank, which the statistics do not keep). The choice
-is pure jnp on the loop carry: no host round trip, no recompile when costs or the prior
-change (they are leaves of the engine pytree).
+mode the tiers are AR's step and a few trees (`trees`, node budgets cut from the engine's
+tree: `tree_tiers`), chosen from an estimate per depth and rank ("Tree tiers" below). The
+choice is pure jnp on the loop carry: no host round trip, no recompile when costs or the
+prior change (they are leaves of the engine pytree).
 
 Expected tokens. The engine's own statistics (`Stats.accepted_at_ba`, `reached_at_ba`: per
 row and draft position, the rounds that accepted / examined it) give each row's conditional
@@ -42,9 +42,24 @@ started badly can climb back; 0 turns it off.
 Lossless stays lossless: the tier is a function of the carry before the round (earlier
 rounds' verdicts, lengths, limits), never of the round's own drafts or verdicts, and each
 tier is a lossless round of its width, so given the text so far the next tokens follow the
-rule's law whatever width the round had (tests/decoding/test_adaptive.py: greedy equality
-with AR, a Monte Carlo law check). Per-position rules (`tv_budget`'s cap) hold at every tier:
-a position's law does not depend on the width of its round.
+rule's law whatever width the round had (tests/decoding/test_adaptive.py and
+test_adaptive_tree.py: greedy equality with AR, Monte Carlo law checks). Per-position
+rules (`tv_budget`'s cap) hold at every tier: a position's law does not depend on the width
+of its round (a tree tier's node law is the rule's `induced_tree_node`, as in any tree).
+
+Tree tiers. A tree's expected tokens need the acceptance of each rank, not only the top
+one: `DecodeState.ranks` [2, A, C] counts, over the batch's live rows and every tree round
+(any tier), the rounds whose walk stood at drafted depth d on a node with a k-th child and
+those that accepted that child (`rank_counts`, from the round's `TreeResult.path`). Per
+batch, not per row: a row's tree rounds are few and spread over C ranks. The estimate
+p_dk = P(the target's token at depth d is the head's k-th candidate | its parent was
+accepted) is shrunk toward the depth above (depth 1 toward prior (1 - prior)^k), `weight`
+rounds each (`rank_acceptance`). A node's chance of being on the accepted path is the
+product of its ranks' p along its path; a tier's tokens are, per live row, 1 plus the sum
+over its nodes no deeper than the row's room - 1 (`tree_tokens`; a dynamic tree keeps the
+M - 1 best of its pool, tree_budget's premise that draft scores track acceptance). Counts
+come from earlier rounds only, so lossless stays lossless. A smaller tier never examines
+depths or ranks the larger ones hold; they borrow the depth above.
 
 The AR tier keeps the drafter's state following the text: the drafter is asked for one draft
 (which is discarded), so a draft LM re-feeds its 2-token window (one draft forward) and an
@@ -59,6 +74,8 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from spec_jax.decoding.trees import TreeShape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,13 +111,17 @@ class TierCosts:
     @classmethod
     def relative(
         cls, tiers: Sequence[int], verify: float = 0.18, draft: float = 0.15,
-        context: float = 0.0,
+        context: float = 0.0, trees: Sequence[TreeShape] = (),
     ) -> TierCosts:  # fmt: skip
         """A model in units of an AR step at context 0: tier k costs 1 + verify k (the
         target over k + 1 tokens) + draft max(k, 1) (k draft calls; the AR tier keeps the
-        drafter up with one), plus context (k + 1) per context token (attention)."""
-        base = [1.0 + verify * k + draft * max(k, 1) for k in tiers]
-        return cls.table(base, [context * (k + 1) for k in tiers])
+        drafter up with one), plus context (k + 1) per context token (attention). With
+        `trees` (tree mode, tiers 0 and each tree's nodes M): k = M - 1 verified and the
+        tree's drafted levels as its draft calls."""
+        calls = [1, *(t.levels_drafted for t in trees)] if trees else [max(k, 1) for k in tiers]
+        verified = [0, *(t.nodes - 1 for t in trees)] if trees else list(tiers)
+        base = [1.0 + verify * k + draft * n for k, n in zip(verified, calls)]
+        return cls.table(base, [context * (k + 1) for k in verified])
 
     def seconds(self, batch: int, context: jax.Array) -> jax.Array:
         """[K] seconds of a round of each tier at `batch` rows and `context` tokens."""
@@ -142,20 +163,119 @@ def choose(tokens_k: jax.Array, seconds_k: jax.Array) -> jax.Array:
     return jnp.argmax(tokens_k / seconds_k).astype(jnp.int32)
 
 
+# ---- tree tiers ------------------------------------------------------------------------------
+def tree_tiers(tree: TreeShape, text: str) -> tuple[TreeShape, ...]:
+    """The trees of tree mode's tiers, ascending in nodes, the last `tree` itself: node
+    budgets n, 'auto' (path_len + 1: as many drafts as the longest path, a tree of half
+    the nodes, at least one more, then tree.nodes) or '0,4,8' (0 AR, the last
+    tree.nodes), each tree the first n nodes of a static tree (a prefix is a tree: parents
+    precede children) or the dynamic tree of n nodes, depth min(depth, n - 1), the same
+    branch (its n - 1 best candidates)."""
+    def of(n: int) -> TreeShape:
+        if tree.static:
+            return TreeShape.fixed(tree.parents[:n], tree.sampled)
+        return TreeShape(n, min(tree.depth, n - 1), tree.branch)
+
+    if text == 'auto':
+        chain = tree.path_len + 1
+        budgets = (chain, max(chain + 1, tree.nodes // 2), tree.nodes)
+    else:
+        budgets = Adaptive.parse_tiers(text, tree.nodes)[1:]
+    budgets = sorted({n for n in budgets if 1 < n <= tree.nodes} | {tree.nodes})
+    return tuple(tree if n == tree.nodes else of(n) for n in budgets)
+
+
+def rank_counts(path_bt, num_accepted_b, kids_bmc, live_b, depth: int, width: int):
+    """One tree round's counts [2, depth, width] (summed over the live rows): [1, d, k] the
+    rounds whose walk stood at drafted depth d (0-based: the root's children are depth 0)
+    on a node with a (k + 1)-th child, [0, d, k] those of them that accepted that child
+    (`TreeResult.path`, `num_accepted`; children [B, M, C] in draft order, -1 padded)."""
+    d = path_bt.shape[1] - 1
+    kids_btc = jnp.take_along_axis(kids_bmc, path_bt[:, :, None], axis=1)[:, :d]
+    stood_bd = (jnp.arange(d)[None, :] <= num_accepted_b[:, None]) & live_b[:, None]
+    seen_bdc = stood_bd[..., None] & (kids_btc >= 0)
+    took_bd = (jnp.arange(d)[None, :] < num_accepted_b[:, None]) & live_b[:, None]
+    acc_bdc = took_bd[..., None] & (kids_btc == path_bt[:, 1:, None])
+    counts = jnp.stack([acc_bdc.sum(0), seen_bdc.sum(0)]).astype(jnp.float32)
+    c = kids_bmc.shape[2]
+    return jnp.pad(counts, ((0, 0), (0, depth - d), (0, width - c)))
+
+
+def rank_acceptance(counts_2dc, prior, weight) -> jax.Array:
+    """P(the target's token at drafted depth d is the head's k-th candidate | its parent
+    was accepted) [D, C], the batch's counts shrunk toward the depth above (depth 1 toward
+    the geometric prior(1 - prior)^k), `weight` rounds each; each depth's total at most 1."""
+    acc_dc, seen_dc = counts_2dc[0], counts_2dc[1]
+    above = prior * (1.0 - prior) ** jnp.arange(acc_dc.shape[1], dtype=jnp.float32)
+    rows = []
+    for d in range(acc_dc.shape[0]):
+        above = (acc_dc[d] + weight * above) / (seen_dc[d] + weight)
+        above = above / jnp.maximum(above.sum(), 1.0)
+        rows.append(above)
+    return jnp.stack(rows)
+
+
+def tree_reach(shape: TreeShape, p_dc: jax.Array) -> tuple[jax.Array, np.ndarray]:
+    """(each drafted node's probability of being on the accepted path, its depth), [M - 1]
+    each: the product of its ranks' probabilities along its path. A dynamic tree keeps the
+    M - 1 most likely of its pool (tree_budget's premise: draft scores track acceptance)."""
+    if shape.static:
+        tree = shape.tree
+        depth_m, parents = np.asarray(tree.depth), np.asarray(shape.parents)
+        rank_m = np.zeros(shape.nodes, np.int32)
+        for i in range(1, shape.nodes):
+            rank_m[i] = int(np.sum(parents[1:i] == parents[i]))
+        factor_m = p_dc[np.maximum(depth_m - 1, 0), rank_m].at[0].set(1.0)
+        anc_mm = np.asarray(tree_ancestors(parents))
+        reach_m = jnp.prod(jnp.where(anc_mm, factor_m[None, :], 1.0), axis=1)
+        return reach_m[1:], depth_m[1:]
+    b, scores, depths = shape.branch, [], []
+    front = jnp.zeros((b,)).at[0].set(1.0)
+    for d in range(shape.levels_drafted):
+        level = (front[:, None] * p_dc[d, :b][None, :]).reshape(-1)
+        scores.append(level)
+        depths.append(np.full(level.shape, d + 1))
+        front = jax.lax.top_k(level, b)[0]
+    kept, at = jax.lax.top_k(jnp.concatenate(scores), shape.nodes - 1)
+    return kept, jnp.asarray(np.concatenate(depths))[at]
+
+
+def tree_ancestors(parents) -> np.ndarray:
+    """[M, M] bool: node j is i or an ancestor of i."""
+    m = len(parents)
+    anc = np.eye(m, dtype=bool)
+    for i in range(1, m):
+        anc[i] |= anc[parents[i]]
+    return anc
+
+
+def tree_tokens(shapes, p_dc, live_b, room_b) -> jax.Array:
+    """[1 + len(shapes)] tokens a round of AR and of each tree emits in expectation, summed
+    over the live rows: a row's 1 + the reach of its nodes no deeper than room - 1."""
+    out = [live_b.sum().astype(jnp.float32)]
+    for shape in shapes:
+        reach_m, depth_m = tree_reach(shape, p_dc)
+        fits_bm = jnp.asarray(depth_m)[None, :] < room_b[:, None]
+        out.append(jnp.where(live_b, 1.0 + jnp.where(fits_bm, reach_m, 0.0).sum(1), 0.0).sum())
+    return jnp.stack(out)
+
+
 @dataclasses.dataclass(frozen=True)
 class Adaptive:
     """An engine's online draft length (module docstring).
 
     A pytree: `costs`, `prior`, `weight` and `explore` are leaves (new values reuse the
-    compiled loop); `tiers` is static.
+    compiled loop); `tiers` and `trees` are static.
 
     Attributes:
       tiers: ascending distinct draft lengths, each a compiled round (0: an AR step); the
-        largest is the engine's `num_draft`.
+        largest is the engine's `num_draft`. Tree mode: 0, then each tree's node budget.
       costs: `TierCosts` with one row per tier.
       prior: acceptance assumed at depth 1 before any round (deeper: the depth above).
       weight: rounds the prior (and, per row, the pooled rate) counts as.
       explore: every explore-th round runs the tier above the choice (0: never).
+      trees: tree mode's tier trees (`tree_tiers`), ascending in nodes, the last the
+        engine's tree (the `Engine` sets (tree,) when empty).
     """
 
     tiers: tuple[int, ...]
@@ -163,9 +283,16 @@ class Adaptive:
     prior: float = 0.7
     weight: float = 4.0
     explore: int = 16
+    trees: tuple[TreeShape, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, 'tiers', tuple(int(k) for k in self.tiers))
+        object.__setattr__(self, 'trees', tuple(self.trees))
+
+    @property
+    def width(self) -> int:
+        """The rank counts' width: the widest tier tree's branch."""
+        return max((t.branch for t in self.trees), default=1)
 
     @classmethod
     def parse_tiers(cls, text: str, num_draft: int) -> tuple[int, ...]:
@@ -185,9 +312,9 @@ class Adaptive:
         if getattr(drafter, 'narrows', False):
             raise ValueError('adaptive draft lengths need a drafter that drafts every position '
                              f'(lm, eagle3, self, lookup > 0); got {type(drafter).__name__}')
-        if tree is not None and t != (0, num_draft):
-            raise ValueError(f'adaptive tiers {t} in tree mode: give (0, {num_draft}), AR and '
-                             f'the tree (its path_len {num_draft})')
+        if tree is not None:
+            self._check_trees(tree)
+            num_draft = tree.nodes
         if len(t) < 2 or list(t) != sorted(set(t)) or t[0] < 0 or t[-1] != num_draft:
             raise ValueError(f'adaptive tiers {t}: give at least two ascending distinct draft '
                              f'lengths >= 0, the last one num_draft ({num_draft})')
@@ -198,13 +325,29 @@ class Adaptive:
             raise ValueError(f'adaptive prior {self.prior} (in (0, 1)), weight {self.weight} '
                              f'(> 0), explore {self.explore} (>= 0)')
 
+    def _check_trees(self, tree: TreeShape) -> None:
+        nodes = (0, *(s.nodes for s in self.trees))
+        if not self.trees or self.trees[-1] != tree or self.tiers != nodes:
+            raise ValueError(f'adaptive tiers {self.tiers} with trees '
+                             f'{[s.describe() for s in self.trees]} in tree mode: give tiers '
+                             f'(0, each tree\'s nodes), the last tree the engine\'s '
+                             f'({tree.describe()}): `tree_tiers`')
+        for s in self.trees:
+            if s.room > tree.room or s.path_len > tree.path_len or s.mode != tree.mode:
+                raise ValueError(f'adaptive tier tree {s.describe()}: give trees within '
+                                 f'{tree.describe()} (room, depth) of its sibling mode')
+
     def tier(self, state) -> jax.Array:
         """The index into `tiers` of the round to run on `state` (a `DecodeState`), from
         the rounds before it only."""
         st = state.stats
-        alpha_ba = acceptance(st.accepted_at_ba, st.reached_at_ba, self.prior, self.weight)
         room_b = state.limit_b - state.num_out_b
-        tokens_k = expected_tokens(alpha_ba, self.tiers, ~state.done_b, room_b)
+        if self.trees:  # The batch's acceptance per depth and rank (state.ranks).
+            p_dc = rank_acceptance(state.ranks, self.prior, self.weight)
+            tokens_k = tree_tokens(self.trees, p_dc, ~state.done_b, room_b)
+        else:
+            alpha_ba = acceptance(st.accepted_at_ba, st.reached_at_ba, self.prior, self.weight)
+            tokens_k = expected_tokens(alpha_ba, self.tiers, ~state.done_b, room_b)
         context = state.committed_b.astype(jnp.float32).mean()
         k = choose(tokens_k, self.costs.seconds(state.committed_b.shape[0], context))
         every = jnp.asarray(self.explore, jnp.int32)
@@ -213,5 +356,5 @@ class Adaptive:
 
 
 jax.tree_util.register_dataclass(
-    Adaptive, data_fields=['costs', 'prior', 'weight', 'explore'], meta_fields=['tiers']
+    Adaptive, data_fields=['costs', 'prior', 'weight', 'explore'], meta_fields=['tiers', 'trees']
 )

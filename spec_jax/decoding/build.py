@@ -8,7 +8,7 @@ The block (configs built on `spec_jax.jobs.generate.default_config` carry it):
   spec                               `spec_config()`: mode ('ar', 'chain' or 'tree'),
                                      drafter, draft, num_draft, ngram, lookup, rule,
                                      baseline, meter_distortion, tree (the tree's shape),
-                                     adaptive (draft lengths sized online)
+                                     adaptive (draft lengths or trees sized online)
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import ml_collections
 from spec_jax import checkpoints, rules, sharding
 from spec_jax.costs import calibration, chips
 from spec_jax.decoding import drafters, tree_budget, trees
-from spec_jax.decoding.adaptive import Adaptive, TierCosts
+from spec_jax.decoding.adaptive import Adaptive, TierCosts, tree_tiers
 from spec_jax.decoding.engine import MODES, Engine
 from spec_jax.decoding.host import Params
 from spec_jax.decoding.state import DecodeSettings
@@ -121,7 +121,9 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
         dict(
             # Draft lengths compiled once, one chosen each round on device: '' off, 'auto'
             # (0, the powers of two below num_draft, num_draft) or '0,1,3' (0 = an AR step;
-            # the last one num_draft). Tree mode: 'auto', AR's step or the tree each round.
+            # the last one num_draft). Tree mode: node budgets ('0,4,8', the last the tree's
+            # nodes: trees cut from the configured one, adaptive.tree_tiers) or 'auto' (AR,
+            # the chain of its path, a tree of half its nodes, the tree).
             tiers=tiers,
             # Seconds of a round of each tier at context 0, one per tier ('1,1.3,1.6,2.2',
             # any unit: a bench's measurements); 'chip:h200' a calibrated chip's cost model
@@ -130,7 +132,8 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
             costs=costs,
             per_token='',  # Seconds each tier's round adds per context token ('' = 0).
             # The relative model (units of an AR step): tier k costs 1 + verify k +
-            # draft max(k, 1), plus context (k + 1) per context token.
+            # draft max(k, 1), plus context (k + 1) per context token (a tree of M nodes:
+            # k = M - 1 verified, its drafted levels as draft calls).
             verify=0.18,
             draft=0.15,
             context=0.0,
@@ -146,10 +149,11 @@ CHIP_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 
 def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
-                    tree: trees.TreeShape | None = None) -> TierCosts:  # fmt: skip
+                    tree: trees.TreeShape | None = None, shapes=()) -> TierCosts:  # fmt: skip
     """`tiers`' round costs from `chip`'s calibrated model (`costs.calibration`) at
     `CHIP_BATCHES` and `slots` cache slots, no context term (the engine's attention reads
-    every slot). Tier k > 0: a chain of k drafted by `kind` ('lm', 'eagle3'), or `tree`;
+    every slot). Tier k > 0: a chain of k drafted by `kind` ('lm', 'eagle3'), or `tree`
+    (tier i > 0 of tree mode's `shapes`: that tree);
     tier 0: AR's step plus the call that keeps the drafter up (a draft LM's 2-token window,
     a head's window over the one new token)."""
     if kind not in ('lm', 'eagle3'):
@@ -159,12 +163,15 @@ def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
     model = calibration.for_chip(chip, target, **{'head' if kind == 'eagle3' else 'draft':
                                                   base.cfg})  # fmt: skip
     keep = calibration.Tier('ar', 1, (1,) if kind == 'eagle3' else (2,))
-    def tier(k):
+    def tier(i, k):
         if not k:
             return keep
+        if shapes:
+            return calibration.Tier.tree(shapes[i - 1])
         return calibration.Tier.chain(k, kind) if tree is None else calibration.Tier.tree(tree)
 
-    at = [[model.round_s(tier(k), b, slots) for b in CHIP_BATCHES] for k in tiers]
+    at = [[model.round_s(tier(i, k), b, slots) for b in CHIP_BATCHES]
+          for i, k in enumerate(tiers)]  # fmt: skip
     return TierCosts.table(at, batch_n=CHIP_BATCHES)
 
 
@@ -178,22 +185,23 @@ def platform_chip() -> str:
     return found.name
 
 
-def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int,
-                chip_costs=None) -> Adaptive | None:  # fmt: skip
+def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int, chip_costs=None,
+                tree: trees.TreeShape | None = None) -> Adaptive | None:  # fmt: skip
     """The engine's `Adaptive` from an adaptive block (None when `tiers` is ''); `chip_costs`
-    (chip, tiers) -> TierCosts reads 'chip:NAME' costs (`build`: `chip_tier_costs`)."""
+    (chip, tiers[, shapes]) -> TierCosts reads 'chip:NAME' costs (`build`: `chip_tier_costs`);
+    `tree`: tree mode's tree (its tiers: `adaptive.tree_tiers`)."""
     if not c.tiers:
         return None
     if mode == 'ar':
         raise ValueError(f'spec.adaptive.tiers={c.tiers!r} sizes speculative rounds: set '
                          f"spec.mode to 'chain' or 'tree' (got {mode!r}) or tiers to ''")
-    tiers = Adaptive.parse_tiers(c.tiers, num_draft)
-    if mode == 'tree' and c.tiers == 'auto':  # AR's step or the tree (num_draft: its path).
-        tiers = (0, num_draft)
+    shapes = () if tree is None else tree_tiers(tree, c.tiers)
+    tiers = (0, *(t.nodes for t in shapes)) if shapes else Adaptive.parse_tiers(c.tiers, num_draft)
     if not c.costs:
-        costs = TierCosts.relative(tiers, c.verify, c.draft, c.context)
+        costs = TierCosts.relative(tiers, c.verify, c.draft, c.context, shapes)
     elif (c.costs == 'auto' or c.costs.startswith('chip:')) and chip_costs is not None:
-        costs = chip_costs(platform_chip() if c.costs == 'auto' else c.costs[5:], tiers)
+        name = platform_chip() if c.costs == 'auto' else c.costs[5:]
+        costs = chip_costs(name, tiers, shapes) if shapes else chip_costs(name, tiers)
     else:
         try:
             base = [float(v) for v in c.costs.split(',')]
@@ -205,7 +213,7 @@ def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int,
             raise ValueError(f'spec.adaptive.costs={c.costs!r}, per_token={c.per_token!r}: '
                              f'give one number per tier {tiers}')
         costs = TierCosts.table(base, per)
-    return Adaptive(tiers, costs, c.prior, c.weight, c.explore)
+    return Adaptive(tiers, costs, c.prior, c.weight, c.explore, shapes)
 
 
 def spec_config(mode: str = 'ar', draft: str = '') -> ml_collections.ConfigDict:
@@ -292,9 +300,10 @@ def build(c: ml_collections.ConfigDict) -> Built:
     )  # fmt: skip
     tree = tree_of(c, draft.drafter, target.cfg) if s.mode == 'tree' else None
 
-    def chip_costs(chip, tiers):
+    def chip_costs(chip, tiers, shapes=()):
         slots = c.max_prompt_len + c.max_new_tokens
-        return chip_tier_costs(chip, tiers, target.cfg, draft.drafter, s.drafter, slots, tree)
+        return chip_tier_costs(chip, tiers, target.cfg, draft.drafter, s.drafter, slots, tree,
+                               shapes)  # fmt: skip
 
     num_draft = tree.path_len if tree is not None else s.num_draft
     engine = Engine(
@@ -307,7 +316,7 @@ def build(c: ml_collections.ConfigDict) -> Built:
         sampler,
         bool(s.meter_distortion),
         tree,
-        adaptive_of(s.adaptive, s.mode, num_draft, chip_costs) if 'adaptive' in s else None,
+        adaptive_of(s.adaptive, s.mode, num_draft, chip_costs, tree) if 'adaptive' in s else None,
     )
     engine.check()
     params = Params(target.params, sharding.shard(draft.params, mesh, draft.drafter.rules))

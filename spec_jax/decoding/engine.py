@@ -10,10 +10,10 @@ A round, for every row at once (docs/engine.md):
      advances (`DecodeState.commit`); the target cache already holds their keys/values;
   5. observe: the drafter reads the round (an EAGLE-3 head the taps of the verified
      positions).
-A tree round (`tree_round`) is the same round over a draft tree: the drafter proposes M
-nodes, the target reads them in one forward through the tree's ancestor mask,
-`rules.verify_tree` walks the accepted path, `KVCache.commit_path` moves it into place, and
-the drafter observes the path's taps.
+A tree round (`tree_round`, decoding/tree_rounds.py) is the same round over a draft tree:
+the drafter proposes M nodes, the target reads them in one forward through the tree's
+ancestor mask, `rules.verify_tree` walks the accepted path, `KVCache.commit_path` moves it
+into place, and the drafter observes the path's taps.
 
 `Engine` is a pytree: the rule's float parameters, the baseline flag and the sampler are
 leaves (traced), everything else is static. A sweep over one rule's parameter, and its
@@ -46,8 +46,9 @@ from spec_jax.decoding.state import (
     uncut_draft,
 )
 from spec_jax.decoding.stats import Stats
-from spec_jax.decoding.verification import TargetLaw, Verification, raw_inputs
-from spec_jax.models.cache import KVCache, tree_mask
+from spec_jax.decoding.tree_rounds import path_result, tree_round  # noqa: F401 (engine's API)
+from spec_jax.decoding.verification import Verification, raw_inputs
+from spec_jax.models.cache import KVCache
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
 from spec_jax.sampling import Sampler
@@ -96,6 +97,9 @@ class Engine:
         if self.drafter is None:
             object.__setattr__(self, 'drafter', NoDrafter(self.cfg.vocab_size))
         if self.adaptive is not None:
+            if self.tree is not None and not self.adaptive.trees:  # Tiers: AR and the tree.
+                adaptive = dataclasses.replace(self.adaptive, trees=(self.tree,))
+                object.__setattr__(self, 'adaptive', adaptive)
             num = self.num_draft if self.tree is None else self.tree.path_len
             self.adaptive.check(num, self.drafter, self.tree)
         if self.tree is not None:  # num_draft follows the tree (so `replace` may change it).
@@ -221,7 +225,11 @@ def init_state(
         stats = stats.meter(metered, jnp.ones((batch,), bool))
     history_bs = jnp.zeros((batch, slots), jnp.int32).at[:, :bucket].set(prompt_bp)
     history_bs = history_bs.at[jnp.arange(batch), prompt_len_b].set(first_b)
+    ranks = None  # An adaptive tree's counts per depth and rank (adaptive.rank_counts).
+    if engine.adaptive is not None and engine.tree is not None:
+        ranks = jnp.zeros((2, engine.num_draft, engine.adaptive.width), jnp.float32)
     return DecodeState(
+        ranks=ranks,
         cache=cache,
         draft=drafter.init(draft_params, history_bs, prompt_len_b, bucket, taps_bped),
         history_bs=history_bs,
@@ -287,7 +295,8 @@ def rounds(
     tree = partial(tree_round, engine, params, draft_params)
     if engine.adaptive is not None:  # Each round's size chosen on device (adaptive.py).
         tiers = [partial(chain, a_round=k, keep_draft=True) for k in engine.adaptive.tiers]
-        tiers = tiers if engine.tree is None else [tiers[0], tree]  # Tree mode: AR or the tree.
+        if engine.tree is not None:  # Tree mode: AR or one of the tier trees.
+            tiers = [tiers[0], *(partial(tree, shape=t) for t in engine.adaptive.trees)]
         body = lambda s: jax.lax.switch(engine.adaptive.tier(s), tiers, s)  # noqa: E731
     elif engine.tree is not None:
         body = tree
@@ -354,95 +363,3 @@ def chain_round(
     s = s.commit(out.tokens, out.num_emitted, stops)
     draft = drafter.observe(draft_params, draft, s.history_bs, start_b, s.committed_b, taps_bted)
     return s.replace(draft=draft)
-
-
-def tree_round(engine: Engine, params: dict, draft_params, s: DecodeState) -> DecodeState:
-    """One round over a draft tree of `engine.tree`'s shape (docs/engine.md, "Tree rounds")."""
-    cfg, drafter, shape = engine.cfg, engine.drafter, engine.tree
-    verification = Verification(engine.rule, engine.baseline)
-    key_b, k_draft_b, k_verify_b = s.split_keys(3)
-    live_b = ~s.done_b
-    draft, tokens_bm, parents_bm, q_bmv = drafter.propose_tree(
-        draft_params, s.draft, s.committed_b, shape, k_draft_b, probs_fn(engine, verification)
-    )
-    tokens_bm = tokens_bm.at[:, 0].set(s.pending_b())
-    if shape.static:
-        anc_bmm = jnp.broadcast_to(trees.static_ancestors(shape), (*tokens_bm.shape, shape.nodes))
-    else:
-        anc_bmm = trees.ancestors(parents_bm, shape.path_len)
-    depth_bm = anc_bmm.sum(-1, dtype=jnp.int32) - 1
-    logits_bmv, taps_bmed, cache = forward(
-        cfg,
-        params,
-        tokens_bm,
-        s.committed_b[:, None] + depth_bm,
-        s.cache,
-        tree_mask(s.cache.lengths, anc_bmm, s.cache.max_len),
-        tap_layers=drafter.tap_layers,
-    )
-    # The processed laws of the rows the walk reads only (verify_tree's target_law).
-    extra = {'target_logits_bmv': logits_bmv,
-             'target_law': TargetLaw(engine.sampler, verification)}  # fmt: skip
-    if shape.static:  # The children table, built once a round (a static tree's on the host).
-        kids_bmc = jnp.broadcast_to(jnp.asarray(shape.tree.children), (*tokens_bm.shape,
-                                    shape.tree.children.shape[1]))  # fmt: skip
-    else:
-        kids_bmc = rules.children_from_parents(parents_bm, shape.branch)
-        extra['children'] = kids_bmc
-    out = rules.verify_tree(
-        verification,
-        k_verify_b,
-        shape.tree if shape.static else parents_bm,
-        tokens_bm,
-        None,
-        q_bmv,
-        draws=shape.sampled or 'iid',  # Read with sampled siblings only.
-        max_depth=shape.path_len,
-        max_children=shape.branch,
-        pad_id=engine.decode.pad_id,
-        **extra,
-    )
-    metered = None
-    if engine.meter_distortion:  # The law each depth of the path emitted, given it was reached.
-        kids_btc = jnp.take_along_axis(kids_bmc, out.path[..., None], axis=1)
-        sibs_btc = jnp.where(kids_btc >= 0, jnp.take_along_axis(
-            tokens_bm[:, None], jnp.maximum(kids_btc, 0), axis=-1), -1)  # fmt: skip
-        logits_btv = jnp.take_along_axis(logits_bmv, out.path[..., None], axis=1)
-        raw_btv = engine.sampler.probs(logits_btv)
-        # Sampled siblings: the law the walk emits over the draws, from each node's q.
-        q_btv = None if q_bmv is None else jnp.take_along_axis(q_bmv, out.path[..., None], 1)
-        if verification.needs_logits:  # The node laws and baseline sets read the logits.
-            pi = verification.tree_node_law(raw_btv, sibs_btc, logits_btv, q_btv)
-            metered = verification.meter(pi, raw_btv, logits_btv)
-        else:
-            pi = verification.tree_node_law(raw_btv, sibs_btc, q_btv=q_btv)
-            metered = verification.meter(pi, raw_btv)
-    start_b = s.committed_b
-    s = s.replace(key_b=key_b, stats=s.stats.update(path_result(out, kids_bmc), live_b, metered))
-    s = s.commit(out.tokens, out.num_emitted, engine.decode.stop_tokens)
-    # The root and the accepted nodes kept (C advanced by their count) move into place.
-    s = s.replace(cache=cache.commit_path(out.path, s.committed_b - start_b))
-    taps_bted = None
-    if taps_bmed is not None:
-        taps_bted = jnp.take_along_axis(taps_bmed, out.path[:, :, None, None], axis=1)
-    draft = drafter.observe(draft_params, draft, s.history_bs, start_b, s.committed_b, taps_bted)
-    return s.replace(draft=draft)
-
-
-def path_result(out: rules.TreeResult, kids_bmc: jax.Array) -> rules.ChainResult:
-    """A tree round's outcome in the chain's per-position form, for `Stats.update`: entry d
-    is drafted depth d + 1, examined when the walk stood at depth d on a node with children
-    (`kids_bmc` [B, M, C], -1 padded): a walk that stops at a leaf examined nothing deeper."""
-    depth_1a = jnp.arange(out.path.shape[1] - 1)[None, :]
-    n_b1 = out.num_accepted[:, None]
-    leaf_b1 = jnp.take_along_axis(kids_bmc[:, :, 0], out.last_node[:, None], axis=1) < 0
-    return rules.ChainResult(
-        num_accepted=out.num_accepted,
-        tokens=out.tokens,
-        accepted=depth_1a < n_b1,
-        num_emitted=out.num_emitted,
-        accept_probs=jnp.zeros(out.path[:, 1:].shape, jnp.float32),
-        reached=(depth_1a < n_b1) | ((depth_1a == n_b1) & ~leaf_b1),
-        final_token=out.final_token,
-        nonfinite=out.nonfinite,
-    )

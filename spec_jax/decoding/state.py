@@ -75,6 +75,8 @@ class DecodeState:
       key_b: one PRNG key per row [B, 2], a function of the run's seed and the row's sample
         id only, so a row's tokens do not depend on the batch it runs in.
       stats: per-row counters (`spec_jax.decoding.stats`).
+      ranks: an adaptive tree's acceptance counts per depth and rank [2, A, C] (None
+        otherwise; `decoding.adaptive.rank_counts`).
     """
 
     cache: KVCache
@@ -86,6 +88,7 @@ class DecodeState:
     done_b: jax.Array
     key_b: jax.Array
     stats: Stats
+    ranks: jax.Array | None = None
 
     @property
     def num_out_b(self) -> jax.Array:
