@@ -23,7 +23,8 @@ The costs come from a bench's measured curve (`launch/bench.py --config
 configs/bench_accel.py`: `bench_accel.verify_costs`, then `interpolated`) or the calibrated
 model (`spec_jax.costs.calibration.tree_costs`); the profile is given (`Acceptance.parse`)
 or its top rank per depth read from a chain run's statistics (`Acceptance.from_chain`);
-measuring the lower ranks, or adapting online, is not built. Paper setups
+the engine measures every rank online and picks among a few compiled trees each round
+(`spec.adaptive` in tree mode: decoding/adaptive.py, tree tiers). Paper setups
 keep EAGLE's fixed tree for fidelity; a tree block's `sized` asks for this one
 (`decoding.build.tree_of`), at the block's batch_size on a calibrated chip.
 """
