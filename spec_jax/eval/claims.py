@@ -15,14 +15,17 @@ Three kinds of statement, kept apart (`composition` prints which is which):
   described        numbers without verdict words (the frontier gap, C3's closed-form
                    ratio, C5's BE/speed decomposition)
 
-  C1  greedy chain and tree decoding equal greedy AR token for token on every prompt (an
-      exact check), and lossless SD's metered TV is 0 (by construction)
+  C1  greedy chain and tree decoding (and the DFlash chain and DDTree where they ran) equal
+      greedy AR token for token on every prompt (an exact check), and lossless SD's metered
+      TV is 0 in every arm (by construction)
   C2  each chain truncation rule's metered TV against its matched baseline is above 0 (by
       construction: min-p's law leaves p_A wherever p(A) < 1)
-  C3  judged: per truncation rule, tree TV minus chain TV per prompt (the same head,
-      prompts and seeds) above 0; at q = p (`SelfDrafter`), per floor rule, the tree's
-      metered TV minus the chain's per prompt above 0. The chain floor (1 - p(A))^2 may
-      vanish: that is the paper's point, not a condition. Beside them the closed-form ratio
+  C3  judged: per tree pair (`TREE_PAIRS`: the EAGLE-3 tree and its chain; DDTree and the
+      same DFlash drafter's chain) and truncation rule, tree TV minus chain TV per prompt
+      (the same drafter, prompts and seeds) above 0; at q = p (`SelfDrafter`), per floor
+      rule, the tree's metered TV minus the chain's per prompt above 0 (DDTree's q = p is
+      this same tree: judged once). The chain floor (1 - p(A))^2 may vanish: that is the
+      paper's point, not a condition. Beside them the closed-form ratio
       on synthetic laws (`rules.theory.parameter_curve`, described) and the floors derived
       on the run's text (`eval.floors`, by construction)
   C4  lenience's overshoot stays under 1/l and CoS's and lenience_flat's (no ceiling) do
@@ -60,6 +63,22 @@ FLOOR_LEVEL = 0.10
 PAPER_AMPLIFICATION = '4x-20x'
 # The draft quality of C3's closed-form tree/chain ratio on the synthetic family.
 THEORY_QUALITY = 0.5
+# C3's tree/chain pairs: (chain arm, tree arm, their names in the lines). Both arms of a
+# pair draft with one drafter on the same prompts, sample ids and seeds, so the per-prompt
+# difference isolates the tree: the EAGLE-3 head's dynamic tree against the head's chain,
+# DDTree (the DFlash drafter's best-first tree) against the same drafter's chain.
+TREE_PAIRS = (('chain', 'tree', 'chain', 'tree'),
+              ('dflash_chain', 'ddtree', 'DFlash chain', 'DDTree'))  # fmt: skip
+TREE_NAMES = {'tree': 'EAGLE-3 tree', 'ddtree': 'DDTree'}
+ARM_NAMES = {'dflash_chain': 'DFlash chain', 'ddtree': 'DDTree'}  # In C1's line.
+# Why DDTree's q = p comparison is the floors' (one test, not counted twice in the family).
+DDTREE_AT_Q_EQUALS_P = (
+    "DDTree at q = p: with the drafter's law at every node the target's own, its best-first "
+    "tree (`trees.grow` over those laws, the same budget) is the floors' tree (the target's "
+    'top-k tree, `SelfDrafter`) under the same target-only walk, so its q = p comparison is '
+    "the one above, judged once (past the first level a block drafter's law is a marginal, "
+    'not the conditional: a DFlash drafter nears this tree as its marginals sharpen)'
+)
 SHOWN, NOT_SHOWN, UNTESTABLE = 'shown', 'not shown', 'cannot be tested here'
 BY_CONSTRUCTION = 'shown by construction'
 PLAIN = 'lossless'
@@ -97,7 +116,8 @@ def paired_difference(key, ours: dict, theirs: dict) -> tuple[verdicts.Test, dic
 def c1(data: dict) -> dict:
     g = data['greedy']
     ar = g['tokens']['ar']
-    same = {m: sum(a == b for a, b in zip(ar, g['tokens'][m])) for m in ('chain', 'tree')}
+    same = {m: sum(a == b for a, b in zip(ar, toks)) for m, toks in g['tokens'].items()
+            if m != 'ar'}  # fmt: skip
     tv = {}
     for arm, a in data['arms'].items():
         per = _item_ratio(a['results'], PLAIN, 'tv_sum')
@@ -105,12 +125,13 @@ def c1(data: dict) -> dict:
     n = g['n']
     ok = all(v == n for v in same.values()) and all(
         v is not None and v <= LOSSLESS_TOL for v in tv.values())  # fmt: skip
-    tvs = ', '.join(f'{arm} {tables.fmt(v, ".1e")}' for arm, v in tv.items())
+    tvs = ', '.join(f'{ARM_NAMES.get(arm, arm)} {tables.fmt(v, ".1e")}' for arm, v in tv.items())
+    equal = [f'{ARM_NAMES.get(m, m)} = AR on {k}/{n}' for m, k in same.items()]
+    equal[0] += ' prompts'
     return dict(status=_status(ok, n), text=(
-        f'greedy chain = AR on {same["chain"]}/{n} prompts, tree = AR on {same["tree"]}/{n} '
-        f'(token for token: an exact check); lossless SD metered TV, largest per-prompt mean: '
-        f'{tvs} (tolerance {LOSSLESS_TOL:g}; by construction: the lossless law evaluated at '
-        'the visited contexts)'))  # fmt: skip
+        f'greedy {", ".join(equal)} (token for token: an exact check); lossless SD metered TV, '
+        f'largest per-prompt mean: {tvs} (tolerance {LOSSLESS_TOL:g}; by construction: the '
+        'lossless law evaluated at the visited contexts)'))  # fmt: skip
 
 
 def c2(data: dict) -> dict:
@@ -144,21 +165,26 @@ def theory_ratio(method: str, branch: int) -> float | None:
     return curve['tree']['tv'][0] / chain if chain > 0 else None
 
 
-def _amplification_tests(data: dict) -> dict[str, tuple]:
-    """Per truncation rule in both arms: (test, interval, chain mean, tree mean) of the
-    per-prompt tree TV minus chain TV."""
+def _amplification_tests(data: dict) -> dict[tuple[str, str], tuple]:
+    """Per tree pair whose arms both ran (`TREE_PAIRS`) and truncation rule in both:
+    (test, interval, chain mean, tree mean) of the per-prompt tree TV minus chain TV, keyed
+    (tree arm, method)."""
     arms, out = data['arms'], {}
-    tree_methods = {r['method'] for r in _lossy(arms['tree']['rows'])}
-    for r in _lossy(arms['chain']['rows']):
-        if r['method'] not in tree_methods:
+    for chain_arm, tree_arm, chain_name, tree_name in TREE_PAIRS:
+        if chain_arm not in arms or tree_arm not in arms:
             continue
-        tv = {a: _item_ratio(arms[a]['results'], r['method'], 'tv_sum') for a in arms}
-        test, m = paired_difference(('c3', 'tree - chain', r['method']), tv['tree'],
-                                    tv['chain'])  # fmt: skip
-        keys = tv['tree'].keys() & tv['chain'].keys()
-        means = [sum(tv[a][k] for k in keys) / len(keys) if keys else None
-                 for a in ('chain', 'tree')]  # fmt: skip
-        out[r['method']] = (test, m, *means)
+        tree_methods = {r['method'] for r in _lossy(arms[tree_arm]['rows'])}
+        for r in _lossy(arms[chain_arm]['rows']):
+            if r['method'] not in tree_methods:
+                continue
+            tv = {a: _item_ratio(arms[a]['results'], r['method'], 'tv_sum')
+                  for a in (chain_arm, tree_arm)}  # fmt: skip
+            test, m = paired_difference(('c3', f'{tree_name} - {chain_name}', r['method']),
+                                        tv[tree_arm], tv[chain_arm])  # fmt: skip
+            keys = tv[tree_arm].keys() & tv[chain_arm].keys()
+            means = [sum(tv[a][k] for k in keys) / len(keys) if keys else None
+                     for a in (chain_arm, tree_arm)]  # fmt: skip
+            out[(tree_arm, r['method'])] = (test, m, *means)
     return out
 
 
@@ -176,14 +202,17 @@ def _floor_tests(data: dict) -> dict[str, tuple]:
 
 
 def c3(data: dict, family: verdicts.Family) -> dict:
-    parts, tests = [], []
+    parts, tests, groups = [], [], {}
     branch = data['tree_branch']
-    for method, (test, m, chain, tree) in data['_amplification'].items():
+    names = {pair[1]: pair[2:] for pair in TREE_PAIRS}
+    for (tree_arm, method), (test, m, chain, tree) in data['_amplification'].items():
         tests.append(test)
+        chain_name, tree_name = names[tree_arm]
+        groups.setdefault(TREE_NAMES[tree_arm], []).append(test)
         ratio = tree / chain if tables.num(tree) and tables.num(chain) and chain > 0 else None
         parts.append(
-            f'{method} tree - chain TV per prompt {fmt_ci(m, "+.4f")} ({_judged(family, test)};'
-            f' n {test.n}), means chain {tables.fmt(chain, ".4f")} -> tree '
+            f'{method} {test.key[1]} TV per prompt {fmt_ci(m, "+.4f")} ({_judged(family, test)};'
+            f' n {test.n}), means {chain_name} {tables.fmt(chain, ".4f")} -> {tree_name} '
             f'{tables.fmt(tree, ".4f")} (ratio {tables.fmt(ratio, ".2f")}x; the closed form on '
             f'synthetic laws, q quality {THEORY_QUALITY}, {branch} siblings, predicts '
             f'{tables.fmt(theory_ratio(method, branch), ".2f")}x: described)')  # fmt: skip
@@ -197,12 +226,15 @@ def c3(data: dict, family: verdicts.Family) -> dict:
         if rule in data['_floors']:
             test, m = data['_floors'][rule]
             tests.append(test)
+            groups.setdefault('q = p', []).append(test)
             text += f'; tree - chain per prompt {fmt_ci(m, "+.4f")} ({_judged(family, test)})'
         parts.append(text)
     if data['floors']:
         parts.append('the floors and their sign are by construction (closed forms at the '
                      'visited contexts); the chain floor (1 - p(A))^2 may vanish, the '
                      "paper's point, not a condition")  # fmt: skip
+    if 'ddtree' in data['arms'] and data['_floors']:
+        parts.append(DDTREE_AT_Q_EQUALS_P)
     parts.append(f"the paper's task-score amplification ({PAPER_AMPLIFICATION}) needs a target "
                  'above floor (C6)')  # fmt: skip
     above = sum(family.verdicts[t.key].startswith('above') for t in tests)
@@ -210,7 +242,9 @@ def c3(data: dict, family: verdicts.Family) -> dict:
     if not tests:
         status = f'{NOT_SHOWN} (no rule ran in both arms, no floor in both forms)'
     elif status == NOT_SHOWN:
-        status += f' ({above} of {len(tests)} comparisons above 0)'
+        each = ', '.join(f'{g} {sum(family.verdicts[t.key].startswith("above") for t in ts)} '
+                         f'of {len(ts)}' for g, ts in groups.items())  # fmt: skip
+        status += f' ({above} of {len(tests)} comparisons above 0: {each})'
     return dict(status=status, text='; '.join(parts))
 
 
@@ -363,66 +397,3 @@ def evaluate(data: dict, workdir: str) -> dict:
     return dict(claims=claims, lines=lines, family=family.note(), frontier=pts,
                 composition=composition(family), budget=frontier.budget_rows(chain_rows),
                 floors=data['floors'])  # fmt: skip
-
-
-def summary_lines(out: dict) -> list[str]:
-    """The frontier's gap per rule, the budget set beside lenience and the family's
-    composition, printed before the claim lines."""
-    gaps = '; '.join(f'{m} {fmt_ci(v["gap"], "+.4f")} (n {v["gap"]["n"]})'
-                     for m, v in out['frontier'].items())  # fmt: skip
-    lines = [f'frontier gap per drafted position (TV(pi, p) - (acceptance - sum min(p, q)) on '
-             f"the rule's own drafted positions; mean over prompts, described): {gaps}"]
-    if out['budget']:
-        lines.append(
-            f'tv_budget nearest lenience in mean TV: {out["budget"]["nearest"]} '
-            '(claims.md: its BE, mean and worst per-offset TV beside lenience, CoS)'
-        )
-    return lines + [f'verdicts: {out["composition"]}; {out["family"]}']
-
-
-def markdown(out: dict, title: str, wall_s: float) -> str:
-    """claims.md: the lines, the frontier table and figure, the budgeted rule, the floors."""
-    lines = [
-        f'# Claims: {title}',
-        '',
-        f'Wall clock {wall_s:.0f} s. Verdicts: {out["composition"]}. {out["family"]}.',
-        '',
-        *[f'- {line}' for line in out['lines']],
-        '',
-        '## The distortion frontier',
-        '',
-        "Per drafted position of the rule's own decoding: its metered TV(pi, p) against its "
-        'acceptance minus sum min(p, q) there (lossless SD\'s acceptance at the same '
-        'position; `spec_jax.eval.frontier`); gap = TV - gain, never below 0 in expectation '
-        '(`rules.frontier_gap`), about 0 on the frontier. Per-prompt means, then their mean '
-        'with its 95% t-interval over prompts (described, not judged).',
-        '',
-        *frontier.frontier_table(out['frontier']),
-        '',
-        '![frontier](frontier.png)',
-        '',
-        '## The budgeted rule at equal mean TV',
-        '',
-    ]
-    budget = out['budget']
-    if budget:
-        lines += [
-            f'tv_budget nearest lenience in mean TV: `{budget["nearest"]}`. The meter '
-            'keeps sums per block offset, not a per-position maximum: "worst" is the '
-            'largest per-offset mean.',
-            '',
-            *budget['table'],
-            '',
-        ]
-    else:
-        lines += [
-            "Not run: no `tv_budget` in this run's grid (the full config runs it where "
-            '`spec_jax.rules` has it).',
-            '',
-        ]
-    lines += ['## Floors at q = p (by construction)', '', *tables.table(
-        ('rule', 'form', 'n', 'metered TV', 'derived floor', 'metered - derived'),
-        [[f['rule'], f['form'], str(f['measured_ci']['n']), fmt_ci(f['measured_ci'], '.4f'),
-          fmt_ci(f['derived_ci'], '.4f'), fmt_ci(f['gap_ci'], '+.4f')]
-         for f in out['floors']]), '']  # fmt: skip
-    return '\n'.join(lines)

@@ -3,14 +3,19 @@
     python launch/claims.py --config configs/experiments/smollm2_135m_claims.py
 
 The config is an evaluation config (`jobs.evaluate.default_config`: target, head, tasks,
-T, batch) with `arms` (rule grids per arm), `floor_rules` and `arm_reports` (write each
-arm's evaluation report). The job runs:
+T, batch) with `arms` (rule grids per arm, arms of `ARMS`), `dflash_draft` (the DFlash
+drafter of the DFlash arms), `floor_rules` and `arm_reports` (write each arm's evaluation
+report). The job runs:
 
   chain, tree  the evaluation (`eval.runner`, resumable) of each arm's grid with the
                config's drafter, in chain and in tree mode, on the same prompts and seeds:
                <workdir>/<arm>/ holds its results and its report (`arm_report`: tables
                and intervals, no verdicts; the job's one Holm family is claims.md's)
-  greedy       T 0: AR, chain and tree decoding of the same prompts (C1)
+  dflash_chain, ddtree
+               the same with the DFlash drafter `dflash_draft`: its chain and its DDTree
+               (C3's second tree/chain pair, `eval.claims.TREE_PAIRS`)
+  greedy       T 0: AR, chain and tree decoding of the same prompts, and the DFlash chain
+               and DDTree where those arms run (C1)
   floors       the target as its own draft (drafter 'self', q = p) in chain and tree form
                under each floor rule, with the floors derived on its text (`eval.floors`)
 
@@ -30,6 +35,7 @@ import numpy as np
 from spec_jax import decoding, rules
 from spec_jax.eval import (
     claims,
+    claims_report,
     findings,
     floors,
     machine,
@@ -41,7 +47,9 @@ from spec_jax.eval import (
 )
 from spec_jax.sampling import Sampler
 
-ARM_MODES = {'chain': 'chain', 'tree': 'tree'}
+# Each arm's mode and drafter: the config's own (the EAGLE-3 head) or its `dflash_draft`.
+ARMS = {'chain': ('chain', 'config'), 'tree': ('tree', 'config'),
+        'dflash_chain': ('chain', 'dflash'), 'ddtree': ('tree', 'dflash')}  # fmt: skip
 # The rule the floors are derived for (`eval.floors`: min-p's allowed set, from its rho).
 FLOOR_RULE = 'minp_verify'
 
@@ -55,13 +63,34 @@ def check_floor_rules(specs) -> None:
                              f"derived for min-p only (e.g. '{FLOOR_RULE}:rho=0.1')")  # fmt: skip
 
 
-def arm_config(c: ml_collections.ConfigDict, arm: str) -> ml_collections.ConfigDict:
-    """The evaluation config of one arm: the job's config with the arm's grid and mode."""
+def check_arms(c: ml_collections.ConfigDict) -> None:
+    """Raises ValueError at an arm not in `ARMS`, or DFlash arms without `dflash_draft`."""
+    for arm in c.arms:
+        if arm not in ARMS:
+            raise ValueError(f'arms.{arm}: not an arm of the claims job; valid: {tuple(ARMS)}')
+        if ARMS[arm][1] == 'dflash' and not c.get('dflash_draft'):
+            raise ValueError(f"arms.{arm} drafts with the DFlash drafter: set dflash_draft to "
+                             f"its directory or 'random' (got {c.get('dflash_draft')!r})")
+
+
+def dflash_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The job's config drafting with its DFlash drafter (`dflash_draft`) instead."""
     out = ml_collections.ConfigDict(c.to_dict())
-    del out['arms'], out['floor_rules'], out['arm_reports']
+    out.drafter, out.draft, out.lookup = 'dflash', c.dflash_draft, 0
+    return out
+
+
+def arm_config(c: ml_collections.ConfigDict, arm: str) -> ml_collections.ConfigDict:
+    """The evaluation config of one arm: the job's config with the arm's grid, mode and
+    drafter."""
+    mode, drafter = ARMS[arm]
+    out = dflash_config(c) if drafter == 'dflash' else ml_collections.ConfigDict(c.to_dict())
+    for key in ('arms', 'floor_rules', 'arm_reports', 'dflash_draft'):
+        if key in out:
+            del out[key]
     out.name = f'{c.name}_{arm}'
     out.grid = tuple(c.arms[arm])
-    out.mode = ARM_MODES[arm]
+    out.mode = mode
     return out
 
 
@@ -93,19 +122,25 @@ def generate_all(engine, params, c, prompts, sample_ids) -> tuple[list, list[dic
 
 
 def greedy(c: ml_collections.ConfigDict) -> dict:
-    """C1's data: AR, chain and tree decoding at T 0, token for token. The engines are the
-    arms' (metered; the temperature is a traced leaf), so their loops are not compiled
-    again."""
-    built = decoding.build(runner.decoding_block(c))
-    prompts, sample_ids = prompts_of(c, built.tokenizer)
-    base = built.engine.replace(sampler=Sampler(temperature=0.0))
-    engines = {
-        'ar': base.replace(drafter=None, num_draft=0, tree=None),
-        'chain': base,
-        'tree': base.replace(tree=decoding.tree_shape(c.tree)),
-    }
-    out = {k: generate_all(e, built.params, c, prompts, sample_ids)[0] for k, e in engines.items()}
-    return dict(tokens=out, n=len(prompts))
+    """C1's data: AR, chain and tree decoding at T 0, token for token, and the DFlash
+    drafter's chain and DDTree where the DFlash arms run. The engines are the arms'
+    (metered; the temperature is a traced leaf), so their loops are not compiled again."""
+    shape = decoding.tree_shape(c.tree)
+    configs = [(c, ('chain', 'tree'))]
+    if any(ARMS[arm][1] == 'dflash' for arm in c.arms):
+        configs.append((dflash_config(c), ('dflash_chain', 'ddtree')))
+    out, n = {}, 0
+    for conf, (chain, tree) in configs:
+        built = decoding.build(runner.decoding_block(conf))
+        prompts, sample_ids = prompts_of(c, built.tokenizer)
+        base = built.engine.replace(sampler=Sampler(temperature=0.0))
+        engines = {chain: base, tree: base.replace(tree=shape)}
+        if not out:
+            engines = {'ar': base.replace(drafter=None, num_draft=0, tree=None), **engines}
+        for k, e in engines.items():
+            out[k] = generate_all(e, built.params, c, prompts, sample_ids)[0]
+        n = len(prompts)
+    return dict(tokens=out, n=n)
 
 
 def floor_runs(c: ml_collections.ConfigDict) -> list[dict]:
@@ -159,6 +194,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     the wall clock."""
     start = time.perf_counter()
     check_floor_rules(c.floor_rules)
+    check_arms(c)
     os.makedirs(workdir, exist_ok=True)
     arms, phases = {}, {}
     for arm in c.arms:
@@ -169,7 +205,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
         if c.arm_reports:
             arm_report(ac, results, methods, os.path.join(workdir, arm))
         arms[arm] = dict(rows=findings.pooled_rows(results, methods), results=results,
-                         num_draft=ac.num_draft if arm == 'chain' else
+                         num_draft=ac.num_draft if ac.mode == 'chain' else
                          decoding.tree_shape(ac.tree).path_len)  # fmt: skip
         phases[arm] = time.perf_counter() - began
     began = time.perf_counter()
@@ -181,14 +217,14 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     print('claims phases (s): ' + ', '.join(f'{k} {v:.0f}' for k, v in phases.items()))
     out = claims.evaluate(data, workdir)
     wall = time.perf_counter() - start
-    text = claims.markdown(out, title=c.name, wall_s=wall)
+    text = claims_report.markdown(out, title=c.name, wall_s=wall)
     with open(os.path.join(workdir, 'claims.md'), 'w') as f:
         f.write(text)
     with open(os.path.join(workdir, 'claims.json'), 'w') as f:
         json.dump(dict(claims=out['claims'], composition=out['composition'], wall_s=wall), f,
                   indent=1, default=_plain)  # fmt: skip
     print(f'\nclaims: {os.path.join(workdir, "claims.md")} (wall clock {wall:.0f} s)')
-    for line in claims.summary_lines(out) + out['lines']:
+    for line in claims_report.summary_lines(out) + out['lines']:
         print(line)
     return dict(out, wall_s=wall)
 
