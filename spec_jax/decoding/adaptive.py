@@ -215,10 +215,11 @@ def rank_acceptance(counts_2dc, prior, weight) -> jax.Array:
     return jnp.stack(rows)
 
 
-def tree_reach(shape: TreeShape, p_dc: jax.Array) -> tuple[jax.Array, np.ndarray]:
+def tree_reach(shape: TreeShape, p_dc: jax.Array, pools=None) -> tuple[jax.Array, np.ndarray]:
     """(each drafted node's probability of being on the accepted path, its depth), [M - 1]
     each: the product of its ranks' probabilities along its path. A dynamic tree keeps the
-    M - 1 most likely of its pool (tree_budget's premise: draft scores track acceptance)."""
+    M - 1 most likely of its pool (tree_budget's premise: draft scores track acceptance);
+    `pools` (a dict) shares one sorted pool among the tiers of one (levels, branch)."""
     if shape.static:
         tree = shape.tree
         depth_m, parents = np.asarray(tree.depth), np.asarray(shape.parents)
@@ -229,14 +230,25 @@ def tree_reach(shape: TreeShape, p_dc: jax.Array) -> tuple[jax.Array, np.ndarray
         anc_mm = np.asarray(tree_ancestors(parents))
         reach_m = jnp.prod(jnp.where(anc_mm, factor_m[None, :], 1.0), axis=1)
         return reach_m[1:], depth_m[1:]
-    b, scores, depths = shape.branch, [], []
+    key = (shape.levels_drafted, shape.branch)
+    pools = {} if pools is None else pools
+    if key not in pools:
+        pools[key] = _pool(*key, p_dc)
+    kept, depth = pools[key]
+    return kept[: shape.nodes - 1], depth[: shape.nodes - 1]
+
+
+def _pool(levels: int, b: int, p_dc: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """A dynamic tree's candidate pool, best first, and each candidate's depth."""
+    scores, depths = [], []
     front = jnp.zeros((b,)).at[0].set(1.0)
-    for d in range(shape.levels_drafted):
+    for d in range(levels):
         level = (front[:, None] * p_dc[d, :b][None, :]).reshape(-1)
         scores.append(level)
         depths.append(np.full(level.shape, d + 1))
         front = jax.lax.top_k(level, b)[0]
-    kept, at = jax.lax.top_k(jnp.concatenate(scores), shape.nodes - 1)
+    flat = jnp.concatenate(scores)
+    kept, at = jax.lax.top_k(flat, flat.shape[0])
     return kept, jnp.asarray(np.concatenate(depths))[at]
 
 
@@ -252,9 +264,9 @@ def tree_ancestors(parents) -> np.ndarray:
 def tree_tokens(shapes, p_dc, live_b, room_b) -> jax.Array:
     """[1 + len(shapes)] tokens a round of AR and of each tree emits in expectation, summed
     over the live rows: a row's 1 + the reach of its nodes no deeper than room - 1."""
-    out = [live_b.sum().astype(jnp.float32)]
+    out, pools = [live_b.sum().astype(jnp.float32)], {}
     for shape in shapes:
-        reach_m, depth_m = tree_reach(shape, p_dc)
+        reach_m, depth_m = tree_reach(shape, p_dc, pools)
         fits_bm = jnp.asarray(depth_m)[None, :] < room_b[:, None]
         out.append(jnp.where(live_b, 1.0 + jnp.where(fits_bm, reach_m, 0.0).sum(1), 0.0).sum())
     return jnp.stack(out)
