@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spec_jax import decoding
+from spec_jax import decoding, rules
 from spec_jax.decoding import adaptive, engine, tree_budget
 from spec_jax.decoding.adaptive import Adaptive, TierCosts, tree_tiers
 from spec_jax.decoding.build import adaptive_config, adaptive_of
@@ -191,3 +191,24 @@ def test_adaptive_tree_lossless_keeps_the_target_law():
     assert set(rows['drafted']) == {2} and set(rows['blocks']) == {1, 2}  # 3 nodes, then AR.
     laws = token_laws(target, draft, sampler, lambda p, q: p)
     assert_follows(np.array(result.tokens), laws)
+
+
+def test_tv_budget_cap_holds_at_every_tier(models):
+    """tv_budget (eps 0.05) on the tree tiers at temperature 1, metered: the cap is per
+    position (each node law within eps of p whatever tree holds it), so the mean TV metered
+    at every block offset, over rounds of the 3- and the 8-node tree, is at most eps; and
+    above 0 (the rule moves mass here: a lossless round by mistake would meter 0)."""
+    soft = random_params(tiny.TARGET, seed=7, embed_scale=8.0)
+    rel = TierCosts.relative((0, 3, 8), 0.02, 0.02, trees=LOOP_SHAPES)
+    eng = ENGINE.replace(rule=rules.make('tv_budget', eps=0.05), sampler=Sampler(temperature=1.0),
+                         meter_distortion=True,
+                         adaptive=Adaptive((0, 3, 8), rel, 0.2, explore=0, trees=LOOP_SHAPES))
+    rows = loop_rows(eng, tiny.PROMPTS)
+    _, _, stats = engine.decode_loop(eng, soft, tiny.head(soft), *(jnp.asarray(x) for x in rows),
+                                     jax.random.PRNGKey(1))  # fmt: skip
+    per_row = summarize(stats)['per_row']
+    pairs = list(zip(per_row['drafted'], per_row['blocks']))
+    assert any(d % 4 for d, _ in pairs) and any(d > 2 * b for d, b in pairs), pairs  # Both ran.
+    tv_t, n_t = np.asarray(stats.tv_at_bt).sum(0), np.asarray(stats.metered_at_bt).sum(0)
+    assert (tv_t[n_t > 0] / n_t[n_t > 0] <= 0.05 + 1e-6).all(), (tv_t, n_t)
+    assert float(np.asarray(stats.tv).sum()) > 0
