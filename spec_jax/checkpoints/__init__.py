@@ -34,9 +34,12 @@ from spec_jax.checkpoints.orbax_io import convert_to_orbax, load_orbax, save_orb
 SHIPPED_DRAFTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'assets', 'drafts')
 DRAFT_LM = os.path.join(SHIPPED_DRAFTS, 'smollm2_135m_draft')  # A distilled draft LM.
 EAGLE3_HEAD = os.path.join(SHIPPED_DRAFTS, 'smollm2_135m_eagle3')  # An EAGLE-3 head.
+# A DFlash block drafter (`checkpoints.dflash_format.load`), trained briefly (its card).
+DFLASH_DRAFTER = os.path.join(SHIPPED_DRAFTS, 'smollm2_135m_dflash')
 
 __all__ = [
     'ARCHITECTURES',
+    'DFLASH_DRAFTER',
     'DRAFT_LM',
     'EAGLE3_HEAD',
     'SHIPPED_DRAFTS',
