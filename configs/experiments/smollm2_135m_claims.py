@@ -14,7 +14,13 @@ verdicts' minimum of 10 items), 32 new tokens, one seed. Arms (`spec_jax.jobs.cl
           where `spec_jax.rules` has it; every rule's point against the distortion frontier
   tree    the same head as EAGLE's dynamic tree (8 nodes, depth 4, branch 2) on the same
           prompts and seeds: the truncation rules and lenience (C3's tree/chain ratios)
-  greedy  T 0: AR, chain and tree decoding token for token (C1)
+  dflash_chain, ddtree
+          the trained DFlash drafter (`checkpoints.DFLASH_DRAFTER`) as a chain of 3 and as
+          DDTree (its best-first tree under the same budget: 8 nodes, depth 4, branch 2),
+          on the same prompts and seeds: the truncation rules in both (lenience beside
+          them in the tree, as the tree arm): C3 asked of DDTree against the same drafter's
+          chain, the pair that isolates the tree
+  greedy  T 0: AR, chain and tree decoding, the DFlash chain and DDTree, token for token (C1)
   floors  the target as its own draft (q = p, `SelfDrafter`) in chain (gamma 3) and tree
           (the same shape) form under min-p verification, against the per-position floors
           of docs/laws.md §3.2-3.3 on the target's own p at the emitted positions (C3)
@@ -23,6 +29,8 @@ Every claim ends as one line, `C1:` .. `C6:`, shown / not shown / cannot be test
 with its numbers and intervals; `<workdir>/claims.md` holds them with their tables and
 `frontier.png` beside it. Wall clock: docs/claims.md.
 """
+
+import os
 
 import ml_collections
 
@@ -46,6 +54,18 @@ def chain_grid() -> tuple[str, ...]:
     return (*TRUNCATION, LENIENCE, COS, *ABLATIONS, *budgets)
 
 
+def dflash_drafter() -> str:
+    """The trained DFlash drafter's directory (FileNotFoundError naming it when absent)."""
+    path = checkpoints.DFLASH_DRAFTER
+    if not os.path.isdir(path):
+        raise FileNotFoundError(
+            f'the DFlash arms (dflash_chain, ddtree) draft with the trained DFlash drafter '
+            f'{path}, a missing directory: train and export it first (docs/training.md, '
+            "launch/train_dflash.py), or run ':tiny' (a random drafter)"
+        )
+    return path
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if arg not in (None, '', 'tiny'):
         raise ValueError(f"unknown config arg {arg!r}; valid: '', 'tiny'")
@@ -54,18 +74,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.name = 'smollm2_135m_claims' + ('_tiny' if tiny else '')
     c.mode, c.drafter, c.lookup = 'chain', 'eagle3', 0
     c.draft = 'random' if tiny else checkpoints.EAGLE3_HEAD
+    c.dflash_draft = 'random' if tiny else dflash_drafter()  # The DFlash arms' drafter.
     c.num_draft = 3
     c.tree = decoding.tree_config(nodes=8, depth=4, branch=2)
     c.temperature = 0.7
     c.arms = ml_collections.ConfigDict(dict(
         chain=chain_grid(),
         tree=(*TRUNCATION, LENIENCE),
+        dflash_chain=TRUNCATION,  # C3's chain side for DDTree: the same drafter's chain.
+        ddtree=(*TRUNCATION, LENIENCE),
     ))  # fmt: skip
     c.floor_rules = FLOOR_RULES
     c.arm_reports = True  # Each arm's tables (`jobs.claims.arm_report`: no verdicts).
     if tiny:  # Random tiny models and a random head: the whole path in seconds, no results.
         c.arms.chain = (TRUNCATION[0], LENIENCE, COS)
-        c.arms.tree = (TRUNCATION[0],)
+        c.arms.tree = c.arms.dflash_chain = c.arms.ddtree = (TRUNCATION[0],)
         c.floor_rules = FLOOR_RULES[:1]
         c.batch_size = 4
         c.tasks.speed_alpaca = evaluate.task(3, 8)

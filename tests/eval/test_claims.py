@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 
+from spec_jax import checkpoints
 from spec_jax.eval import claims as eval_claims
 from spec_jax.eval import floors, frontier
 from spec_jax.eval.stats import verdicts
@@ -30,6 +31,10 @@ def test_tiny_job_prints_one_line_per_claim(tmp_path, capsys):
     # 3 prompts: below the verdicts' minimum, so no claim is shown from them.
     assert not any(line.split(': ')[1] == 'shown' for line in lines)
     assert 'C1: not shown (too few items' in lines[0] and '3/3 prompts' in lines[0]
+    assert 'DFlash chain = AR on 3/3, DDTree = AR on 3/3' in lines[0], lines[0]
+    # C3 asked of DDTree against the DFlash drafter's chain, in the job's one family.
+    assert f'{RULE} DDTree - DFlash chain TV per prompt' in lines[2], lines[2]
+    assert 'C3 DDTree - DFlash chain TV per truncation rule (1)' in out['composition']
     assert lines[5].startswith('C6: cannot be tested here')
     for name in ('claims.md', 'claims.json', 'frontier.png'):
         assert os.path.exists(tmp_path / name), name
@@ -37,7 +42,7 @@ def test_tiny_job_prints_one_line_per_claim(tmp_path, capsys):
     assert '## The distortion frontier' in text and '## Floors at q = p' in text
     assert 'one Holm family for the job' in text
     # One family per job: the arm reports print tables and intervals, no verdict.
-    for arm in ('chain', 'tree'):
+    for arm in ('chain', 'tree', 'dflash_chain', 'ddtree'):
         report = (tmp_path / arm / 'report' / 'report.md').read_text()
         assert "the verdicts are the claims job's" in report
         assert not re.search(VERDICT, report), re.search(VERDICT, report)
@@ -137,10 +142,13 @@ def _results(method, tv, correct=None):
             for i in range(N)]  # fmt: skip
 
 
-def _data(tree_gain=0.1, chain_floor=0.0, plain_correct=None, matched_correct=None):
+def _data(tree_gain=0.1, chain_floor=0.0, plain_correct=None, matched_correct=None,
+          ddtree_gain=None):
     """A chain and a tree arm of one min-p rule on the same prompts (tree TV = chain TV +
     `tree_gain`, per-prompt noise), lossless SD metering 0, greedy equal, and the q = p
-    floors with the chain's at `chain_floor` on every prompt."""
+    floors with the chain's at `chain_floor` on every prompt. With `ddtree_gain`, the
+    DFlash arms too: its chain's TV 0.2 above the head's chain, DDTree's `ddtree_gain` above
+    its own chain's."""
     row = dict(method=RULE, kind='lossy', rule='minp_verify', pairs=[MATCHED], n_items=N,
                d_be=0.1, d_be_lo=0.0, d_be_hi=0.2, sd_d_be=0.3, sd_d_be_lo=0.2, sd_d_be_hi=0.4,
                flattery_be=0.2, flattery_be_lo=0.1, flattery_be_hi=0.3)  # fmt: skip
@@ -155,10 +163,18 @@ def _data(tree_gain=0.1, chain_floor=0.0, plain_correct=None, matched_correct=No
               dict(rule=RULE, form='tree', keys=list(range(N)),
                    measured=[0.15 + 0.01 * (i % 4) for i in range(N)],
                    derived=[0.15 + 0.01 * (i % 4) for i in range(N)])]  # fmt: skip
-    return dict(arms=dict(chain=dict(rows=[row], results=chain, num_draft=3),
-                          tree=dict(rows=[row], results=tree, num_draft=4)),
-                floors=floors, tree_branch=2,
-                greedy=dict(tokens=dict(ar=[[1]] * N, chain=[[1]] * N, tree=[[1]] * N), n=N))
+    arms = dict(chain=dict(rows=[row], results=chain, num_draft=3),
+                tree=dict(rows=[row], results=tree, num_draft=4))
+    tokens = dict(ar=[[1]] * N, chain=[[1]] * N, tree=[[1]] * N)
+    if ddtree_gain is not None:
+        df_tv = lambda i: chain_tv(i) + 0.2 + 0.001 * (i % 2)  # noqa: E731
+        dd_tv = lambda i: df_tv(i) + ddtree_gain + 0.003 * (i % 3 - 1)  # noqa: E731
+        arms['dflash_chain'] = dict(rows=[row], num_draft=3, results=_results(RULE, df_tv)
+                                    + _results('lossless', lambda i: 0.0))  # fmt: skip
+        arms['ddtree'] = dict(rows=[row], num_draft=4, results=_results(RULE, dd_tv)
+                              + _results('lossless', lambda i: 0.0))  # fmt: skip
+        tokens.update(dflash_chain=[[1]] * N, ddtree=[[1]] * N)
+    return dict(arms=arms, floors=floors, tree_branch=2, greedy=dict(tokens=tokens, n=N))
 
 
 @pytest.mark.parametrize('tree_gain, status', [(0.1, 'shown'), (0.0, 'not shown (1 of 2')])
@@ -217,3 +233,65 @@ def test_c5_judged_on_scores_above_floor(tmp_path):
     assert data['_c5'][0][1].p == pytest.approx(2.0**-7)
     assert '+66.7' in c5['text'] and 'Holm p' in c5['text']
     assert 'C5 score(matched) - score(plain SD) per truncation rule (1)' in out['composition']
+
+
+@pytest.mark.parametrize('ddtree_gain', [0.1, 0.0])
+def test_c3_asks_ddtree_against_the_same_drafters_chain(tmp_path, ddtree_gain):
+    """DDTree's TV minus the DFlash chain's per prompt (not the head's chain's, 0.2 below:
+    paired so, no gain would read above 0) is one test of the job's Holm family beside the
+    EAGLE-3 tree's and q = p's, its line with p and Holm p; DDTree's q = p is the floors'
+    tree, so that test is not counted twice (3 tests). Without DDTree amplification C3 is
+    not shown and says which comparison failed."""
+    data = _data(ddtree_gain=ddtree_gain)
+    out = eval_claims.evaluate(data, str(tmp_path))
+    c3 = out['claims']['C3']
+    key = ('c3', 'DDTree - DFlash chain', RULE)
+    assert list(data['_amplification']) == [('tree', RULE), ('ddtree', RULE)]
+    test = data['_amplification'][('ddtree', RULE)][0]
+    assert test.key == key and test.n == N
+    assert test.estimate == pytest.approx(ddtree_gain + np.mean([0.003 * (i % 3 - 1)
+                                                                 for i in range(N)]))  # fmt: skip
+    assert out['family'].startswith('3 comparisons'), out['family']
+    assert 'C3 DDTree - DFlash chain TV per truncation rule (1)' in out['composition']
+    holm = verdicts.judge([v[0] for v in data['_amplification'].values()]
+                          + [t for t, _ in data['_floors'].values()]).adjusted[key]  # fmt: skip
+    start = c3['text'].index(f'{RULE} DDTree - DFlash chain TV')
+    part = c3['text'][start : c3['text'].index('described)', start)]
+    assert f'Holm p {holm:.3g}' in part and 'means DFlash chain 0.26' in part, part
+    assert eval_claims.DDTREE_AT_Q_EQUALS_P in c3['text']
+    if ddtree_gain:
+        assert c3['status'] == 'shown', c3['status']
+        assert part.startswith(f'{RULE} DDTree - DFlash chain TV per prompt +0.1000 '), part
+    else:
+        assert c3['status'] == ('not shown (2 of 3 comparisons above 0: EAGLE-3 tree 1 of 1, '
+                                'DDTree 0 of 1, q = p 1 of 1)'), c3['status']  # fmt: skip
+        assert 'not distinguishable from 0' in part, part
+
+
+def test_c1_reads_the_dflash_decodings(tmp_path):
+    """Greedy DDTree differing from AR on one prompt fails C1 and says where."""
+    data = _data(ddtree_gain=0.1)
+    data['greedy']['tokens']['ddtree'] = [[2]] + [[1]] * (N - 1)
+    c1 = eval_claims.evaluate(data, str(tmp_path))['claims']['C1']
+    assert c1['status'] == 'not shown', c1
+    assert f'DFlash chain = AR on {N}/{N}, DDTree = AR on {N - 1}/{N}' in c1['text']
+    assert 'DFlash chain 0.0e+00, DDTree 0.0e+00' in c1['text']
+
+
+def test_arms_are_checked():
+    c = runtime.load_config(CONFIG, 'tiny')
+    claims.check_arms(c)
+    with c.unlocked():
+        c.dflash_draft = ''
+    with pytest.raises(ValueError, match="drafts with the DFlash drafter: set dflash_draft"):
+        claims.check_arms(c)
+    with c.unlocked():
+        c.arms.bogus = ('minp_verify:rho=0.1',)
+    with pytest.raises(ValueError, match="arms.bogus: not an arm of the claims job"):
+        claims.check_arms(c)
+
+
+def test_full_config_names_a_missing_dflash_drafter(tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoints, 'DFLASH_DRAFTER', str(tmp_path / 'absent'))
+    with pytest.raises(FileNotFoundError, match='absent, a missing directory: train and export'):
+        runtime.load_config(CONFIG, '')
