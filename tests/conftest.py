@@ -22,6 +22,8 @@ if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
     os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0.2'
     os.environ.setdefault('SPEC_JAX_COMPILATION_CACHE', _OWN_CACHE)
 
+import chex  # noqa: E402
+import jax  # noqa: E402
 import pytest  # noqa: E402
 
 from spec_jax.models.config import ModelConfig  # noqa: E402
@@ -73,10 +75,14 @@ def _free_compiled_code():
     process compiled enough of them to reach the kernel's vm.max_map_count (65530), after
     which the next compile segfaults. Modules share little compiled code, so this costs few
     recompiles.
-    """
-    yield
-    import jax
 
+    Also restarts chex's retrace counters per module: chex keys a guard by the names of the
+    stack frames that made it, so module-level guards of one function in two test files
+    (`decode_loop` in test_adaptive.py and test_adaptive_tree.py) share a count when one
+    pytest worker imports both.
+    """
+    chex.clear_trace_counter()
+    yield
     jax.clear_caches()
 
 

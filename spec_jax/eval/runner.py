@@ -94,10 +94,8 @@ def task_limits(c: ml_collections.ConfigDict) -> dict[str, dict]:
                 f'tasks.{name}.max_new_tokens={new} exceeds max_new_tokens='
                 f'{c.max_new_tokens} (the output buffer); raise max_new_tokens'
             )
-        options = dict(spec.get('options', None) or {})
-        out[name] = dict(
-            limit=limit, max_new_tokens=new, source=spec.get('source', ''), options=options
-        )
+        out[name] = dict(limit=limit, max_new_tokens=new, source=spec.get('source', ''),
+                         options=dict(spec.get('options', None) or {}))  # fmt: skip
     if not out:
         raise ValueError('tasks is empty: name at least one task')
     return out
@@ -322,14 +320,10 @@ def _decode(c, built, encoded, limits, planned, method, place, slot, clock, comp
     with compiles.measure() as compiled:
         scoring.check()
         result = decoding.generate(
-            engine,
-            built.params,
-            prompts,
-            seed=seed,
+            engine, built.params, prompts, seed=seed, clock=clock,
             max_new_tokens=[limits[name]['max_new_tokens'] for name, _ in batch] + [1] * pad,
             sample_ids=[sample_id(name, it.id) for name, it in batch] + [0] * pad,
-            clock=clock,
-        )
+        )  # fmt: skip
         scoring.check()
     # The clock less JAX's compile seconds: the seconds of decoding, and of its prefill.
     decode_s = max(result.seconds, 0.0)

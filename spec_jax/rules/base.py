@@ -1,15 +1,15 @@
 """The rule contract and the shared 'yield' shape.
 
-A rule is a small frozen dataclass registered (by `registry.register`) as a JAX pytree: its float
-parameters are the pytree's leaves, and the kind/mode fields named in `static_fields` (e.g.
-`Typical.mode`, `SpecCascade.deferral`) are static aux data. A rule is therefore an ordinary
-argument of a jitted function: a sweep over a parameter's value compiles once, while changing
-a static field compiles a new trace. Parameters are validated in `__post_init__` when a user
-builds a rule (`registry.make`, the constructor); pytree unflattening skips that validation, since
-during tree operations the leaves may be tracers or placeholders. A rule whose parameters are
-Python floats is hashable and compares by value. Probabilities are always the
-*processed* distributions (docs/laws.md §1): p is the target's next-token law after temperature
-(and whatever warper the run uses), q the draft's law after the same processing.
+A rule is a small frozen dataclass registered (by `registry.register`) as a JAX pytree: its
+float parameters are the pytree's leaves, and the kind/mode fields named in `static_fields`
+(e.g. `Typical.mode`, `SpecCascade.deferral`) are static aux data. A rule is therefore an
+ordinary argument of a jitted function: a sweep over a parameter's value compiles once, while
+changing a static field compiles a new trace. Parameters are validated in `__post_init__` when
+a user builds a rule (`registry.make`, the constructor); pytree unflattening skips that
+validation, since during tree operations the leaves may be tracers or placeholders. A rule
+whose parameters are Python floats is hashable and compares by value. Probabilities are
+always the *processed* distributions (docs/laws.md §1): p is the target's next-token law after
+temperature (and whatever warper the run uses), q the draft's law after the same processing.
 
 The contract (all methods vectorised over leading axes; V is the vocabulary):
 
@@ -117,8 +117,7 @@ def host_equal(rule: str, prop: str, name: str, value: Any, target: float) -> bo
         return False
 
 
-# ----------------------------------------------------------------------------------------
-# Vector helpers shared by rules.
+# ---- vector helpers shared by rules ---------------------------------------------------
 
 
 def gather(v: Array, x: Array) -> Array:
@@ -188,8 +187,7 @@ def residual_entropy(state: NodeState) -> Array:
     return jnp.log(m) - state.plogp / m
 
 
-# ----------------------------------------------------------------------------------------
-# The rule interface.
+# ---- the rule interface -----------------------------------------------------------------
 
 
 class Rule:
@@ -234,10 +232,8 @@ class Rule:
     # --- chain mode: the scalar path used by verify_chain ---------------------------------
 
     def stats(self, p: Array, q: Array | None) -> Any:
-        """Per-row statistics [...] needed by `accept_from` (default: none).
-
-        q may be None when `stats_need_q` is False.
-        """
+        """Per-row statistics [...] needed by `accept_from` (default: none); q may be None
+        when `stats_need_q` is False."""
         del p, q
         return ()
 
@@ -409,19 +405,16 @@ class Rule:
 def sibling_valid(siblings: Array, j: int) -> Array:
     """Sibling j [...] is valid: not padding (-1) and not a duplicate of an earlier sibling."""
     c = siblings[..., j]
-    valid = c >= 0
-    if j > 0:
-        valid = valid & ~jnp.any(siblings[..., :j] == c[..., None], axis=-1)
-    return valid
+    return (c >= 0) & ~jnp.any(siblings[..., :j] == c[..., None], axis=-1)
 
 
 class YieldRule(Rule):
     """A rule of the yield shape: accept x with y(x)/q(x), reject to norm((t - y)_+).
 
-    Subclasses define `yield_from(px, qx, x, stats)` (and `stats`); t is p unless
-    `target_from` is overridden. a(x) = y(x)/q(x) (if q(x) = 0, which the draft cannot
-    produce, a(x) = 1[t(x) > 0]), the replacement is norm((t - y)_+) falling back to p, and
-    the closed-form law is pi = y + (1 - sum y) norm((t - y)_+).
+    Subclasses define `yield_from(px, qx, x, stats)` (and `stats`); t is p unless `target_from`
+    is overridden. a(x) = y(x)/q(x) (if q(x) = 0, which the draft cannot produce, a(x) =
+    1[t(x) > 0]), the replacement is norm((t - y)_+) falling back to p, and the closed-form
+    law is pi = y + (1 - sum y) norm((t - y)_+).
     """
 
     def yield_from(self, px: Array, qx: Array, x: Array, stats: Any) -> Array:
@@ -435,9 +428,8 @@ class YieldRule(Rule):
     def accept_from(self, px, qx, x, stats):
         y = self.yield_from(px, qx, x, stats)
         tx = self.target_from(px, qx, x, stats)
-        return jnp.where(
-            qx > 0, jnp.clip(y / jnp.where(qx > 0, qx, 1.0), 0.0, 1.0), (tx > 0).astype(px.dtype)
-        )
+        ratio = jnp.clip(y / jnp.where(qx > 0, qx, 1.0), 0.0, 1.0)
+        return jnp.where(qx > 0, ratio, (tx > 0).astype(px.dtype))
 
     def yield_vector(self, p: Array, q: Array) -> Array:
         """y(v) for every token v, [..., V]."""
