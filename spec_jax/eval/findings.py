@@ -190,13 +190,14 @@ def _speed_lines(group: str, sel: list[dict], fam: verdicts.Family) -> list[str]
     if lossless:
         decode = ''
         if tables.num(lossless.get('decode_speedup')):
-            decode = (f', decode-only {tables.interval(lossless, "decode_speedup", ".2f")}x '
-                      f'({_batches(lossless.get("decode_speedup_n_batches"))}, not judged)')
+            decode = (f'; decode-only {tables.interval(lossless, "decode_speedup", ".2f")}x '
+                      f'({_batches(lossless.get("decode_speedup_n_batches"))}, described, not '
+                      'judged)')  # fmt: skip
         lines.append(
             f'{group}: lossless SD runs at BE {tables.fmt(lossless.get("block_efficiency"))}, '
-            f'speedup {tables.interval(lossless, "speedup", ".2f")}x over AR end to end'
-            f'{decode} ({_batches(lossless.get("speedup_n_batches"))})'
-            + _said(fam, (group, lossless['method'], 'speedup'))
+            f'speedup {tables.interval(lossless, "speedup", ".2f")}x over AR end to end '
+            f'({_batches(lossless.get("speedup_n_batches"))})'
+            + _said(fam, (group, lossless['method'], 'speedup')) + decode
         )
     for r in sel:
         if r.get('kind') != 'lossy':
