@@ -100,12 +100,8 @@ def set_field(obj, name: str, value: Any) -> None:
 
 
 def host_equal(rule: str, prop: str, name: str, value: Any, target: float) -> bool:
-    """`value == target` as a Python bool, for host-side properties such as `lossless`.
-
-    Raises:
-      TypeError: `value` is traced (the property was read inside a jitted function); such
-        properties describe concrete rules and are read on the host only.
-    """
+    """`value == target` as a Python bool, for host-side properties such as `lossless`;
+    a TypeError if `value` is traced (such properties describe concrete rules, host only)."""
     if isinstance(value, jax.core.Tracer):
         raise TypeError(
             f'{rule}.{prop} is a host-side property: parameter {name} is traced here; read it '
@@ -405,7 +401,10 @@ class Rule:
 def sibling_valid(siblings: Array, j: int) -> Array:
     """Sibling j [...] is valid: not padding (-1) and not a duplicate of an earlier sibling."""
     c = siblings[..., j]
-    return (c >= 0) & ~jnp.any(siblings[..., :j] == c[..., None], axis=-1)
+    valid = c >= 0
+    if j > 0:
+        valid = valid & ~jnp.any(siblings[..., :j] == c[..., None], axis=-1)
+    return valid
 
 
 class YieldRule(Rule):
@@ -428,8 +427,9 @@ class YieldRule(Rule):
     def accept_from(self, px, qx, x, stats):
         y = self.yield_from(px, qx, x, stats)
         tx = self.target_from(px, qx, x, stats)
-        ratio = jnp.clip(y / jnp.where(qx > 0, qx, 1.0), 0.0, 1.0)
-        return jnp.where(qx > 0, ratio, (tx > 0).astype(px.dtype))
+        return jnp.where(
+            qx > 0, jnp.clip(y / jnp.where(qx > 0, qx, 1.0), 0.0, 1.0), (tx > 0).astype(px.dtype)
+        )
 
     def yield_vector(self, p: Array, q: Array) -> Array:
         """y(v) for every token v, [..., V]."""
