@@ -2,10 +2,11 @@
 when it does not read about 1.0, a warning naming the likely cause from what the run can
 see.
 
-The monitor (`timing.drift`) times AR on a group's first batch again after the group's last
-round: on a quiet machine whose programs ran once before their first timed call
-(`spec_jax.eval.warmup`) AR is as fast on the same rows at the end as at the start, within
-x`STEADY` either way (one batch at each end: no interval). Outside it the likely causes:
+The monitor (`timing.drift`) times AR on a group's first batch at the group's start and
+after its last round, a median of `timing.MONITOR_CALLS` calls at each end: on a quiet
+machine whose programs ran once before their first timed call (`spec_jax.eval.warmup`) AR
+is as fast on the same rows at the end as at the start, within x`STEADY` either way (a
+ratio of two medians of a few calls: no interval). Outside it the likely causes:
 
   warm-up   the start is slow and its call ran its program cold: its first execution
             (rows of a run from before warm-ups, or warm-ups off) or a compile inside it
@@ -29,24 +30,26 @@ STEADY = 1.10
 
 
 def ar_calls(rows: Sequence[dict]) -> dict[str, list[dict]]:
-    """AR's timed calls per 's<seed>/<group>', in run order: {'number' (the batch's in its
-    group), 'rate' (tokens/s), 'batch' (the call's record)}; the monitor's calls apart."""
-    calls: dict[tuple[str, str], dict] = {}
+    """AR's timed calls per 's<seed>/<group>', the monitor's included, in run order:
+    {'method', 'number' (the batch's in its group), 'rate' (tokens/s), 'batch' (the call's
+    record)}."""
+    calls: dict[tuple[str, str, str], dict] = {}
     for r in rows:
-        if r['method'] != 'ar' or r.get('batch_id') is None:
+        if (r['method'] != 'ar' and not timing.is_monitor(r['method'])) or r.get(
+                'batch_id') is None:  # fmt: skip
             continue
         b = r.get('batch') or {}
-        call = calls.setdefault((r['batch_id'], b.get('invocation')),
+        call = calls.setdefault((r['batch_id'], r['method'], b.get('invocation')),
                                 dict(tokens=0, seconds=0.0, batch=b))  # fmt: skip
         call['tokens'] += r['num_tokens']
         call['seconds'] += r['seconds']
     out: dict[str, list[dict]] = {}
-    for (batch_id, _), call in calls.items():
+    for (batch_id, method, _), call in calls.items():
         seed, group, number = batch_id.split('/')[:3]
         if call['seconds'] > 0:
             out.setdefault(f'{seed}/{group}', []).append(dict(
-                number=int(number), rate=call['tokens'] / call['seconds'], batch=call['batch'],
-                slot=call['batch'].get('slot', 0)))  # fmt: skip
+                method=method, number=int(number), rate=call['tokens'] / call['seconds'],
+                batch=call['batch'], slot=call['batch'].get('slot', 0)))  # fmt: skip
     return {key: sorted(v, key=lambda c: (c['slot'], c['number'])) for key, v in out.items()}
 
 
@@ -71,20 +74,24 @@ def where(reading: dict, calls: list[dict]) -> str:
             f'{max(others):.1f}')  # fmt: skip
 
 
-def causes(reading: dict, start_call: dict | None, info: dict) -> list[str]:
-    """The likely causes of a reading outside x STEADY, from the start call's record (its
-    warm-up and compile seconds), the load averages and the usable cores in `info`."""
+def causes(reading: dict, starts: Sequence[dict], info: dict) -> list[str]:
+    """The likely causes of a reading outside x STEADY, from the start's calls' records
+    (`starts`: their warm-up and compile seconds), the load averages and the usable cores
+    in `info`."""
     ratio, out = reading['ratio'], []
-    b = (start_call or {}).get('batch') or {}
+    records = [c.get('batch') or {} for c in starts]
+    cold = [b for b in records if 'warmed' not in b or b.get('cold')]
+    compiled = sum(b.get('compile_s', 0) for b in records)
     cores = info.get('usable_cores')
     loads = [x for key in ('load_start', 'load_end') for x in (info.get(key) or ())[:1]]
-    if ratio > STEADY and ('warmed' not in b or b.get('cold')):
-        out.append('warm-up: the start call was its program\'s first execution, not warmed '
-                   + ('(a run from before warm-ups)' if 'warmed' not in b else
-                      '(warm-ups off)'))  # fmt: skip
-    elif ratio > STEADY and b.get('compile_s', 0) > 0:
-        out.append(f"warm-up: the start call compiled {b['compile_s']:.1f} s inside its "
-                   'timed call (a program its warm-up did not run)')  # fmt: skip
+    if ratio > STEADY and cold:
+        out.append(f"warm-up: {len(cold)} of the start's {len(records)} calls ran their "
+                   "program's first execution, not warmed "
+                   + ('(a run from before warm-ups)' if any('warmed' not in b for b in cold)
+                      else '(warm-ups off)'))  # fmt: skip
+    elif ratio > STEADY and compiled > 0:
+        out.append(f"warm-up: the start's calls compiled {compiled:.1f} s inside their timed "
+                   'calls (a program its warm-up did not run)')  # fmt: skip
     if cores and loads and max(loads) > cores:
         out.append(f'load: the 1-minute load average reached {max(loads):.2f} (start, end) '
                    f'on {cores} usable cores')  # fmt: skip
@@ -92,11 +99,12 @@ def causes(reading: dict, start_call: dict | None, info: dict) -> list[str]:
         out.append('thermal: slower at the end with the load under the cores and a warmed '
                    'start (a hot CPU or a lower clock does not show in the load average)')
     if not out:
-        warm = (f"warmed just before it ({b['warmup_s']:.2f} s)" if b.get('warmed') else
+        b = next((b for b in records if b.get('warmed')), records[0] if records else {})
+        warm = (f"warmed just before them ({b['warmup_s']:.2f} s)" if b.get('warmed') else
                 'its program had run earlier in the run')  # fmt: skip
         out.append('other work between the two load samples (the load average is read at '
-                   f'the start and the end only): the start call was {warm} and compiled '
-                   'nothing')  # fmt: skip
+                   f"the start and the end only): the start's calls were warm ({warm}) and "
+                   'compiled nothing')  # fmt: skip
     return out
 
 
@@ -114,10 +122,11 @@ def lines(rows: Sequence[dict], info: dict | None = None) -> dict[str, str]:
                            f': NOT steady (outside x{STEADY:.2f}: see the warning)')  # fmt: skip
         if not steady:
             group_calls = calls.get(group, [])
-            start = next((c for c in group_calls if c['number'] == 0), None)
+            starts = [c for c in group_calls if c['number'] == 0
+                      and c['method'] in ('ar',) + timing.START_MONITORS]  # fmt: skip
             warnings.append(
                 f"{group} reads x{reading['ratio']:.3f}; likely "
-                + '; or '.join(causes(reading, start, info))
+                + '; or '.join(causes(reading, starts, info))
                 + f'; {where(reading, group_calls)}'
             )
     if warnings:

@@ -237,7 +237,7 @@ def provenance(rows: Sequence[dict]) -> dict:
         if r.get('batch_id') is not None:
             by_batch.setdefault(r['batch_id'], {})[r['method']] = inv
     pairs = [(inv, methods['ar']) for methods in by_batch.values() if 'ar' in methods
-             for m, inv in methods.items() if m not in ('ar', timing.MONITOR)]  # fmt: skip
+             for m, inv in methods.items() if m != 'ar' and not timing.is_monitor(m)]  # fmt: skip
     mixed = sum(a != b for a, b in pairs)
     return dict(invocations=sorted(invocations), hosts=sorted(hosts), started=started,
                 speed_pairs=len(pairs), mixed_pairs=mixed, within_one=mixed == 0)  # fmt: skip

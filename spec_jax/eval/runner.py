@@ -8,7 +8,7 @@ Data flow (docs/eval.md):
     for method in its group's design (`timing.interleave`), unless done:
       warm-up, the first time a program runs     the same rows, 2 tokens, untimed (`warmup`)
       generate(engine of the method, ...)        decoding on device, noise per (seed, item)
-    after the group: AR again on its first batch  the drift monitor (`timing.MONITOR`)
+    the drift monitor: AR on a group's first batch before it and after its last round
     score(item, text) of the round in threads    after the round: no scoring while timed
     ResultStore.append(row)                      one line per (method, task, item, seed)
   several processes: each runs its share of the items (`process_share`) into its own
@@ -62,8 +62,11 @@ METER_SUMS = ('metered', 'tv_sum', 'kl_sum', 'outside_sum', 'overshoot_sum', 'kl
               'overshoot_inf', 'max_overshoot', 'metered_at_offset', 'tv_at_offset',
               'js_sum', 'tv_plain_sum', 'overlap_sum')  # fmt: skip
 Items = dict[str, tuple[Task, list[Item]]]  # Task name -> (the task, its items).
-# AR re-timed on a group's first batch at the group's end (`timing.interleave`).
-MONITOR = plan_lib.Method(timing.MONITOR, 'ar', 'lossless')
+
+
+def monitor(name: str) -> plan_lib.Method:
+    """The drift monitor's call `name`: AR re-timed on a group's first batch."""
+    return plan_lib.Method(name, 'ar', 'lossless')
 
 
 def sample_id(task: str, item_id: str) -> int:
@@ -278,7 +281,7 @@ def _decode_and_score(
             for done in pool.map(lambda job: scoring.score(*job), pending):
                 store.append([done])
             progress.score_s += time.perf_counter() - began
-            progress.samples += sum(r['method'] != timing.MONITOR for _, _, r in pending)
+            progress.samples += sum(not timing.is_monitor(r['method']) for _, _, r in pending)
     bar.close()
     progress.warmups, progress.warmup_s = warm.calls, warm.seconds
     progress.overlapped = scoring.overlapped
@@ -293,7 +296,7 @@ class Scoring:
         self._lock, self._active, self.overlapped = threading.Lock(), 0, 0
 
     def score(self, task: Task, item: Item, row: dict) -> dict:
-        if row['method'] == timing.MONITOR:
+        if timing.is_monitor(row['method']):
             return dict(row, correct=None, extracted=None, detail={})
         with self._lock:
             self._active += 1
@@ -389,18 +392,14 @@ def schedule(
 ) -> list[tuple[timing.Batch, plan_lib.Method, int]]:
     """(batch, method, place in the batch's round) in the order the run decodes them: seed
     by seed, each batch by every method with a row of it not yet in `store`, in its task
-    group's design (`timing.interleave`), and after each group AR again on the group's
-    first batch under the name `timing.MONITOR` (the drift monitor)."""
+    group's design (`timing.interleave`), and the drift monitor's calls (`monitor`): AR
+    again on each group's first batch before its round and after the group's last."""
 
     def needs(batch: timing.Batch, m: plan_lib.Method) -> bool:
         return not all(store.is_done((m.name, name, it.id, batch.seed)) for name, it in batch.rows)
 
-    return [
-        entry
-        for seed in c.seeds
-        for entry in timing.interleave(plan_batches(c, seed, items, prompt_len), methods, needs,
-                                       MONITOR)  # fmt: skip
-    ]
+    return [entry for seed in c.seeds for entry in timing.interleave(
+        plan_batches(c, seed, items, prompt_len), methods, needs, monitor)]  # fmt: skip
 
 
 def padded_size(rows: int, batch_size: int) -> int:

@@ -12,8 +12,10 @@ same rows (`spec_jax.eval.stats.paired.speedup`).
   batch_plan(...)     the deterministic batches of one seed: rows of one task group each
   order               the methods in the order a batch runs them (`stats.design`)
   interleave(...)     (batch, method) in the order they run, skipping what is done, and
-                      the drift monitor (AR again on a group's first batch, `MONITOR`)
-  drift(rows)         the monitor's reading: AR on the same rows at a group's start and end
+                      the drift monitor (AR again on a group's first batch at its start
+                      and its end, `START_MONITORS`, `END_MONITORS`)
+  drift(rows)         the monitor's reading: AR on the same rows at a group's start and
+                      end, a median of MONITOR_CALLS calls at each
   CompileClock        what JAX spends compiling (kept out of the decode seconds)
 
 A batch holds rows of one task group (`task_group`: a task, or the family of the 2-prompt
@@ -28,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import statistics
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
@@ -45,8 +48,15 @@ COMPILE_EVENTS = (
 CACHE_HIT_EVENT = '/jax/compilation_cache/cache_hits'
 # Task families whose sets are too small to fill batches alone: prefix -> group name.
 GROUPS = {'speed_': 'speed'}
-# The drift monitor's method name: AR re-timed at a group's end (`interleave`).
+# The drift monitor (`interleave`, `drift`): AR timed on a group's first batch
+# MONITOR_CALLS times at each end, each end read as the median of its calls (a host burst
+# moves one call, not the median): at the start AR's own call in the batch's round and the
+# START_MONITORS just before that round, at the end the END_MONITORS after the group's last
+# round. Their method names keep their rows apart in a store.
 MONITOR = 'ar_monitor'
+MONITOR_CALLS = 3
+START_MONITORS = tuple(f'{MONITOR}_start_{k}' for k in range(2, MONITOR_CALLS + 1))
+END_MONITORS = (MONITOR,) + tuple(f'{MONITOR}_end_{k}' for k in range(2, MONITOR_CALLS + 1))
 _totals = {'seconds': 0.0, 'executables': 0, 'cache_hits': 0}
 _listening = threading.Lock()
 _registered = [False]
@@ -170,43 +180,54 @@ def order(methods: Sequence, batch: Batch) -> list:
     return [methods[i] for i in orders[batch.number]]
 
 
+def is_monitor(method: str) -> bool:
+    """Whether a row's method name is one of the drift monitor's calls (not a sample)."""
+    return method in START_MONITORS or method in END_MONITORS
+
+
 def interleave(
     batches: Sequence[Batch],
     methods: Sequence,
     needs: Callable[[Batch, object], bool],
-    monitor: object | None = None,
+    monitor: Callable[[str], object] | None = None,
 ) -> list[tuple[Batch, object, int]]:
     """(batch, method, place in the batch's round) in the order they run: each batch by
     every method that `needs` it (a method with a row of the batch not yet done reruns the
     whole batch, so its seconds stay those of these rows), in its group's design (`order`),
-    before the next batch; then, with a `monitor` (AR under its own name), the group's
-    first batch again at place len(methods): AR's seconds on the same rows at the group's
-    start (at its place in that batch's round) and at its end,
-    the machine's drift over the group on like rows."""
+    before the next batch. With a `monitor` (a monitor name -> AR under that name), the
+    drift monitor's calls on each group's first batch: START_MONITORS just before its round
+    (places -2, -1), END_MONITORS after the group's last round (places len(methods), ...):
+    AR's seconds on the same rows at the group's start and at its end."""
     out = []
     for k, b in enumerate(batches):
+        if monitor is not None and b.number == 0:
+            starts = [monitor(name) for name in START_MONITORS]
+            out += [(b, m, place - len(starts)) for place, m in enumerate(starts) if needs(b, m)]
         out += [(b, m, place) for place, m in enumerate(order(methods, b)) if needs(b, m)]
         last = k + 1 == len(batches) or (batches[k + 1].seed, batches[k + 1].group) != (
             b.seed, b.group)  # fmt: skip
         first = batches[k - b.number] if k >= b.number else None
         if monitor is not None and last and first is not None and first.number == 0:
-            if needs(first, monitor):
-                out.append((first, monitor, len(methods)))
+            ends = [monitor(name) for name in END_MONITORS]
+            out += [(first, m, len(methods) + place) for place, m in enumerate(ends)
+                    if needs(first, m)]  # fmt: skip
     return out
 
 
 def drift(rows: Sequence[dict]) -> dict[str, dict]:
-    """The drift monitor's reading per (seed, group), from a run's rows: AR's tokens/s on
-    a group's first batch in its round ('start', at AR's place in it) and the
-    monitor's on the same rows after the group's last round ('end'), their ratio
-    end / start (> 1: the machine sped up), the scheduled calls between them ('calls') and
-    whether one invocation timed both ('same_invocation'). Keys 's<seed>/<group>'; groups
-    without both readings are left out."""
+    """The drift monitor's reading per (seed, group), from a run's rows: AR's tokens/s on a
+    group's first batch at the group's start ('start': the median of AR's call in its round
+    and the START_MONITORS' calls) and at its end ('end': the median of the END_MONITORS'
+    calls after the group's last round), their ratio end / start (> 1: the machine sped
+    up), each end's calls' rates ('start_rates', 'end_rates', sorted), the scheduled calls
+    between AR's call and the first end call ('calls') and whether one invocation timed them
+    all ('same_invocation'). Keys 's<seed>/<group>'; groups without both readings are left
+    out."""
     sums: dict[tuple[str, str], list] = {}
     slots: dict[tuple[str, str], int] = {}
     invocation: dict[tuple[str, str], str | None] = {}
     for r in rows:
-        if r['method'] not in ('ar', MONITOR) or r.get('batch_id') is None:
+        if (r['method'] != 'ar' and not is_monitor(r['method'])) or r.get('batch_id') is None:
             continue
         key = (r['batch_id'], r['method'])
         acc = sums.setdefault(key, [0, 0.0])
@@ -214,24 +235,39 @@ def drift(rows: Sequence[dict]) -> dict[str, dict]:
         acc[1] += r['seconds']
         b = r.get('batch') or {}
         slots[key], invocation[key] = b.get('slot', 0), b.get('invocation')
+
+    def rates(batch_id: str, names: Sequence[str]) -> list[float]:
+        return sorted(sums[batch_id, m][0] / sums[batch_id, m][1] for m in names
+                      if sums.get((batch_id, m), (0, 0.0))[1] > 0)  # fmt: skip
+
     out = {}
-    for batch_id, method in sorted(sums):
-        start, end = sums.get((batch_id, 'ar')), sums[batch_id, method]
-        if method != MONITOR or start is None or not start[1] or not end[1]:
+    for batch_id in sorted({b for b, m in sums if m in END_MONITORS}):
+        start, end = rates(batch_id, ('ar',) + START_MONITORS), rates(batch_id, END_MONITORS)
+        if not start or not end:
             continue
         seed, group = batch_id.split('/')[:2]
-        a, z = start[0] / start[1], end[0] / end[1]
+        a, z = statistics.median(start), statistics.median(end)
+        timed = [m for b, m in sums if b == batch_id]
+        first_end = min(slots[batch_id, m] for m in END_MONITORS if (batch_id, m) in slots)
         out[f'{seed}/{group}'] = dict(
-            start=a, end=z, ratio=z / a, calls=slots[batch_id, method] - slots[batch_id, 'ar'],
-            same_invocation=invocation[batch_id, 'ar'] == invocation[batch_id, method])
+            start=a, end=z, ratio=z / a, start_rates=start, end_rates=end,
+            calls=first_end - slots.get((batch_id, 'ar'), first_end),
+            same_invocation=len({invocation[batch_id, m] for m in timed}) == 1)  # fmt: skip
     return out
+
+
+def _reading(rate: float, rates: Sequence[float]) -> str:
+    """One end of a drift reading: its median and, over several calls, their range."""
+    if len(rates) == 1:
+        return f'{rate:.1f} (one call)'
+    return f'{rate:.1f} (median of {len(rates)} calls, {rates[0]:.1f}-{rates[-1]:.1f})'
 
 
 def drift_lines(rows: Sequence[dict]) -> dict[str, str]:
     """`drift` as header items: {'drift_<seed>/<group>': text}."""
     return {f'drift {key}': (
-        f"AR {d['start']:.1f} tokens/s at the start, {d['end']:.1f} at the end on the same "
-        f"rows (x{d['ratio']:.3f}, one batch timed at each end: no interval; "
-        f"{d['calls']} calls apart"
+        f"AR {_reading(d['start'], d['start_rates'])} tokens/s at the start, "
+        f"{_reading(d['end'], d['end_rates'])} at the end on the same rows "
+        f"(x{d['ratio']:.3f}, a ratio of medians: no interval; {d['calls']} calls apart"
         + ('' if d['same_invocation'] else '; two invocations') + ')')
         for key, d in drift(rows).items()}  # fmt: skip

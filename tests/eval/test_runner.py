@@ -78,11 +78,13 @@ def test_killed_run_restarts_to_one_result_per_sample(tiny_run):
     expected = {(m.name, task, it.id, seed) for seed in c.seeds for task, (_, its) in
                 items.items() for it in its for m in methods}  # fmt: skip
     rows = read_rows(workdir)
-    monitor = {records.row_key(r) for r in rows if r['method'] == timing.MONITOR}
-    # The drift monitor: AR again on each group's first batch (3 MBPP rows, 2 x 2 speed).
-    assert {(task, item) for _, task, item, _ in monitor} == {
-        (r['task'], r['item']) for r in rows if r['batch_id'].split('/')[2] == '0'}  # fmt: skip
-    rows = [r for r in rows if r['method'] != timing.MONITOR]
+    monitor = {records.row_key(r) for r in rows if timing.is_monitor(r['method'])}
+    # The drift monitor: AR again on each group's first batch (3 MBPP rows, 2 x 2 speed),
+    # twice at the start and three times at the end, each call under its own name.
+    first = {(r['task'], r['item']) for r in rows if r['batch_id'].split('/')[2] == '0'}
+    assert {(m, task, item) for m, task, item, _ in monitor} == {
+        (m, *row) for row in first for m in timing.START_MONITORS + timing.END_MONITORS}
+    rows = [r for r in rows if not timing.is_monitor(r['method'])]
     keys = [records.row_key(r) for r in rows]
     assert 0 < at_kill < len(expected)  # The kill landed mid-run.
     assert len(keys) == len(set(keys)) == len(expected)
@@ -94,7 +96,7 @@ def test_rows_hold_text_score_and_counters(tiny_run):
     for r in rows:
         assert r['num_tokens'] >= 1 and isinstance(r['text'], str)
         assert (r['correct'] is None) == (r['task'].startswith('speed_')
-                                          or r['method'] == timing.MONITOR)  # fmt: skip
+                                          or timing.is_monitor(r['method']))  # fmt: skip
         assert 0 < r['batch']['prefill_s'] < r['batch']['seconds']
         # Every program ran once untimed first (spec_jax.eval.warmup): no timed call
         # compiled, loaded or ran a program for the first time.
@@ -265,7 +267,8 @@ def test_a_tree_experiment_runs(tmp_path):
     store, methods, _ = runner.run(c, str(tmp_path))  # Resumed: everything is there.
     assert [m.name for m in methods] == ['ar', 'lossless', 'lenience:l=0.5',
                                          'minp_verify:rho=0.3', 'baseline[min_p=0.3]']  # fmt: skip
-    assert len(store.rows) == 2 * (len(methods) + 1)  # The drift monitor's AR again.
+    # The drift monitor's AR again, MONITOR_CALLS - 1 times at the start, at the end all.
+    assert len(store.rows) == 2 * (len(methods) + 2 * timing.MONITOR_CALLS - 1)
     for row in store.rows:
         assert row['stats']['blocks'] >= 1 and row['num_tokens'] >= 1
         if row['method'] != 'ar':

@@ -46,15 +46,20 @@ def test_batch_plan_groups_tasks_and_keeps_ids():
 def test_interleave_follows_the_design_skips_what_is_done_and_monitors():
     plan = timing.batch_plan([('t', It(str(i))) for i in range(8)], 0, 2, lambda r: r[1].id)
     assert [(b.number, b.group_size) for b in plan] == [(k, 4) for k in range(4)]
-    order = timing.interleave(plan, ['ar', 'a', 'b'], lambda b, m: True, 'mon')
-    # Each pair of batches an order and its reverse (the design's, relabelled from the
-    # seed); then the monitor.
+    order = timing.interleave(plan, ['ar', 'a', 'b'], lambda b, m: True, lambda n: f'[{n}]')
+    # The monitor's start calls; each pair of batches an order and its reverse (the
+    # design's, relabelled from the seed); then the monitor's end calls.
+    starts, ends = timing.START_MONITORS, timing.END_MONITORS
+    assert [(b.index, m, place) for b, m, place in order[:2]] == [
+        (0, f'[{starts[0]}]', -2), (0, f'[{starts[1]}]', -1)]  # fmt: skip
+    order = order[2:]
     orders = design.design(3, 4, 0, 't')
     names = ['ar', 'a', 'b']
     assert [(b.index, m, place) for b, m, place in order[:6]] == [
         (k, names[i], place) for k in (0, 1) for place, i in enumerate(orders[k])]  # fmt: skip
     assert [m for _, m, _ in order[3:6]] == [m for _, m, _ in order[:3]][::-1]
-    assert [(b.index, m, place) for b, m, place in order[12:]] == [(0, 'mon', 3)]
+    assert [(b.index, m, place) for b, m, place in order[12:]] == [
+        (0, f'[{m}]', 3 + k) for k, m in enumerate(ends)]  # fmt: skip
     for index in range(4):  # Every batch by every method before the next batch.
         assert sorted(m for b, m, _ in order[3 * index : 3 * index + 3]) == ['a', 'ar', 'b']
     done = timing.interleave(plan, ['ar', 'a', 'b'], lambda b, m: (b.index, m) != (1, 'b'))
@@ -127,7 +132,8 @@ def fake_runs(tmp_path_factory):
     c.grid, c.progress = ('lenience:l=0.5',), False
     c.tasks = {'gsm8k': evaluate.task(20, 4)}
     methods = runner.methods_of(c)
-    factor = {'ar': 1.0, 'lossless': 0.8, 'lenience:l=0.5': 0.6, timing.MONITOR: 1.0}
+    factor = {'ar': 1.0, 'lossless': 0.8, 'lenience:l=0.5': 0.6}
+    factor.update({m: 1.0 for m in timing.START_MONITORS + timing.END_MONITORS})
     root = tmp_path_factory.mktemp('timing')
     real, _, _ = runner.run(c, str(root / 'real'))  # Compiles: the fake runs compile nothing.
     # The schedule (nothing done: every run has the same): slot -> (method, batch number).
@@ -168,8 +174,9 @@ def test_rows_record_their_batch_place_prefill_and_provenance(fake_runs):
         b, number = r['batch'], int(r['batch_id'].split('/')[2])
         assert b['id'] == r['batch_id']
         assert method_at(b['slot']) == r['method']  # The schedule the clock assumed.
-        if r['method'] == timing.MONITOR:
-            assert b['place'] == len(methods) and r['correct'] is None  # Not scored.
+        if timing.is_monitor(r['method']):
+            assert b['place'] in (-2, -1, *range(len(methods), len(methods) + 3))
+            assert r['correct'] is None  # Not scored.
         else:
             batch = timing.Batch(r['batch_id'], 0, 'gsm8k', number, (), number, 5)
             assert timing.order(methods, batch)[b['place']].name == r['method']

@@ -79,7 +79,7 @@ def paper_layout():
     rows = [(task, Item(str(i))) for task, n in (('bfcl', 200), ('include', 220))
             for i in range(n)]  # fmt: skip
     batches = timing.batch_plan(rows, 0, 8, lambda r: (r[0], int(r[1].id)))
-    order = timing.interleave(batches, methods, lambda b, m: True, runner.MONITOR)
+    order = timing.interleave(batches, methods, lambda b, m: True, runner.monitor)
     cost = dict(zip((b.id for b in batches), np.random.default_rng(0).uniform(0.5, 1.5, 200)))
     return methods, order, np.asarray([cost[b.id] for b, _, _ in order])
 
@@ -144,23 +144,24 @@ def sawtooth(phase, amplitude=0.15):
 
 
 class Layout:
-    """A schedule's batches in run order, their costs and start times (the monitor's call
-    after each group included), for simulating many runs of it."""
+    """A schedule's batches in run order, their costs and start times (the monitor's calls
+    before and after each group included), for simulating many runs of it."""
 
     def __init__(self, methods, order, base):
         self.m = len(methods)
         cost, self.batches = {}, []
         for (b, method, _), sec in zip(order, base):
-            if method.name != timing.MONITOR and b.id not in cost:
-                self.batches.append(b)
+            if not timing.is_monitor(method.name) and b.id not in {x.id for x in self.batches[-1:]}:
+                self.batches.append(b)  # A batch's round: its calls run one after another.
             cost.setdefault(b.id, float(sec))
         self.cost = np.asarray([cost[b.id] for b in self.batches])
         starts, t = [], 0.0
         for k, b in enumerate(self.batches):
+            t += len(timing.START_MONITORS) * self.cost[k] * (b.number == 0)  # The monitor.
             starts.append(t)
             t += self.m * self.cost[k]
             if k + 1 == len(self.batches) or self.batches[k + 1].group != b.group:
-                t += cost[self.batches[k - b.number].id]  # The drift monitor.
+                t += len(timing.END_MONITORS) * cost[self.batches[k - b.number].id]
         self.starts, self.length = np.asarray(starts), t
         self.groups: dict[str, list[int]] = {}
         for k, b in enumerate(self.batches):
@@ -264,11 +265,15 @@ def test_rows_carry_places_and_the_monitor_retimes_each_groups_first_batch(layou
     for batch, method, place in order:
         groups.setdefault((batch.seed, batch.group), []).append((batch, method.name, place))
     for calls in groups.values():
-        first = calls[0][0]
-        # Every batch of the group by every method, then AR again on its first batch.
-        assert calls[-1] == (first, timing.MONITOR, len(methods))
-        assert len(calls) == first.group_size * len(methods) + 1
-        assert {b.id for b, _, _ in calls} == {b.id for b, _, _ in calls[:-1]}
+        first, starts, ends = calls[0][0], timing.START_MONITORS, timing.END_MONITORS
+        # AR on the group's first batch before its round, every batch of the group by every
+        # method, then AR again on its first batch.
+        assert calls[: len(starts)] == [(first, m, k - len(starts)) for k, m in enumerate(starts)]
+        assert calls[-len(ends) :] == [(first, m, len(methods) + k) for k, m in enumerate(ends)]
+        assert len(calls) == first.group_size * len(methods) + len(starts) + len(ends)
+        rounds = calls[len(starts) : -len(ends)]
+        assert {b.id for b, _, _ in calls} == {b.id for b, _, _ in rounds}
+        assert not any(timing.is_monitor(m) for _, m, _ in rounds)
 
 
 def test_equal_methods_on_drifting_machines_keep_1_in_every_interval(layout):
@@ -301,7 +306,7 @@ def reseeded(methods, order, seed: int) -> list:
     batches with the seed replaced)."""
     batches = list({b.index: b for b, _, _ in order}.values())
     batches = [dataclasses.replace(b, seed=seed) for b in sorted(batches, key=lambda b: b.index)]
-    return timing.interleave(batches, methods, lambda b, m: True, runner.MONITOR)
+    return timing.interleave(batches, methods, lambda b, m: True, runner.monitor)
 
 
 def test_the_simulation_is_the_real_schedule_and_estimator(layout):
@@ -313,12 +318,13 @@ def test_the_simulation_is_the_real_schedule_and_estimator(layout):
     names = [m.name for m in methods]
     for run in (0, 2):
         sched = reseeded(methods, order, run)
-        calls = [(b.index, names.index(m.name)) for b, m, _ in sched if m.name != timing.MONITOR]
+        calls = [(b.index, names.index(m.name)) for b, m, _ in sched
+                 if not timing.is_monitor(m.name)]  # fmt: skip
         index = {b.index: k for k, b in enumerate(lay.batches)}
         t = lay.moments(places[run : run + 1])[0]
         assert calls == sorted(calls, key=lambda c: t[index[c[0]], c[1]])
         seconds = [np.exp(logsec[run, index[b.index], names.index(m.name)])
-                   if m.name != timing.MONITOR else 1.0 for b, m, _ in sched]  # fmt: skip
+                   if not timing.is_monitor(m.name) else 1.0 for b, m, _ in sched]  # fmt: skip
         for (group, method), row in speedups(timed_rows(sched, seconds), methods).items():
             if row['speedup_lo'] is None:
                 continue
