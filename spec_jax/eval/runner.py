@@ -136,20 +136,20 @@ def decoding_block(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     block.sampling = decoding.sampling_config(c.temperature)
     block.spec = decoding.spec_config(c.mode, c.draft)
     for field in ('drafter', 'num_draft', 'ngram', 'lookup', 'draft_seed', 'draft_sharding',
-                  'tree'):  # fmt: skip
-        block.spec[field] = c[field]
+                  'tree', 'adaptive'):  # fmt: skip
+        if field in c:  # A config from before `adaptive` keeps the block's default (off).
+            block.spec[field] = c[field]
     block.spec.meter_distortion = c.meter_distortion
     block.mesh = c.mesh
     return block
 
 
 def engine_for(base: decoding.Engine, method: plan_lib.Method) -> decoding.Engine:
-    """The engine of one method: AR drops the drafter (and the tree); the others set rule
-    and baseline."""
+    """The engine of one method: AR drops the drafter (the tree, the adaptive sizing); the
+    others set rule and baseline."""
     if method.mode == 'ar':
-        return base.replace(
-            drafter=None, num_draft=0, tree=None, rule=rules.Lossless(), baseline=False
-        )
+        return base.replace(drafter=None, num_draft=0, tree=None, adaptive=None,
+                            rule=rules.Lossless(), baseline=False)  # fmt: skip
     return base.replace(rule=rules.make(method.rule), baseline=method.baseline)
 
 

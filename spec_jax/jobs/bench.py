@@ -3,6 +3,7 @@
   forward  the bandwidth bound of a decode step, the cost of a forward over T new tokens
   ar       AR tokens/s against the bound
   chain    chain speculative decoding against AR (spec_jax.jobs.bench_chain)
+  adaptive verification sized online against every fixed draft length (bench_adaptive)
   tree     EAGLE-3 trees against AR and the chain with the same head (bench_tree)
   rules    verify_chain against the target forward (spec_jax.jobs.bench_rules)
   accel    a preset's real shapes on an accelerator in minutes, beside the predictions
@@ -23,7 +24,15 @@ import jax.numpy as jnp
 import ml_collections
 
 from spec_jax import checkpoints, decoding
-from spec_jax.jobs import bench_accel, bench_chain, bench_mesh, bench_rules, bench_tree, runtime
+from spec_jax.jobs import (
+    bench_accel,
+    bench_adaptive,
+    bench_chain,
+    bench_mesh,
+    bench_rules,
+    bench_tree,
+    runtime,
+)
 from spec_jax.jobs.profile import profile_bench
 from spec_jax.jobs.timing import WARMED, interleaved_medians, warm_up
 from spec_jax.models.cache import KVCache
@@ -147,6 +156,7 @@ BENCHES = {
     'forward': _on_model(bandwidth_and_forward),
     'ar': _on_model(ar),
     'chain': bench_chain.run,
+    'adaptive': bench_adaptive.run,
     'tree': bench_tree.run,
     'mesh': bench_mesh.run,
     'rules': bench_rules.run,

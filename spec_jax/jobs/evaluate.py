@@ -59,6 +59,9 @@ def default_config(tiny: bool = False) -> ml_collections.ConfigDict:
     c.draft_sharding = 'batch'  # On a mesh: 'batch', or 'heads' (decoding.spec_config).
     # Tree mode's shape (decoding.tree_config; configs/smollm2_135m_tree.py): a CPU default.
     c.tree = decoding.tree_config(nodes=8, depth=4, branch=2)
+    # Each round's size chosen online (decoding.adaptive_config; tiers '' off): every
+    # speculative method of the plan, matched baselines too, sizes its rounds; AR does not.
+    c.adaptive = decoding.adaptive_config()
     c.temperature = 0.7
     # Lossy rules (rules.make specs); the plan adds AR, lossless SD and matched baselines.
     c.grid = ('minp_verify:rho=0.3', 'lenience:l=0.5', 'cos:lam=0.4')
@@ -142,6 +145,10 @@ def dry_run(c: ml_collections.ConfigDict) -> str:
     lines.append(f'total: {total} samples')
     if c.mode == 'tree':
         lines.append(f'tree mode: {decoding.tree_shape(c.tree).describe()}')
+    if c.get('adaptive') and c.adaptive.tiers:
+        lines.append(f'adaptive: each round of every speculative method runs one of the tiers '
+                     f'{c.adaptive.tiers!r} (0: an AR step), chosen on device; costs '
+                     f'{c.adaptive.costs or "relative"!r}')  # fmt: skip
     return '\n'.join(lines)
 
 

@@ -15,6 +15,7 @@ from collections import defaultdict
 import pytest
 from figures import check_series
 
+from spec_jax import decoding
 from spec_jax.eval import (
     findings,
     metrics,
@@ -362,3 +363,23 @@ def test_a_scorer_error_is_the_samples_but_a_weak_sandbox_stops_the_run():
     assert wrong['correct'] is False and 'bad gold' in wrong['detail']['error']
     with pytest.raises(sandbox.WeakSandboxError, match='only in the'):
         runner._scored(_Raises(sandbox.WeakSandboxError('only in the box')), item, 'text', row)
+
+
+def test_adaptive_sizes_every_speculative_method_and_not_ar():
+    """`adaptive.tiers` reaches every speculative method's engine (matched baselines too)
+    through `decoding_block`; AR's engine drops it; ':adaptive' is the main job so sized."""
+    c = tiny_config()
+    c.adaptive.tiers = 'auto'
+    built = decoding.build(runner.decoding_block(c))
+    for m in runner.methods_of(c):
+        engine = runner.engine_for(built.engine, m)
+        assert (engine.adaptive is None) == (m.mode == 'ar'), m.name
+        if engine.adaptive is not None:
+            assert engine.adaptive.tiers == (0, 1, 2, 3)  # 'auto' under num_draft 3.
+    assert "adaptive: each round of every speculative method runs one of the tiers 'auto'" \
+        in evaluate.dry_run(c)
+    sized = runtime.load_config(CONFIG, 'adaptive')
+    assert (sized.num_draft, sized.adaptive.tiers, sized.adaptive.costs) == (4, 'auto', 'auto')
+    assert sized.name == 'smollm2_135m_adaptive'
+    with pytest.raises(ValueError, match="valid: '', 'tiny', 'adaptive'"):
+        runtime.load_config(CONFIG, 'fast')

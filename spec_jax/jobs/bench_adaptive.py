@@ -1,0 +1,217 @@
+"""Verification sized online against every fixed size, on the workloads that decide it.
+
+For each batch size, each workload's prompts run through AR, a chain at each fixed draft
+length of `c.tiers` and the adaptive chain (`spec.adaptive`: the same lengths, one chosen
+each round on device from the run's acceptance and the tiers' costs) in interleaved rounds,
+every program warmed first (`bench_chain.interleaved_runs`). The adaptive chain runs twice
+over: 'adaptive' prices its tiers by `c.costs` (a chip's calibration: 'auto' is this
+machine's), and with `c.measured_costs` 'adaptive measured' by the seconds a round of each
+fixed tier takes on the workload's first batch, measured just before (`round_seconds`: a
+profiled step-cost table; acceptance is still learned online). Workloads:
+
+  speed   the speed sets' prompts (`c.sets`)
+  mbpp    MBPP prompts (code: prompt lookup accepts often)
+  long    the long-context set (`c.long_sets`: CNN/DM articles), its own prompt bucket
+  mixed   all of them: per engine the seconds and tokens of the three summed per round
+
+Reported per (batch, workload), measured: tokens/s of each engine (median over rounds),
+each adaptive engine over the best fixed tier (AR is tier 0) and over AR (the median of the
+per-round ratios and their range over the rounds: n rounds, no interval) and its drafted
+tokens a round (which tiers it ran). The issue's goals (adaptive >= 0.97x the best fixed
+tier on each workload, above every fixed tier on the mixed one, never below AR) are printed
+as met or not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import ml_collections
+import numpy as np
+
+from spec_jax import checkpoints, decoding, rules
+from spec_jax.decoding import drafters
+from spec_jax.decoding.adaptive import TierCosts
+from spec_jax.decoding.build import adaptive_of, chip_tier_costs
+from spec_jax.eval import tasks as tasks_lib
+from spec_jax.jobs import bench_chain, speed_report
+from spec_jax.jobs.timing import WARMED
+from spec_jax.sampling import Sampler
+
+WORKLOADS = ('speed', 'mbpp', 'long')
+ADAPTIVE = 'adaptive'  # The adaptive engines' names start with it.
+
+
+def workload_ids(c: ml_collections.ConfigDict, tok) -> dict[str, list]:
+    """Chat ids of each workload's prompts."""
+    _, speed = bench_chain.speed_ids(c, tok, c.prompts_per_set)
+    long_c = ml_collections.ConfigDict(dict(sets=c.long_sets, data_root=c.data_root))
+    _, long = bench_chain.speed_ids(long_c, tok, c.long_prompts)
+    mbpp = tasks_lib.make('mbpp', c.data_root).load('', c.mbpp_prompts)
+    return dict(speed=speed, mbpp=[tok.encode_chat(list(it.messages)) for it in mbpp],
+                long=long)  # fmt: skip
+
+
+def engines_of(c: ml_collections.ConfigDict, target, dec):
+    """AR, a chain at each fixed length of `c.tiers` (0 is AR's) and the adaptive chain
+    (its tier costs from `c.costs`: a chip's calibration, or the relative model)."""
+    made = drafters.make(c.drafter, target, c.draft, ngram=c.ngram, lookup=c.lookup,
+                         dtype=c.dtype, seed=c.seed)  # fmt: skip
+    tiers = tuple(int(v) for v in c.tiers.split(','))
+    if tiers[0] != 0 or list(tiers) != sorted(set(tiers)):
+        raise ValueError(f"bench adaptive: tiers={c.tiers!r} must start at 0 (AR) and rise, "
+                         "as '0,1,2,4'")  # fmt: skip
+    rule, top = rules.make(c.rule), tiers[-1]
+    block = decoding.adaptive_config(c.tiers, c.costs)
+
+    def chip_costs(chip, tier_list, shapes=()):
+        del shapes
+        slots = c.max_prompt_len + c.max_new_tokens
+        return chip_tier_costs(chip, tier_list, target.cfg, made.drafter, c.drafter, slots)
+
+    engines = {'ar': decoding.Engine(target.cfg, dec)}
+    for k in tiers[1:]:
+        engines[f'gamma {k}'] = decoding.Engine(target.cfg, dec, made.drafter, k, rule)
+    adaptive = adaptive_of(block, 'chain', top, chip_costs)
+    engines[ADAPTIVE] = decoding.Engine(target.cfg, dec, made.drafter, top, rule,
+                                        adaptive=adaptive)  # fmt: skip
+    engines[ADAPTIVE].check()
+    return engines, decoding.Params(target.params, made.params), tiers
+
+
+def round_seconds(engines: dict, params, group, temperature: float) -> list[float]:
+    """Each fixed tier's seconds a round (AR's a step) on `group`, measured: each engine
+    decodes it twice (the first run compiles and warms) and the second run's seconds after
+    its prefill are divided by its rounds (the batch's longest row: the loop runs until
+    every row is done). A profiled step-cost table, as DSpark's; the adaptive engine's AR
+    tier also keeps its drafter up, which AR's step here does not pay."""
+    sampler = Sampler(temperature=temperature)
+    out = []
+    for name, engine in engines.items():
+        if name.startswith(ADAPTIVE):
+            continue
+        for _ in range(2):
+            res = decoding.generate(engine.replace(sampler=sampler), params, group, seed=0)
+        rounds = max(int(np.max(res.stats['per_row']['blocks'])), 1)
+        out.append((res.seconds - res.prefill_seconds) / rounds)
+    return out
+
+
+def with_measured(engines: dict, costs: list[float]) -> dict:
+    """`engines` and the adaptive chain again under the measured round costs (one column:
+    this batch), as `ADAPTIVE + ' measured'`."""
+    sized = engines[ADAPTIVE].adaptive
+    measured = dataclasses.replace(sized, costs=TierCosts.table(costs))
+    return dict(engines, **{f'{ADAPTIVE} measured': engines[ADAPTIVE].replace(
+        adaptive=measured)})  # fmt: skip
+
+
+def compare(times: dict, rounds: int) -> dict:
+    """Tokens/s per engine (median over rounds) and, per adaptive engine, its per-round
+    ratios over the best fixed tier (best by median; AR is tier 0) and over AR."""
+    rate = {n: [tok / sec for sec, tok, _ in runs] for n, runs in times.items()}
+    median = {n: float(np.median(v)) for n, v in rate.items()}
+    fixed = [n for n in rate if not n.startswith(ADAPTIVE)]
+    best = max(fixed, key=median.get)
+    out = dict(tokens_per_s=median, best_fixed=best, rounds=rounds, adaptive={})
+    for name in [n for n in rate if n.startswith(ADAPTIVE)]:
+        def ratios(other, name=name):
+            return [a / b for a, b in zip(rate[name], rate[other])]
+
+        out['adaptive'][name] = dict(
+            over_best=float(np.median(ratios(best))),
+            over_best_range=(min(ratios(best)), max(ratios(best))),
+            over_ar=float(np.median(ratios('ar'))),
+            over_ar_range=(min(ratios('ar')), max(ratios('ar'))),
+            over_each={n: float(np.median(ratios(n))) for n in fixed},
+            mean_draft=mean_draft(times[name]))  # fmt: skip
+    return out
+
+
+def mean_draft(runs) -> float:
+    """An engine's drafted tokens per round (an AR round drafts 0), over its timed calls:
+    which tiers it ran, on average (0 without per-row statistics)."""
+    per_row = [res.stats['per_row'] for _, _, results in runs for res in results
+               if 'per_row' in getattr(res, 'stats', {})]  # fmt: skip
+    blocks = sum(int(np.sum(r['blocks'])) for r in per_row)
+    return sum(int(np.sum(r['drafted'])) for r in per_row) / max(blocks, 1)
+
+
+def line(batch: int, name: str, row: dict) -> str:
+    """One printed result of (batch, workload)."""
+    rates = ', '.join(f'{n} {v:.1f}' for n, v in row['tokens_per_s'].items())
+    parts = []
+    for engine, a in row['adaptive'].items():
+        (lo, hi), (alo, ahi) = a['over_best_range'], a['over_ar_range']
+        parts.append(f"{engine} / best fixed ({row['best_fixed']}) {a['over_best']:.3f} "
+                     f"[{lo:.3f}-{hi:.3f}], / AR {a['over_ar']:.3f} [{alo:.3f}-{ahi:.3f}], "
+                     f"{a['mean_draft']:.2f} drafted a round")  # fmt: skip
+    return (f'batch {batch} {name}: tokens/s {rates} (measured, medians of {row["rounds"]} '
+            f'rounds); ' + '; '.join(parts) + f' (median and range of {row["rounds"]} '
+            'per-round ratios: no interval)')
+
+
+def goals(rows: dict) -> list[str]:
+    """The issue's goals, each met or not, per adaptive engine, from the rows
+    {(batch, workload): row}."""
+    out = []
+    for (batch, name), row in rows.items():
+        for engine, a in row['adaptive'].items():
+            at = f'batch {batch} {name}, {engine}'
+            if name != 'mixed':
+                ok = a['over_best'] >= 0.97
+                out.append(f'{at}: >= 0.97x the best fixed tier: '
+                           f'{"met" if ok else "NOT met"} ({a["over_best"]:.3f})')  # fmt: skip
+            else:
+                beaten = [n for n, v in a['over_each'].items() if v <= 1.0]
+                out.append(f'{at}: above every fixed tier (AR too): '
+                           + ('met' if not beaten else f'NOT met (not above {", ".join(beaten)})'))
+            below = a['over_ar_range'][1] < 1.0
+            out.append(f'{at}: never below AR (every round): '
+                       + ('NOT met (below AR in every round)' if below else 'met'))
+    return out
+
+
+def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
+    """Runs the adaptive bench of config `c` (configs/bench_adaptive.py)."""
+    target = checkpoints.load(c.model, c.dtype, c.seed)
+    tok = target.tokenizer
+    dec = decoding.DecodeSettings(max_new_tokens=c.max_new_tokens, stop_tokens=tok.stop_ids,
+                                  max_prompt_len=c.max_prompt_len,
+                                  prompt_bucket=c.prompt_bucket)  # fmt: skip
+    engines, params, tiers = engines_of(c, target, dec)
+    ids = workload_ids(c, tok)
+    print(f'workloads: {", ".join(f"{n} {len(v)} prompts" for n, v in ids.items())}; '
+          f'{c.max_new_tokens} new tokens max; drafter {c.drafter}, tiers {tiers}, costs '
+          f'{c.costs or "relative"}; rule {c.rule}')  # fmt: skip
+    print(f'timing: {WARMED}; then {c.rounds} interleaved round(s) of every engine, medians')
+    rows = {}
+    for batch in c.batches:
+        mixed: dict[str, list] = {}
+        for name in WORKLOADS:
+            batch_ids = speed_report.fill(ids[name], batch)
+            now = engines
+            if c.measured_costs:
+                costs = round_seconds(engines, params, batch_ids[:batch], c.temperature)
+                print(f'batch {batch} {name}: measured seconds a round of tiers {tiers}: '
+                      + ', '.join(f'{1e3 * s:.1f} ms' for s in costs))  # fmt: skip
+                now = with_measured(engines, costs)
+            times = bench_chain.interleaved_runs(now, params, batch_ids, c.temperature, batch,
+                                                 c.rounds)  # fmt: skip
+            rows[batch, name] = compare(times, c.rounds)
+            print(line(batch, name, rows[batch, name]), flush=True)
+            mixed = {n: [(s + s2, t + t2, r + r2) for (s, t, r), (s2, t2, r2) in
+                         zip(mixed.get(n, [(0.0, 0, [])] * c.rounds), times[n])]
+                     for n in now}  # fmt: skip
+        rows[batch, 'mixed'] = compare(mixed, c.rounds)
+        print(line(batch, 'mixed', rows[batch, 'mixed']), flush=True)
+    met = goals(rows)
+    print('goals (issue 47, measured here):\n  ' + '\n  '.join(met))
+    report = dict(rows={f'{b}/{n}': r for (b, n), r in rows.items()}, goals=met)
+    if workdir:
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, 'bench_adaptive.json'), 'w') as f:
+            json.dump(report, f, indent=2, default=str)
+    return report

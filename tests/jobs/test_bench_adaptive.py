@@ -1,0 +1,69 @@
+"""The adaptive bench (spec_jax/jobs/bench_adaptive.py): its ratios and goals from
+constructed timings, and its :tiny config end to end on one small workload each."""
+
+import os
+
+import pytest
+
+from spec_jax.jobs import bench, bench_adaptive, timing
+from spec_jax.jobs.runtime import load_config
+
+CONFIGS = os.path.join(os.path.dirname(__file__), '..', '..', 'configs')
+
+
+def times_of(rates: dict[str, list[float]]) -> dict:
+    """`interleaved_runs`-shaped timings: each round 100 tokens at the given tokens/s."""
+    return {n: [(100 / r, 100, []) for r in rs] for n, rs in rates.items()}
+
+
+def test_compare_sets_adaptive_against_the_best_fixed_tier_round_by_round():
+    rates = {'ar': [50, 60, 55], 'gamma 1': [60, 66, 63], 'gamma 2': [40, 80, 45],
+             'adaptive': [58, 72, 60], 'adaptive measured': [63, 66, 70]}  # fmt: skip
+    row = bench_adaptive.compare(times_of(rates), 3)
+    assert row['tokens_per_s'] == pytest.approx({'ar': 55, 'gamma 1': 63, 'gamma 2': 45,
+                                                 'adaptive': 60, 'adaptive measured': 66})
+    assert row['best_fixed'] == 'gamma 1'  # By median, not by its best round.
+    a = row['adaptive']['adaptive']
+    assert a['over_best'] == pytest.approx(58 / 60)  # Median of 58/60, 72/66, 60/63.
+    assert a['over_best_range'] == pytest.approx((60 / 63, 72 / 66))
+    assert a['over_ar'] == pytest.approx(58 / 50) and a['over_ar_range'][0] > 1
+    assert row['adaptive']['adaptive measured']['over_each']['gamma 1'] == pytest.approx(1.05)
+    text = bench_adaptive.line(1, 'speed', row)
+    assert 'adaptive / best fixed (gamma 1) 0.967 [0.952-1.091]' in text
+    assert 'adaptive measured / best fixed (gamma 1) 1.050 [1.000-1.111]' in text
+    assert 'median and range of 3 per-round ratios: no interval' in text
+
+
+def test_goals_say_met_or_not_for_each_workload_and_the_mix():
+    good = bench_adaptive.compare(times_of(
+        {'ar': [50, 50], 'gamma 1': [60, 60], 'adaptive': [59, 61]}), 2)  # fmt: skip
+    slow = bench_adaptive.compare(times_of(
+        {'ar': [50, 50], 'gamma 1': [60, 60], 'adaptive': [45, 48]}), 2)  # fmt: skip
+    met = bench_adaptive.goals({(1, 'speed'): good, (1, 'mbpp'): slow, (1, 'mixed'): slow})
+    assert 'batch 1 speed, adaptive: >= 0.97x the best fixed tier: met (1.000)' in met
+    assert 'batch 1 mbpp, adaptive: >= 0.97x the best fixed tier: NOT met (0.775)' in met
+    assert ('batch 1 mixed, adaptive: above every fixed tier (AR too): NOT met (not above '
+            'ar, gamma 1)') in met  # fmt: skip
+    assert ('batch 1 mbpp, adaptive: never below AR (every round): NOT met (below AR in '
+            'every round)') in met  # fmt: skip
+    assert 'batch 1 speed, adaptive: never below AR (every round): met' in met
+
+
+def test_the_tiny_bench_runs_every_workload_and_reports_the_goals(tmp_path, capsys):
+    c = load_config(os.path.join(CONFIGS, 'bench_adaptive.py'), 'tiny')
+    c.tiers, c.batches, c.sets, c.mbpp_prompts = '0,2', (1,), ('mt_bench',), 1
+    c.prompt_bucket = c.max_prompt_len  # One prompt bucket: each engine's programs once.
+    report = bench.run(c, str(tmp_path))['adaptive']
+    out = capsys.readouterr().out
+    assert f'timing: {timing.WARMED}; then 1 interleaved round(s)' in out
+    assert set(report['rows']) == {'1/speed', '1/mbpp', '1/long', '1/mixed'}
+    assert 'batch 1 speed: measured seconds a round of tiers (0, 2): ' in out
+    for row in report['rows'].values():
+        assert set(row['tokens_per_s']) == {'ar', 'gamma 2', 'adaptive', 'adaptive measured'}
+        assert all(v > 0 for v in row['tokens_per_s'].values())
+        assert all(0 <= a['mean_draft'] <= 2 for a in row['adaptive'].values())
+    assert len(report['goals']) == 16  # Two goals per workload and adaptive engine.
+    assert os.path.exists(os.path.join(tmp_path, 'bench_adaptive.json'))
+    c.tiers = '1,2'
+    with pytest.raises(ValueError, match=r"tiers='1,2' must start at 0 \(AR\) and rise"):
+        bench.run(c)
