@@ -28,6 +28,7 @@ import dataclasses
 import json
 import os
 
+import jax
 import ml_collections
 import numpy as np
 
@@ -100,10 +101,13 @@ def round_seconds(engines: dict, params, group, temperature: float) -> list[floa
 
 
 def with_measured(engines: dict, costs: list[float]) -> dict:
-    """`engines` and the adaptive chain again under the measured round costs (one column:
-    this batch), as `ADAPTIVE + ' measured'`."""
+    """`engines` and the adaptive chain again under the measured round costs (this batch's,
+    at every batch of the engine's own table: the same shapes, so it runs the adaptive
+    chain's compiled programs), as `ADAPTIVE + ' measured'`."""
     sized = engines[ADAPTIVE].adaptive
-    measured = dataclasses.replace(sized, costs=TierCosts.table(costs))
+    batch_n = np.asarray(sized.costs.batch_n).tolist()
+    table = TierCosts.table([[s] * len(batch_n) for s in costs], batch_n=batch_n)
+    measured = dataclasses.replace(sized, costs=table)
     return dict(engines, **{f'{ADAPTIVE} measured': engines[ADAPTIVE].replace(
         adaptive=measured)})  # fmt: skip
 
@@ -192,6 +196,9 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
         mixed: dict[str, list] = {}
         for name in WORKLOADS:
             batch_ids = speed_report.fill(ids[name], batch)
+            # The last workload's programs dropped: each workload compiles and warms its own,
+            # so the process stays under the kernel's cap on memory mappings (code_room).
+            jax.clear_caches()
             now = engines
             if c.measured_costs:
                 costs = round_seconds(engines, params, batch_ids[:batch], c.temperature)
