@@ -136,9 +136,10 @@ def decoding_block(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     block.sampling = decoding.sampling_config(c.temperature)
     block.spec = decoding.spec_config(c.mode, c.draft)
     for field in ('drafter', 'num_draft', 'ngram', 'lookup', 'draft_seed', 'draft_sharding',
-                  'tree', 'adaptive'):  # fmt: skip
-        if field in c:  # A config from before `adaptive` keeps the block's default (off).
-            block.spec[field] = c[field]
+                  'tree'):  # fmt: skip
+        block.spec[field] = c[field]
+    # A config from before `adaptive` keeps the block's default (off).
+    block.spec.adaptive = c.get('adaptive', block.spec.adaptive)
     block.spec.meter_distortion = c.meter_distortion
     block.mesh = c.mesh
     return block

@@ -121,24 +121,21 @@ def compare(times: dict, rounds: int) -> dict:
     best = max(fixed, key=median.get)
     out = dict(tokens_per_s=median, best_fixed=best, rounds=rounds, adaptive={})
     for name in [n for n in rate if n.startswith(ADAPTIVE)]:
-        def ratios(other, name=name):
-            return [a / b for a, b in zip(rate[name], rate[other])]
-
+        over = {n: np.asarray(rate[name]) / np.asarray(rate[n]) for n in fixed}
         out['adaptive'][name] = dict(
-            over_best=float(np.median(ratios(best))),
-            over_best_range=(min(ratios(best)), max(ratios(best))),
-            over_ar=float(np.median(ratios('ar'))),
-            over_ar_range=(min(ratios('ar')), max(ratios('ar'))),
-            over_each={n: float(np.median(ratios(n))) for n in fixed},
+            over_best=float(np.median(over[best])),
+            over_best_range=(float(over[best].min()), float(over[best].max())),
+            over_ar=float(np.median(over['ar'])),
+            over_ar_range=(float(over['ar'].min()), float(over['ar'].max())),
+            over_each={n: float(np.median(v)) for n, v in over.items()},
             mean_draft=mean_draft(times[name]))  # fmt: skip
     return out
 
 
 def mean_draft(runs) -> float:
     """An engine's drafted tokens per round (an AR round drafts 0), over its timed calls:
-    which tiers it ran, on average (0 without per-row statistics)."""
-    per_row = [res.stats['per_row'] for _, _, results in runs for res in results
-               if 'per_row' in getattr(res, 'stats', {})]  # fmt: skip
+    which tiers it ran, on average (0 without calls)."""
+    per_row = [res.stats['per_row'] for _, _, results in runs for res in results]
     blocks = sum(int(np.sum(r['blocks'])) for r in per_row)
     return sum(int(np.sum(r['drafted'])) for r in per_row) / max(blocks, 1)
 
