@@ -38,6 +38,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Also the adaptive chain priced by each fixed tier's seconds a round, measured on the
     # workload's first batch ('adaptive measured').
     c.measured_costs = True
+    c.cost_calls = 1 if tiny else 3  # Timed calls per tier, their median (after a warm one).
     c.temperature = 0.0
     c.data_root = ''
     c.sets = ('mt_bench', 'gsm8k') if tiny else ('mt_bench', 'humaneval', 'gsm8k', 'alpaca', 'qa')

@@ -61,9 +61,11 @@ M - 1 best of its pool, tree_budget's premise that draft scores track acceptance
 come from earlier rounds only, so lossless stays lossless. A smaller tier never examines
 depths or ranks the larger ones hold; they borrow the depth above.
 
-The AR tier keeps the drafter's state following the text: the drafter is asked for one draft
-(which is discarded), so a draft LM re-feeds its 2-token window (one draft forward) and an
-EAGLE-3 head draws from the output it already holds (no call); `relative` counts it.
+The AR tier runs AR's step and keeps the drafter following the text by `Drafter.follow`: a
+draft LM does nothing (its next proposal first catches its cache up over the tokens it
+missed, one forward per 16), an EAGLE-3 head or DFlash reads the step's taps (one window
+over one token), the target as its own drafter re-feeds two tokens; `relative` counts
+`follow` draft calls for it.
 """
 
 from __future__ import annotations
@@ -111,14 +113,17 @@ class TierCosts:
     @classmethod
     def relative(
         cls, tiers: Sequence[int], verify: float = 0.18, draft: float = 0.15,
-        context: float = 0.0, trees: Sequence[TreeShape] = (),
+        context: float = 0.0, trees: Sequence[TreeShape] = (), follow: int = 1,
     ) -> TierCosts:  # fmt: skip
         """A model in units of an AR step at context 0: tier k costs 1 + verify k (the
-        target over k + 1 tokens) + draft max(k, 1) (k draft calls; the AR tier keeps the
-        drafter up with one), plus context (k + 1) per context token (attention). With
-        `trees` (tree mode, tiers 0 and each tree's nodes M): k = M - 1 verified and the
-        tree's drafted levels as its draft calls."""
-        calls = [1, *(t.levels_drafted for t in trees)] if trees else [max(k, 1) for k in tiers]
+        target over k + 1 tokens) + draft k (k draft calls; the AR tier `follow` calls,
+        its drafter's `Drafter.follow`: 1 for a head, 0 for a draft LM), plus context
+        (k + 1) per context token (attention). With `trees` (tree mode, tiers 0 and each
+        tree's nodes M): k = M - 1 verified and the tree's drafted levels as its calls."""
+        if trees:
+            calls = [follow, *(t.levels_drafted for t in trees)]
+        else:
+            calls = [k or follow for k in tiers]
         verified = [0, *(t.nodes - 1 for t in trees)] if trees else list(tiers)
         base = [1.0 + verify * k + draft * n for k, n in zip(verified, calls)]
         return cls.table(base, [context * (k + 1) for k in verified])

@@ -132,8 +132,9 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
             costs=costs,
             per_token='',  # Seconds each tier's round adds per context token ('' = 0).
             # The relative model (units of an AR step): tier k costs 1 + verify k +
-            # draft max(k, 1), plus context (k + 1) per context token (a tree of M nodes:
-            # k = M - 1 verified, its drafted levels as draft calls).
+            # draft k, plus context (k + 1) per context token (a tree of M nodes: k = M - 1
+            # verified, its drafted levels as draft calls); the AR tier adds draft once for
+            # a drafter that reads the target's taps (not a draft LM: FOLLOW_CALLS).
             verify=0.18,
             draft=0.15,
             context=0.0,
@@ -146,6 +147,10 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
 
 # Batch sizes a chip's tier costs are read at (the loop interpolates at its own).
 CHIP_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+# Draft calls of the adaptive AR tier's `Drafter.follow` by spec.drafter (default 1: a
+# head or DFlash reads the round's taps, the target itself re-feeds two tokens); a draft LM
+# makes none (it catches up when it next drafts).
+FOLLOW_CALLS = {'lm': 0}
 
 
 def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
@@ -154,15 +159,15 @@ def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
     `CHIP_BATCHES` and `slots` cache slots, no context term (the engine's attention reads
     every slot). Tier k > 0: a chain of k drafted by `kind` ('lm', 'eagle3'), or `tree`
     (tier i > 0 of tree mode's `shapes`: that tree);
-    tier 0: AR's step plus the call that keeps the drafter up (a draft LM's 2-token window,
-    a head's window over the one new token)."""
+    tier 0: AR's step plus the drafter's `follow` (a head's window over the one new token;
+    a draft LM nothing: it catches up when it next drafts)."""
     if kind not in ('lm', 'eagle3'):
         raise ValueError(f"spec.adaptive.costs='chip:{chip}' prices drafters 'lm' and "
                          f"'eagle3'; got {kind!r}")
     base = getattr(drafter, 'base', drafter)  # Prompt lookup prices its model drafter.
     model = calibration.for_chip(chip, target, **{'head' if kind == 'eagle3' else 'draft':
                                                   base.cfg})  # fmt: skip
-    keep = calibration.Tier('ar', 1, (1,) if kind == 'eagle3' else (2,))
+    keep = calibration.Tier('ar', 1, (1,) * FOLLOW_CALLS.get(kind, 1))
     def tier(i, k):
         if not k:
             return keep
@@ -186,10 +191,12 @@ def platform_chip() -> str:
 
 
 def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int, chip_costs=None,
-                tree: trees.TreeShape | None = None) -> Adaptive | None:  # fmt: skip
+                tree: trees.TreeShape | None = None,
+                follow: int = 1) -> Adaptive | None:  # fmt: skip
     """The engine's `Adaptive` from an adaptive block (None when `tiers` is ''); `chip_costs`
     (chip, tiers[, shapes]) -> TierCosts reads 'chip:NAME' costs (`build`: `chip_tier_costs`);
-    `tree`: tree mode's tree (its tiers: `adaptive.tree_tiers`)."""
+    `tree`: tree mode's tree (its tiers: `adaptive.tree_tiers`); `follow`: the AR tier's
+    draft calls in the relative model (`FOLLOW_CALLS`)."""
     if not c.tiers:
         return None
     if mode == 'ar':
@@ -198,7 +205,7 @@ def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int, chip_co
     shapes = () if tree is None else tree_tiers(tree, c.tiers)
     tiers = (0, *(t.nodes for t in shapes)) if shapes else Adaptive.parse_tiers(c.tiers, num_draft)
     if not c.costs:
-        costs = TierCosts.relative(tiers, c.verify, c.draft, c.context, shapes)
+        costs = TierCosts.relative(tiers, c.verify, c.draft, c.context, shapes, follow)
     elif (c.costs == 'auto' or c.costs.startswith('chip:')) and chip_costs is not None:
         name = platform_chip() if c.costs == 'auto' else c.costs[5:]
         costs = chip_costs(name, tiers, shapes) if shapes else chip_costs(name, tiers)
@@ -316,7 +323,8 @@ def build(c: ml_collections.ConfigDict) -> Built:
         sampler,
         bool(s.meter_distortion),
         tree,
-        adaptive_of(s.adaptive, s.mode, num_draft, chip_costs, tree) if 'adaptive' in s else None,
+        adaptive_of(s.adaptive, s.mode, num_draft, chip_costs, tree,
+                    FOLLOW_CALLS.get(s.drafter, 1)) if 'adaptive' in s else None,
     )
     engine.check()
     params = Params(target.params, sharding.shard(draft.params, mesh, draft.drafter.rules))

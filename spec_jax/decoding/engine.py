@@ -294,7 +294,7 @@ def rounds(
 
     tree = partial(tree_round, engine, params, draft_params)
     if engine.adaptive is not None:  # Each round's size chosen on device (adaptive.py).
-        tiers = [partial(chain, a_round=k, keep_draft=True) for k in engine.adaptive.tiers]
+        tiers = [partial(chain, a_round=k, follow=True) for k in engine.adaptive.tiers]
         if engine.tree is not None:  # Tree mode: AR or one of the tier trees.
             tiers = [tiers[0], *(partial(tree, shape=t) for t in engine.adaptive.trees)]
         body = lambda s: jax.lax.switch(engine.adaptive.tier(s), tiers, s)  # noqa: E731
@@ -311,10 +311,10 @@ def rounds(
 
 def chain_round(
     engine: Engine, params: dict, draft_params, s: DecodeState, a_round: int,
-    keep_draft: bool = False,
+    follow: bool = False,
 ) -> DecodeState:
-    """One round with `a_round` drafts (0: a plain one-token AR step; `keep_draft`: the
-    adaptive AR tier, whose drafter follows the text: one draft asked for and dropped)."""
+    """One round with `a_round` drafts (0: a plain one-token AR step, and with `follow` the
+    adaptive AR tier: the drafter follows the text by `Drafter.follow`, no draft asked)."""
     cfg, drafter = engine.cfg, engine.drafter
     verification = Verification(engine.rule, engine.baseline)
     processed = probs_fn(engine, verification)
@@ -327,9 +327,6 @@ def chain_round(
             draft_params, draft, s.history_bs, s.committed_b, k_draft_b, a_round, processed
         )
     else:
-        if keep_draft:
-            draft = drafter.propose(draft_params, draft, s.history_bs, s.committed_b,
-                                    k_draft_b, 1, processed)[0]  # fmt: skip
         x_ba = jnp.zeros((batch, 0), jnp.int32)
         q_bav = jnp.zeros((batch, 0, cfg.vocab_size), jnp.float32)
     verify_bt = jnp.concatenate([s.pending_b()[:, None], x_ba], axis=1)
@@ -361,5 +358,6 @@ def chain_round(
     stats = s.stats.update(out, live_b, metered, full_b, overlap_ba)
     s = s.replace(cache=cache, key_b=key_b, stats=stats)
     s = s.commit(out.tokens, out.num_emitted, stops)
-    draft = drafter.observe(draft_params, draft, s.history_bs, start_b, s.committed_b, taps_bted)
+    see = drafter.follow if follow and not a_round else drafter.observe
+    draft = see(draft_params, draft, s.history_bs, start_b, s.committed_b, taps_bted)
     return s.replace(draft=draft)

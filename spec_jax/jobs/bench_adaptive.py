@@ -7,7 +7,8 @@ every program warmed first (`bench_chain.interleaved_runs`). The adaptive chain 
 over: 'adaptive' prices its tiers by `c.costs` (a chip's calibration: 'auto' is this
 machine's), and with `c.measured_costs` 'adaptive measured' by the seconds a round of each
 fixed tier takes on the workload's first batch, measured just before (`round_seconds`: a
-profiled step-cost table; acceptance is still learned online). Workloads:
+profiled step-cost table, the median of `c.cost_calls` calls; acceptance is still learned
+online). Workloads:
 
   speed   the speed sets' prompts (`c.sets`)
   mbpp    MBPP prompts (code: prompt lookup accepts often)
@@ -82,22 +83,27 @@ def engines_of(c: ml_collections.ConfigDict, target, dec):
     return engines, decoding.Params(target.params, made.params), tiers
 
 
-def round_seconds(engines: dict, params, group, temperature: float) -> list[float]:
+def round_seconds(engines: dict, params, group, temperature: float,
+                  calls: int = 3) -> list[float]:  # fmt: skip
     """Each fixed tier's seconds a round (AR's a step) on `group`, measured: each engine
-    decodes it twice (the first run compiles and warms) and the second run's seconds after
-    its prefill are divided by its rounds (the batch's longest row: the loop runs until
-    every row is done). A profiled step-cost table, as DSpark's; the adaptive engine's AR
-    tier also keeps its drafter up, which AR's step here does not pay."""
+    decodes it once untimed (compile and warm-up), then `calls` times, the engines
+    interleaved; a call's seconds after its prefill over its rounds (the batch's longest
+    row: the loop runs until every row is done), the median of the calls. A profiled
+    step-cost table, as DSpark's; the adaptive engine's AR tier also runs its drafter's
+    `follow` (nothing for a draft LM, a head's window over the new token), which AR's step
+    here does not pay."""
     sampler = Sampler(temperature=temperature)
-    out = []
-    for name, engine in engines.items():
-        if name.startswith(ADAPTIVE):
-            continue
-        for _ in range(2):
-            res = decoding.generate(engine.replace(sampler=sampler), params, group, seed=0)
+    fixed = [e.replace(sampler=sampler) for n, e in engines.items() if not n.startswith(ADAPTIVE)]
+
+    def per_round(engine) -> float:
+        res = decoding.generate(engine, params, group, seed=0)
         rounds = max(int(np.max(res.stats['per_row']['blocks'])), 1)
-        out.append((res.seconds - res.prefill_seconds) / rounds)
-    return out
+        return (res.seconds - res.prefill_seconds) / rounds
+
+    for engine in fixed:
+        per_round(engine)
+    seconds = [[per_round(engine) for engine in fixed] for _ in range(calls)]
+    return np.median(np.asarray(seconds), axis=0).tolist()
 
 
 def with_measured(engines: dict, costs: list[float]) -> dict:
@@ -198,9 +204,11 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
             jax.clear_caches()
             now = engines
             if c.measured_costs:
-                costs = round_seconds(engines, params, batch_ids[:batch], c.temperature)
+                costs = round_seconds(engines, params, batch_ids[:batch], c.temperature,
+                                      c.cost_calls)  # fmt: skip
                 print(f'batch {batch} {name}: measured seconds a round of tiers {tiers}: '
-                      + ', '.join(f'{1e3 * s:.1f} ms' for s in costs))  # fmt: skip
+                      + ', '.join(f'{1e3 * s:.1f} ms' for s in costs)
+                      + f' (medians of {c.cost_calls} calls)')  # fmt: skip
                 now = with_measured(engines, costs)
             times = bench_chain.interleaved_runs(now, params, batch_ids, c.temperature, batch,
                                                  c.rounds)  # fmt: skip

@@ -69,6 +69,12 @@ class Drafter(Protocol):
         """The state after a verification of positions start_b .. start_b + T - 1, with
         C = committed_b now (taps_bted: the target's taps there, or None)."""
 
+    def follow(self, params, state, history_bs, start_b, committed_b, taps_bted) -> Any:
+        """`observe` after a round that drafted nothing (the adaptive AR tier), as cheap as
+        the drafter allows: a state `propose` can still draft from (a draft LM does nothing
+        and catches up when it next proposes; a head that needs the target's taps reads
+        them here)."""
+
     def draft_len(self, history_bs, committed_b, num_draft: int) -> jax.Array:
         """[B] how many of the next `num_draft` proposals are real."""
 
@@ -146,6 +152,8 @@ class NoDrafter:
 
     def observe(self, params, state, history_bs, start_b, committed_b, taps_bted):
         return state
+
+    follow = observe
 
     def draft_len(self, history_bs, committed_b, num_draft):
         return jnp.zeros(history_bs.shape[:1], jnp.int32)

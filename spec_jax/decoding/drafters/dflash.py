@@ -111,6 +111,8 @@ class DFlashDrafter:
     def observe(self, params, state, history_bs, start_b, committed_b, taps_bted):
         return self._write(params, state, taps_bted, start_b, history_bs, committed_b)
 
+    follow = observe  # Its context entries need the target's taps of every position.
+
     def block_logits(self, params, state: DFlashState, committed_b, num_draft: int,
                      forced_ba=None):  # fmt: skip
         """The block's logits at positions C + 1 .. C + A [B, A, V] and the caches.

@@ -127,6 +127,8 @@ class Eagle3Drafter:
             params, state.cache_k, state.cache_v, tokens_bt, taps_bted, start_b, committed_b
         )
 
+    follow = observe  # The head's entries need the target's taps of every position.
+
     def _probs(self, params, logits_bu, probs_fn):
         batch = logits_bu.shape[0]
         logits_bv = jnp.full((batch, self.vocab_size), OUTSIDE_DRAFT_VOCAB, jnp.float32)

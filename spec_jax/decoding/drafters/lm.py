@@ -29,11 +29,18 @@ from spec_jax.models.llama import forward
 class LMDrafter:
     """A small decoder LM that shares the target's tokenizer.
 
-    Its cache mirrors the target's committed prefix. Each round feeds a fixed 2-token window
+    Its cache mirrors the target's committed prefix: its `lengths` mark how far (slots
+    below them hold the text's keys/values). Each round feeds a fixed 2-token window
     [s_{C-1}, s_C] at positions C-1, C (C = committed tokens, s_C the pending token): when
     the last round accepted every draft, the draft never consumed its last draft token,
     which now sits at C-1; otherwise slot C-1 is rewritten with the value it already holds.
-    One static shape covers both cases. Then A-1 single-token steps follow.
+    One static shape covers both cases. Then A-1 single-token steps follow; `observe` marks
+    the cache valid below the new C - 1.
+
+    A round that drafts nothing (the adaptive AR tier: `follow`) costs the draft nothing;
+    the next `propose` first catches the cache up over the tokens it missed, `catch_up`
+    tokens a forward (`lax.while_loop`: one forward for a gap of up to `catch_up`, none
+    when there is no gap).
 
     `vocab_size` is the target's V (default: the draft's own). A draft whose embedding
     table differs from the target's only by padding rows (the same tokenizer, e.g.
@@ -48,12 +55,17 @@ class LMDrafter:
     cfg: ModelConfig
     vocab_size: int = 0
     rules: sharding.ShardingRules = sharding.DRAFT_RULES
+    catch_up: int = 16
     tap_layers: ClassVar[tuple[int, ...]] = ()
     narrows: ClassVar[bool] = False
 
     def __post_init__(self):
         if not self.vocab_size:
             object.__setattr__(self, 'vocab_size', self.cfg.vocab_size)
+        if self.catch_up < 1:
+            raise ValueError(
+                f'LMDrafter(catch_up={self.catch_up}): tokens a catch-up forward feeds must be >= 1'
+            )
 
     def check(self, cfg, slots=None):
         if self.vocab_size != cfg.vocab_size:
@@ -90,7 +102,7 @@ class LMDrafter:
         def probs(logits_bv):
             return probs_fn(fit_vocab(logits_bv, self.vocab_size))
 
-        cache = cache.set_lengths(committed_b - 1)
+        cache = self._catch_up(params, cache, history_bs, committed_b).set_lengths(committed_b - 1)
         window_b2 = gather_tokens(history_bs, cache.positions(2))
         logits_b2v, _, cache = forward(
             self.cfg,
@@ -122,8 +134,27 @@ class LMDrafter:
         q_bav = jnp.concatenate([q_abv.transpose(1, 0, 2), q_last_bv[:, None]], 1)
         return cache, x_ba, q_bav
 
+    def _catch_up(self, params, cache: KVCache, history_bs, committed_b) -> KVCache:
+        """The cache valid below C - 1: the tokens from its `lengths` on fed `catch_up` at a
+        time (rows with no gap feed the text past C - 1 too: the window and the steps
+        overwrite those slots before any reads them; slots past the cache are dropped)."""
+        width, target_b = self.catch_up, committed_b - 1
+
+        def chunk(cache):
+            tokens_bw = gather_tokens(history_bs, cache.positions(width))
+            _, _, cache = forward(
+                self.cfg, params, tokens_bw, cache.positions(width), cache,
+                cache.causal_mask(width), logits_index_bu=jnp.zeros_like(target_b)[:, None],
+            )  # fmt: skip
+            return cache.set_lengths(jnp.minimum(cache.lengths + width, target_b))
+
+        return jax.lax.while_loop(lambda c: jnp.any(c.lengths < target_b), chunk, cache)
+
     def observe(self, params, cache, history_bs, start_b, committed_b, taps_bted):
-        return cache  # `propose` re-feeds its 2-token window; nothing to do here.
+        return cache.set_lengths(committed_b - 1)  # `propose` re-feeds its 2-token window.
+
+    def follow(self, params, cache, history_bs, start_b, committed_b, taps_bted):
+        return cache  # Still valid below its lengths: `propose` catches it up.
 
     def draft_len(self, history_bs, committed_b, num_draft):
         return jnp.full(history_bs.shape[:1], num_draft, jnp.int32)

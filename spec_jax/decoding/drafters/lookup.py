@@ -49,6 +49,8 @@ class NgramDrafter:
     def observe(self, params, state, history_bs, start_b, committed_b, taps_bted):
         return state
 
+    follow = observe
+
     def propose(
         self, params, state, history_bs, committed_b, key_b, num_draft: int,
         probs_fn: ProbsFn, forced=None,
@@ -138,6 +140,9 @@ class PromptLookup:
 
     def observe(self, params, state, history_bs, start_b, committed_b, taps_bted):
         return self.base.observe(params, state, history_bs, start_b, committed_b, taps_bted)
+
+    def follow(self, params, state, history_bs, start_b, committed_b, taps_bted):
+        return self.base.follow(params, state, history_bs, start_b, committed_b, taps_bted)
 
     def propose(
         self, params, state, history_bs, committed_b, key_b, num_draft: int,

@@ -122,6 +122,11 @@ class SelfDrafter:
         del taps_bted
         return self._refeed(params, state.cache, history_bs, start_b, committed_b, self.window)
 
+    def follow(self, params, state, history_bs, start_b, committed_b, taps_bted):
+        """An AR round committed one token: re-feed [s_start, s_C], not the whole window."""
+        del taps_bted
+        return self._refeed(params, state.cache, history_bs, start_b, committed_b, 2)
+
     def propose(
         self, params, state: SelfState, history_bs, committed_b, key_b, num_draft: int,
         probs_fn: ProbsFn, forced=None,
