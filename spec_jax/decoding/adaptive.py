@@ -2,8 +2,9 @@
 
 `Engine(adaptive=Adaptive(tiers, costs))` compiles one chain round per tier (a draft length;
 0 is an AR step) and, at the top of every round of the `lax.while_loop`, `Adaptive.tier`
-picks the tier that maximizes expected tokens per second; `lax.switch` runs it. In tree
-mode the tiers are AR's step and a few trees (`trees`, node budgets cut from the engine's
+picks the tier that maximizes expected tokens per second; `engine.switch_rounds` runs it
+(a while loop per tier: a `lax.switch` branch copied both caches every drafting round). In
+tree mode the tiers are AR's step and a few trees (`trees`, node budgets cut from the engine's
 tree: `tree_tiers`), chosen from an estimate per depth and rank ("Tree tiers" below). The
 choice is pure jnp on the loop carry: no host round trip, no recompile when costs or the
 prior change (they are leaves of the engine pytree).

@@ -284,29 +284,45 @@ def rounds(
     drafter, a = engine.drafter, engine.num_draft
     chain = partial(chain_round, engine, params, draft_params)
 
-    def sized_round(s: DecodeState) -> DecodeState:
+    def width(s: DecodeState) -> jax.Array:
         # A drafter that knows how many of its drafts are real (prompt lookup: the matched
         # continuation) gets a verification as wide as the longest of the live rows': a
         # narrower forward costs less (on 2 CPU cores T = 2 costs 1.45x a one-token step,
         # T = 8 2.31x), and a round with nothing to verify is a plain AR step.
         n_b = jnp.where(s.done_b, 0, drafter.draft_len(s.history_bs, s.committed_b, a))
-        return jax.lax.switch(jnp.max(n_b), [partial(chain, a_round=k) for k in range(a + 1)], s)
+        return jnp.max(n_b)
 
     tree = partial(tree_round, engine, params, draft_params)
     if engine.adaptive is not None:  # Each round's size chosen on device (adaptive.py).
         tiers = [partial(chain, a_round=k, follow=True) for k in engine.adaptive.tiers]
         if engine.tree is not None:  # Tree mode: AR or one of the tier trees.
             tiers = [tiers[0], *(partial(tree, shape=t) for t in engine.adaptive.trees)]
-        body = lambda s: jax.lax.switch(engine.adaptive.tier(s), tiers, s)  # noqa: E731
+        body = switch_rounds(engine.adaptive.tier, tiers)
     elif engine.tree is not None:
         body = tree
     elif drafter.narrows:
-        body = sized_round
+        body = switch_rounds(width, [partial(chain, a_round=k) for k in range(a + 1)])
     else:
         body = partial(chain, a_round=a)
     state = jax.lax.while_loop(lambda s: ~jnp.all(s.done_b), body, state)
     tokens_bo, num_b = state.outputs(engine.decode.buffer_len)
     return sharding.constrain(tokens_bo, 'b.'), sharding.constrain(num_b, 'b'), state.stats, state
+
+
+def switch_rounds(pick, rounds):
+    """A loop body that runs `rounds[pick(s)]` each round, as `lax.switch` would, as one
+    `lax.while_loop` per round kind (each runs while `pick` stays on it; every round is the
+    one `pick` chooses on the state before it, the same sequence). XLA:CPU copies every
+    buffer a conditional's branch updates, each call: with `lax.switch` a drafting round
+    copied every layer's keys and values of both caches; a while loop's body updates them
+    in place (tests: `testing.loop_copies` reads conditionals' branches too)."""
+
+    def body(s: DecodeState) -> DecodeState:
+        for k, round_fn in enumerate(rounds):
+            s = jax.lax.while_loop(lambda s, k=k: ~jnp.all(s.done_b) & (pick(s) == k), round_fn, s)
+        return s
+
+    return body
 
 
 def chain_round(

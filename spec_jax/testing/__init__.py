@@ -45,10 +45,12 @@ def random_params(
 
 
 def loop_copies(hlo_text: str, min_elements: int) -> list[str]:
-    """The `copy` instructions inside while-loop bodies of a compiled HLO module that move
-    at least `min_elements` elements: per-iteration copies of caches or weights, which
-    XLA inserts when a loop's in-place update or layout cannot be kept (see
-    spec_jax.models.attention). Use with `jax.jit(f).lower(...).compile().as_text()`.
+    """The `copy` instructions inside while-loop bodies, and the branches of conditionals
+    (`lax.switch`, `lax.cond`), of a compiled HLO module that move at least `min_elements`
+    elements: per-iteration copies of caches or weights, which XLA inserts when a loop's
+    in-place update or layout cannot be kept (see spec_jax.models.attention), and which
+    XLA:CPU makes of every buffer a branch updates. Use with
+    `jax.jit(f).lower(...).compile().as_text()`.
 
     Raises:
       ValueError: the module has no while loop (nothing to check).
@@ -56,6 +58,9 @@ def loop_copies(hlo_text: str, min_elements: int) -> list[str]:
     bodies = set(re.findall(r'while\(.*?body=%?([\w.\-]+)', hlo_text))
     if not bodies:
         raise ValueError('loop_copies: the compiled module has no while loop')
+    for names in re.findall(r'branch_computations=\{([^}]*)\}', hlo_text):
+        bodies |= {n.strip().lstrip('%') for n in names.split(',')}
+    bodies |= set(re.findall(r'(?:true|false)_computation=%?([\w.\-]+)', hlo_text))
     found, current = [], None
     for line in hlo_text.splitlines():
         start = re.match(r'%?([\w.\-]+) \(.*\{$', line)

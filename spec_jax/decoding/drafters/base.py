@@ -38,7 +38,7 @@ class Drafter(Protocol):
       tap_layers: the target's hidden-state taps the drafter reads (() for most).
       vocab_size: the V its q covers (the target's).
       narrows: True when `draft_len` can be below `num_draft` (prompt lookup): the engine
-        then picks each round's width from the longest live row's draft (`lax.switch`
+        then picks each round's width from the longest live row's draft (`switch_rounds`
         over A + 1 compiled widths; 0 = a plain one-token step).
       rules: how its weights and cache rows split on a mesh (`sharding.DRAFT_RULES` by
         default: weights on every device, rows over 'data'); `decoding.build` places the
