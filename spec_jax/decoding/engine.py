@@ -311,16 +311,23 @@ def rounds(
 
 def switch_rounds(pick, rounds):
     """A loop body that runs `rounds[pick(s)]` each round, as `lax.switch` would, as one
-    `lax.while_loop` per round kind (each runs while `pick` stays on it; every round is the
-    one `pick` chooses on the state before it, the same sequence). XLA:CPU copies every
-    buffer a conditional's branch updates, each call: with `lax.switch` a drafting round
-    copied every layer's keys and values of both caches; a while loop's body updates them
-    in place (tests: `testing.loop_copies` reads conditionals' branches too)."""
+    `lax.while_loop` per round kind (each runs while the pick stays on it; every round is
+    the one `pick` chooses on the state before it, the same sequence). The pick rides in
+    the carry: evaluated once after each round and once a pass over the kinds. XLA:CPU
+    copies every buffer a conditional's branch updates, each call: with `lax.switch` a
+    drafting round copied every layer's keys and values of both caches; a while loop's body
+    updates them in place (tests: `testing.loop_copies` reads conditionals' branches too)."""
+
+    def step(round_fn, carry):
+        s = round_fn(carry[0])
+        return s, pick(s)
 
     def body(s: DecodeState) -> DecodeState:
+        carry = (s, pick(s))
         for k, round_fn in enumerate(rounds):
-            s = jax.lax.while_loop(lambda s, k=k: ~jnp.all(s.done_b) & (pick(s) == k), round_fn, s)
-        return s
+            carry = jax.lax.while_loop(lambda c, k=k: ~jnp.all(c[0].done_b) & (c[1] == k),
+                                       partial(step, round_fn), carry)  # fmt: skip
+        return carry[0]
 
     return body
 

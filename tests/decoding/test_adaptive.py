@@ -132,8 +132,7 @@ def test_settings_are_checked():
 def test_chip_costs():
     """'chip:h200' reads the calibrated model (spec_jax.costs): a round costs more with
     each tier (more tokens verified, more draft calls; AR's step alone: the draft LM follows
-    for free)
-    and with each batch size; an uncalibrated chip and an unpriced drafter are refused."""
+    for free) and with each batch size; an uncalibrated chip and an unpriced drafter are refused."""
     c = adaptive_config(tiers='0,1,2', costs='chip:h200')
     got = adaptive_of(c, 'chain', 2, lambda chip, tiers: chip_tier_costs(
         chip, tiers, tiny.TARGET, LMDrafter(tiny.DRAFT), 'lm', 64))  # fmt: skip
@@ -280,11 +279,11 @@ def test_sampled_rows_through_the_same_loop(models):
 
 
 def test_adaptive_loop_copies_neither_cache(models):
-    """The tiers' `lax.switch` updates the target's and the draft LM's caches in place: no
-    per-round copy of a cache layer's keys or values (the draft's layer is the smaller).
-    At batch 2: a cache of one row (batch 1, one KV head: this draft) is copied in every
-    draft step, by the fixed chain too (XLA:CPU duplicates the write for the attention's
-    squeezed read); the shipped drafts have 2 or more KV heads."""
+    """The tiers' rounds (`engine.switch_rounds`) update the target's and the draft LM's
+    caches in place: no per-round copy of a cache layer's keys or values (the draft's layer
+    is the smaller). At batch 2: a cache of one row (batch 1, one KV head: this draft) is
+    copied in every draft step, by the fixed chain too (XLA:CPU duplicates the write for
+    the attention's squeezed read); the shipped drafts have 2 or more KV heads."""
     prompts_bp = jnp.asarray([[1, 2, 3, 0, 0, 0, 0, 0], [4, 5, 0, 0, 0, 0, 0, 0]], jnp.int32)
     args = (prompts_bp, jnp.array([3, 2], jnp.int32), jnp.array([20, 20], jnp.int32),
             jnp.arange(2, dtype=jnp.int32), jax.random.key(0))  # fmt: skip
