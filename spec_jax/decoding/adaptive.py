@@ -2,7 +2,7 @@
 
 `Engine(adaptive=Adaptive(tiers, costs))` compiles one chain round per tier (a draft length;
 0 is an AR step) and, at the top of every round of the `lax.while_loop`, `Adaptive.tier`
-picks the tier that maximizes expected tokens per second; `engine.switch_rounds` runs it
+picks the tier that would finish the batch soonest; `engine.switch_rounds` runs it
 (a while loop per tier: a `lax.switch` branch copied both caches every drafting round). In
 tree mode the tiers are AR's step and a few trees (`trees`, node budgets cut from the engine's
 tree: `tree_tiers`), chosen from an estimate per depth and rank ("Tree tiers" below). The
@@ -24,7 +24,7 @@ each row's own estimate is what the sum needs; few counts lean on the pooled one
 (w = `weight`, in rounds; an unseen depth borrows the depth above it). A tier of k drafts
 emits, for a live row with room for r more tokens, sum_{d=0}^{min(k, r-1)} prod_{j<=d}
 alpha_bj tokens in expectation (d = 0 the bonus or AR's one; a lossless, greedy or lossy
-round alike), summed over the live rows.
+round alike), and its second moment (`expected_tokens`).
 
 Cost. `TierCosts`: seconds of one round of each tier at a few batch sizes (interpolated at
 the loop's static batch), linear in the context (the mean committed length over the batch's
@@ -32,13 +32,23 @@ rows: every row is in the forward). This engine's attention reads every cache sl
 cost is fixed by the run's slots (static), not the filled part: a chip's calibrated model
 (`decoding.build.chip_tier_costs`) is read at the run's slots with no context term; the term
 is for attention that reads the filled part (a bench's table). `relative` is a model in units
-of an AR step. The choice: argmax over tiers of tokens / seconds, ties to the shorter tier.
-A long context (attention grows with each verified token) or a large batch (a compute-bound
-forward) can make AR the best tier; then the round is AR's step.
+of an AR step.
+
+The choice: the tier whose rounds, run from here to the end, would finish the batch
+soonest (`finish_seconds`; ties to the shorter tier). The loop ends with its slowest row,
+so tokens a fast row gains early do not shorten it: a row's rounds to finish are about
+room / mean + z sd (the spread of its tokens a round), the batch's the most over its live
+rows, z the expected largest of n standard normals. At one row this is the most tokens per
+second; at batch 8 a tier must beat AR by about 7% in tokens per second to pay (a chain of
+one draft at acceptance 0.35: 51 rounds for 64 tokens, not 47). A long context (attention
+grows with each verified token) or a large batch (a compute-bound forward) can make AR the
+best tier; then the round is AR's step.
 
 Exploration. Once AR wins, no depth is examined and the counts freeze. Every `explore`-th
-round (by the batch's round count) runs the tier one above the choice instead, so a run that
-started badly can climb back; 0 turns it off.
+round (by the batch's round count) runs the tier one above the choice instead, while that
+tier would win under an acceptance `optimism` standard errors above the estimate (the
+batch's counts: per depth, per depth and rank for trees), so a run that started badly can
+climb back and one that has seen enough stops paying to look; 0 turns it off.
 
 Lossless stays lossless: the tier is a function of the carry before the round (earlier
 rounds' verdicts, lengths, limits), never of the round's own drafts or verdicts, and each
@@ -153,20 +163,53 @@ def acceptance(accepted_ba, reached_ba, prior, weight) -> jax.Array:
     return (acc_ba + weight * pooled_a) / (seen_ba + weight)
 
 
-def expected_tokens(alpha_ba, tiers: Sequence[int], live_b, room_b) -> jax.Array:
-    """[K] tokens a round of each tier emits in expectation, summed over the live rows: a
-    row's sum_{d <= min(k, room - 1)} prod_{j <= d} alpha_j (d = 0: the bonus or AR's one)."""
+def expected_tokens(alpha_ba, tiers: Sequence[int], room_b) -> jax.Array:
+    """[2, B, K] each row's tokens from a round of each tier, first and second moments: a
+    row emits N = 1 + its accepted drafts, P(N > d) = prod_{j <= d} alpha_j (d = 0 the
+    bonus or AR's one), capped by its room: E N = sum_{d <= min(k, room - 1)} P(N > d),
+    E N^2 = the same sum weighted by 2d + 1."""
     batch = alpha_ba.shape[0]
     reach_bt = jnp.concatenate([jnp.ones((batch, 1)), jnp.cumprod(alpha_ba, axis=1)], axis=1)
     depth_t = jnp.arange(reach_bt.shape[1])
-    fits_bt = (depth_t[None, :] < room_b[:, None]) & live_b[:, None]
-    reach_bt = jnp.where(fits_bt, reach_bt, 0.0)
-    return jnp.stack([reach_bt[:, : k + 1].sum() for k in tiers])
+    reach_bt = jnp.where(depth_t[None, :] < room_b[:, None], reach_bt, 0.0)
+    moments = [jnp.stack([reach_bt[:, : k + 1].sum(1) for k in tiers], axis=1)]
+    square_bt = reach_bt * (2 * depth_t + 1)[None, :]
+    moments.append(jnp.stack([square_bt[:, : k + 1].sum(1) for k in tiers], axis=1))
+    return jnp.stack(moments)
 
 
-def choose(tokens_k: jax.Array, seconds_k: jax.Array) -> jax.Array:
-    """The tier of most tokens per second (int32 scalar; ties go to the shorter tier)."""
-    return jnp.argmax(tokens_k / seconds_k).astype(jnp.int32)
+def finish_seconds(moments_2bk, live_b, room_b, seconds_k) -> jax.Array:
+    """[K] seconds the batch needs to finish if every round from here ran tier k.
+
+    The loop runs until its last row is done, so what a round is worth is how much it
+    brings that end nearer, not the tokens it adds to rows that will wait for it. A row of
+    room r whose rounds emit N tokens (mean m, variance v) needs about r / m + z sqrt(r v /
+    m^3) rounds (the renewal approximation; at most r), and the batch the most of its rows:
+    z = the expected largest of n standard normals (Blom: Phi^-1((n - 3/8) / (n + 1/4)),
+    0 for one row, 1.42 for 8), taken over each row's mean + z sd, an upper reading when
+    rows differ. Within 5% of a simulated batch (tests/decoding/test_adaptive.py); at batch 8
+    and acceptance 0.35, a chain of one draft needs 51 rounds for 64 tokens, not the 47 its
+    tokens per round suggest. At one row it is room / mean: the most tokens per second."""
+    mean_bk, square_bk = moments_2bk[0], moments_2bk[1]
+    mean_bk = jnp.maximum(mean_bk, 1.0)  # A done row (room 0) emits nothing; it is masked.
+    var_bk = jnp.maximum(square_bk - mean_bk**2, 0.0)
+    room_b1 = room_b.astype(jnp.float32)[:, None]
+    n = jnp.maximum(live_b.sum(), 1).astype(jnp.float32)
+    z = jax.scipy.special.ndtri((n - 0.375) / (n + 0.25))
+    rounds_bk = room_b1 / mean_bk + z * jnp.sqrt(room_b1 * var_bk / mean_bk**3)
+    rounds_bk = jnp.minimum(rounds_bk, room_b1)  # A round emits at least one token.
+    return jnp.where(live_b[:, None], rounds_bk, 0.0).max(0) * seconds_k
+
+
+def choose(finish_k: jax.Array) -> jax.Array:
+    """The tier that finishes soonest (int32 scalar; ties go to the shorter tier)."""
+    return jnp.argmin(finish_k).astype(jnp.int32)
+
+
+def optimistic(p, seen, weight, z) -> jax.Array:
+    """Acceptance z standard errors above `p`, seen + weight rounds behind it (at most 1)."""
+    sd = jnp.sqrt(p * (1.0 - p) / (seen + weight))
+    return jnp.minimum(jnp.where(sd > 0, p + z * sd, p), 1.0)  # z inf: 1 where unsure.
 
 
 # ---- tree tiers ------------------------------------------------------------------------------
@@ -267,23 +310,24 @@ def tree_ancestors(parents) -> np.ndarray:
     return anc
 
 
-def tree_tokens(shapes, p_dc, live_b, room_b) -> jax.Array:
-    """[1 + len(shapes)] tokens a round of AR and of each tree emits in expectation, summed
-    over the live rows: a row's 1 + the reach of its nodes no deeper than room - 1."""
-    out, pools = [live_b.sum().astype(jnp.float32)], {}
+def tree_tokens(shapes, p_dc, room_b) -> jax.Array:
+    """[2, B, 1 + len(shapes)] each row's tokens from a round of AR and of each tree, first
+    and second moments: N = 1 + the accepted path's depth; P(N > d) is the reach of the
+    depth-d nodes (one of them at most is on the path), those no deeper than room - 1."""
+    out, pools = [jnp.ones((2, room_b.shape[0]))], {}
     for shape in shapes:
         reach_m, depth_m = tree_reach(shape, p_dc, pools)
-        fits_bm = jnp.asarray(depth_m)[None, :] < room_b[:, None]
-        out.append(jnp.where(live_b, 1.0 + jnp.where(fits_bm, reach_m, 0.0).sum(1), 0.0).sum())
-    return jnp.stack(out)
+        reach_bm = jnp.where(jnp.asarray(depth_m)[None, :] < room_b[:, None], reach_m, 0.0)
+        out.append(1.0 + jnp.stack([reach_bm.sum(1), (reach_bm * (2 * depth_m + 1)).sum(1)]))
+    return jnp.stack(out, axis=2)
 
 
 @dataclasses.dataclass(frozen=True)
 class Adaptive:
     """An engine's online draft length (module docstring).
 
-    A pytree: `costs`, `prior`, `weight` and `explore` are leaves (new values reuse the
-    compiled loop); `tiers` and `trees` are static.
+    A pytree: `costs`, `prior`, `weight`, `explore` and `optimism` are leaves (new values
+    reuse the compiled loop); `tiers` and `trees` are static.
 
     Attributes:
       tiers: ascending distinct draft lengths, each a compiled round (0: an AR step); the
@@ -291,7 +335,9 @@ class Adaptive:
       costs: `TierCosts` with one row per tier.
       prior: acceptance assumed at depth 1 before any round (deeper: the depth above).
       weight: rounds the prior (and, per row, the pooled rate) counts as.
-      explore: every explore-th round runs the tier above the choice (0: never).
+      explore: every explore-th round runs the tier above the choice (0: never) while
+        it would win under an acceptance `optimism` standard errors above the estimate
+        (the default 1.645: one-sided 95%; inf: whenever due).
       trees: tree mode's tier trees (`tree_tiers`), ascending in nodes, the last the
         engine's tree (the `Engine` sets (tree,) when empty).
     """
@@ -301,6 +347,7 @@ class Adaptive:
     prior: float = 0.7
     weight: float = 4.0
     explore: int = 16
+    optimism: float = 1.645
     trees: tuple[TreeShape, ...] = ()
 
     def __post_init__(self):
@@ -339,9 +386,11 @@ class Adaptive:
         rows = np.shape(self.costs.base_kn)[0]
         if rows != len(t):
             raise ValueError(f'adaptive costs have {rows} rows for tiers {t}: one per tier')
-        if not 0 < float(self.prior) < 1 or float(self.weight) <= 0 or int(self.explore) < 0:
+        if (not 0 < float(self.prior) < 1 or float(self.weight) <= 0 or int(self.explore) < 0
+                or not float(self.optimism) >= 0):
             raise ValueError(f'adaptive prior {self.prior} (in (0, 1)), weight {self.weight} '
-                             f'(> 0), explore {self.explore} (>= 0)')
+                             f'(> 0), explore {self.explore} (>= 0), optimism '
+                             f'{self.optimism} (>= 0)')
 
     def _check_trees(self, tree: TreeShape) -> None:
         nodes = (0, *(s.nodes for s in self.trees))
@@ -359,20 +408,29 @@ class Adaptive:
         """The index into `tiers` of the round to run on `state` (a `DecodeState`), from
         the rounds before it only."""
         st = state.stats
-        room_b = state.limit_b - state.num_out_b
+        live_b, room_b = ~state.done_b, state.limit_b - state.num_out_b
         if self.trees:  # The batch's acceptance per depth and rank (state.ranks).
             p_dc = rank_acceptance(state.ranks, self.prior, self.weight)
-            tokens_k = tree_tokens(self.trees, p_dc, ~state.done_b, room_b)
+            high_dc = optimistic(p_dc, state.ranks[1], self.weight, self.optimism)
+            high_dc = high_dc / jnp.maximum(high_dc.sum(1, keepdims=True), 1.0)
+            moments, high = (tree_tokens(self.trees, p, room_b) for p in (p_dc, high_dc))
         else:
             alpha_ba = acceptance(st.accepted_at_ba, st.reached_at_ba, self.prior, self.weight)
-            tokens_k = expected_tokens(alpha_ba, self.tiers, ~state.done_b, room_b)
+            seen_a = st.reached_at_ba.sum(0).astype(jnp.float32)
+            high_ba = optimistic(alpha_ba, seen_a[None, :], self.weight, self.optimism)
+            moments, high = (expected_tokens(a, self.tiers, room_b) for a in (alpha_ba, high_ba))
         context = state.committed_b.astype(jnp.float32).mean()
-        k = choose(tokens_k, self.costs.seconds(state.committed_b.shape[0], context))
+        seconds_k = self.costs.seconds(state.committed_b.shape[0], context)
+        k = choose(finish_seconds(moments, live_b, room_b, seconds_k))
+        up = jnp.minimum(k + 1, len(self.tiers) - 1)
+        hopeful_k = finish_seconds(high, live_b, room_b, seconds_k)
         every = jnp.asarray(self.explore, jnp.int32)
         due = (every > 0) & ((jnp.max(st.blocks) + 1) % jnp.maximum(every, 1) == 0)
-        return jnp.where(due, jnp.minimum(k + 1, len(self.tiers) - 1), k)
+        return jnp.where(due & (hopeful_k[up] < hopeful_k[k]), up, k)
 
 
 jax.tree_util.register_dataclass(
-    Adaptive, data_fields=['costs', 'prior', 'weight', 'explore'], meta_fields=['tiers', 'trees']
+    Adaptive,
+    data_fields=['costs', 'prior', 'weight', 'explore', 'optimism'],
+    meta_fields=['tiers', 'trees'],
 )

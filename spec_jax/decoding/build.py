@@ -140,7 +140,8 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
             context=0.0,
             prior=0.7,  # Acceptance assumed at depth 1 before any round.
             weight=4.0,  # Rounds the prior (and per row the batch's rate) counts as.
-            explore=16,  # Every explore-th round runs the tier above the choice (0: never).
+            explore=16,  # Every explore-th round runs the tier above the choice (0: never)
+            optimism=1.645,  # while it wins at acceptance this many standard errors up.
         )
     )
 
@@ -220,7 +221,7 @@ def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int, chip_co
             raise ValueError(f'spec.adaptive.costs={c.costs!r}, per_token={c.per_token!r}: '
                              f'give one number per tier {tiers}')
         costs = TierCosts.table(base, per)
-    return Adaptive(tiers, costs, c.prior, c.weight, c.explore, shapes)
+    return Adaptive(tiers, costs, c.prior, c.weight, c.explore, c.optimism, shapes)
 
 
 def spec_config(mode: str = 'ar', draft: str = '') -> ml_collections.ConfigDict:
