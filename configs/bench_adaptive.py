@@ -50,5 +50,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.max_prompt_len = 384 if tiny else 1536
     c.prompt_bucket = 64
     c.batches = (1, 2) if tiny else (1, 8)
-    c.rounds = 1 if tiny else 2
+    c.rounds = 1 if tiny else 3
     return c

@@ -186,7 +186,7 @@ def finish_seconds(moments_2bk, live_b, room_b, seconds_k) -> jax.Array:
     room r whose rounds emit N tokens (mean m, variance v) needs about r / m + z sqrt(r v /
     m^3) rounds (the renewal approximation; at most r), and the batch the most of its rows:
     z = the expected largest of n standard normals (Blom: Phi^-1((n - 3/8) / (n + 1/4)),
-    0 for one row, 1.42 for 8), taken over each row's mean + z sd, an upper reading when
+    0 for one row, 1.43 for 8), taken over each row's mean + z sd, an upper reading when
     rows differ. Within 5% of a simulated batch (tests/decoding/test_adaptive.py); at batch 8
     and acceptance 0.35, a chain of one draft needs 51 rounds for 64 tokens, not the 47 its
     tokens per round suggest. At one row it is room / mean: the most tokens per second."""

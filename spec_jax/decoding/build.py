@@ -110,7 +110,7 @@ def tree_of(c: ml_collections.ConfigDict, drafter, target) -> trees.TreeShape:
         c.max_prompt_len + c.max_new_tokens,
     )  # fmt: skip
     choice = tree_budget.choose(tree_budget.Acceptance.parse(t.acceptance), verify_s, draft_s,
-                                int(c.get('batch_size', 1)))  # fmt: skip
+                                int(c.get('batch_size', 1)), new_tokens=c.max_new_tokens)
     print(f'tree sized for batch {c.get("batch_size", 1)} on {t.sized}: {choice.describe()}')
     return choice.shape or trees.TreeShape(1, 1, 1)  # One node: every round an AR step.
 

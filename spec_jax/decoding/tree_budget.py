@@ -16,8 +16,12 @@ acceptance), so the kept nodes are the pool's M - 1 most likely and the expected
 
 A round costs `verify_s(T = M)` (the target over the M nodes, at the batch in question)
 plus `draft_s(levels, branch)` (the head's calls; none for AR). Tokens per second of a
-round: batch x expected tokens / round seconds. One node (M = 1: plain AR, no draft) is an
-allowed answer, so the choice is never predicted below AR; a chain is branch 1.
+round: batch x expected tokens / round seconds. Given the run's `new_tokens` a row, the
+batch's instead: batch x new_tokens / its seconds to finish, which wait for its slowest
+row (`finish_rounds`: the adaptive engine's reading, decoding/adaptive.py; at batch 8 a
+tree must beat AR by several percent in mean tokens per second to finish sooner). One node
+(M = 1: plain AR, no draft) is an allowed answer, so the choice is never predicted below
+AR; a chain is branch 1.
 
 The costs come from a bench's measured curve (`launch/bench.py --config
 configs/bench_accel.py`: `bench_accel.verify_costs`, then `interpolated`) or the calibrated
@@ -34,6 +38,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import heapq
+import math
+import statistics
 from collections.abc import Callable
 
 import numpy as np
@@ -126,12 +132,27 @@ def interpolated(points: dict[int, float]) -> Callable[[int], float]:
 
 def pool(acceptance: Acceptance, depth: int, branch: int) -> list[float]:
     """Path probabilities of the dynamic tree's candidate pool, best first."""
+    return [score for score, _ in pool_depths(acceptance, depth, branch)]
+
+
+def pool_depths(acceptance: Acceptance, depth: int, branch: int) -> list[tuple[float, int]]:
+    """`pool` with each candidate's depth: (path probability, depth), best first."""
     scores, frontier = [], [1.0]
     for d in range(1, depth + 1):
         level = [p * acceptance.rank(d, k) for p in frontier for k in range(1, branch + 1)]
-        scores += level
+        scores += [(p, d) for p in level]
         frontier = heapq.nlargest(branch, level)
-    return sorted(scores, reverse=True)
+    return sorted(scores, key=lambda sd: -sd[0])
+
+
+def finish_rounds(new_tokens: int, mean: float, square: float, batch: int) -> float:
+    """Rounds a batch needs for `new_tokens` a row when a row's round emits N tokens (E N
+    `mean`, E N^2 `square`): the most over `batch` rows of new / mean + z sd (z the
+    expected largest of `batch` standard normals, Blom's), at most new_tokens
+    (decoding/adaptive.py's `finish_seconds`, on the host)."""
+    z = statistics.NormalDist().inv_cdf((batch - 0.375) / (batch + 0.25))
+    var = max(square - mean * mean, 0.0)
+    return min(new_tokens / mean + z * math.sqrt(new_tokens * var / mean**3), new_tokens)
 
 
 def choose(
@@ -142,6 +163,7 @@ def choose(
     max_nodes: int = 64,
     max_depth: int = 8,
     max_branch: int = 10,
+    new_tokens: int = 0,
 ) -> Choice:
     """The (nodes, depth, branch) of most expected tokens per second (module docstring).
 
@@ -151,24 +173,33 @@ def choose(
       draft_s: (levels, branch) -> seconds of the head's calls of a round at this batch.
       batch: rows (B).
       max_nodes, max_depth, max_branch: the search's limits (M, depth, branch).
+      new_tokens: the run's tokens a row: tokens/s of the batch to its end (it waits for
+        its slowest row); 0: a round's mean tokens/s (rows that never wait).
 
     Returns:
       the best Choice; AR (shape None) when no tree beats it. Ties keep the smaller tree.
     """
     verify = functools.lru_cache(maxsize=None)(verify_s)
-    ar = batch / verify(1)
+
+    def rate(mean: float, square: float, seconds: float) -> float:
+        if not new_tokens:
+            return batch * mean / seconds
+        return batch * new_tokens / (seconds * finish_rounds(new_tokens, mean, square, batch))
+
+    ar = rate(1.0, 1.0, verify(1))
     best = Choice(None, 1.0, verify(1), ar, ar)
     for depth in range(1, max_depth + 1):
         for branch in range(1, max_branch + 1):
-            scores = pool(acceptance, depth, branch)
+            scores = pool_depths(acceptance, depth, branch)
             draft = draft_s(depth, branch)
-            expected = 1.0
+            expected = square = 1.0
             for m in range(2, min(len(scores) + 1, max_nodes) + 1):
-                expected += scores[m - 2]
+                score, at = scores[m - 2]
+                expected, square = expected + score, square + (2 * at + 1) * score
                 if m - 1 < depth:  # Shallower than `depth`: a smaller depth's tree.
                     continue
                 seconds = verify(m) + draft
-                rate = batch * expected / seconds
-                if rate > best.tokens_per_s * (1 + 1e-12):
-                    best = Choice(TreeShape(m, depth, branch), expected, seconds, rate, ar)
+                rate_m = rate(expected, square, seconds)
+                if rate_m > best.tokens_per_s * (1 + 1e-12):
+                    best = Choice(TreeShape(m, depth, branch), expected, seconds, rate_m, ar)
     return best

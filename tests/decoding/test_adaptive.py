@@ -109,7 +109,7 @@ def test_a_batch_waits_for_its_slowest_row():
     """Acceptance 0.35, costs (1, 1.3, 1.6, 2.4), 64 tokens a row: one row gains from a
     draft a round (1.35 tokens in 1.3 s: 47.4 rounds, 61.6 s against AR's 64), eight rows
     do not (a round of tier 1 emits 1.35 +- 0.477 a row; the last of 8 rows needs
-    47.4 + 1.42 x 2.46 = 50.9 rounds, 66.2 s; tier 2 47.9 rounds, 76.7 s)."""
+    47.4 + 1.43 x 2.46 = 50.9 rounds, 66.2 s; tier 2 47.9 rounds, 76.7 s)."""
     assert choice([0.35] * 4, room=64) == 1
     assert choice([0.35] * 4, batch=8, room=64) == 0
 

@@ -45,6 +45,23 @@ def test_a_roofline_cost_shrinks_the_tree_as_the_batch_grows(batch, nodes):
     assert choice.tokens_per_s == pytest.approx(want)
 
 
+@pytest.mark.parametrize('batch, new_tokens, nodes', [(1, 0, 2), (1, 64, 2), (8, 0, 2),
+                                                    (8, 64, 1)])  # fmt: skip
+def test_a_batch_that_waits_for_its_slowest_row_sizes_smaller(batch, new_tokens, nodes):
+    """The top rank accepted with 0.35, one level, verifying T costs 1 + 0.3 (T - 1) at any
+    batch: a draft a round gives 1.35 tokens in 1.3 (1.038 a unit over AR's 1). A batch's
+    64 tokens a row: one row needs 64 / 1.35 = 47.4 rounds (the same 1.038); eight rows
+    wait for the last, 47.4 + 1.43 x 2.46 = 50.9 rounds: 8 x 64 / (1.3 x 50.9) = 7.74 a unit
+    against AR's 8 (decoding/adaptive.py's reading, checked there against simulation)."""
+    acc = tree_budget.Acceptance(((0.35,),))
+    choice = tree_budget.choose(acc, lambda t: 1 + 0.3 * (t - 1), lambda d, b: 0.0, batch,
+                                max_depth=1, max_branch=1, new_tokens=new_tokens)  # fmt: skip
+    assert choice.nodes == nodes
+    assert choice.ar_tokens_per_s == batch
+    rounds = tree_budget.finish_rounds(64, 1.35, 1 + 3 * 0.35, batch)
+    assert rounds == pytest.approx({1: 64 / 1.35, 8: 50.90}[batch], abs=0.01)
+
+
 def test_on_the_h200_calibration_the_tree_shrinks_with_the_batch_and_never_loses_to_ar():
     """Llama-3.1-8B with its EAGLE-3 head, 4,156 slots, an EAGLE-3-like profile: the sized
     tree's predicted tokens/s is at least AR's at every batch, and its nodes fall as the
