@@ -39,10 +39,10 @@ soonest (`finish_seconds`; ties to the shorter tier). The loop ends with its slo
 so tokens a fast row gains early do not shorten it: a row's rounds to finish are about
 room / mean + z sd (the spread of its tokens a round), the batch's the most over its live
 rows, z the expected largest of n standard normals. At one row this is the most tokens per
-second; at batch 8 a tier must beat AR by about 7% in tokens per second to pay (a chain of
-one draft at acceptance 0.35: 51 rounds for 64 tokens, not 47). A long context (attention
-grows with each verified token) or a large batch (a compute-bound forward) can make AR the
-best tier; then the round is AR's step.
+second; at batch 8 the model's reading for a chain of one draft at acceptance 0.35 is 51
+rounds for 64 tokens, not 47: it must beat AR by about 7% in mean tokens per second to
+pay. A long context (attention grows with each verified token) or a large batch (a
+compute-bound forward) can make AR the best tier; then the round is AR's step.
 
 Exploration. Once AR wins, no depth is examined and the counts freeze. Every `explore`-th
 round (by the batch's round count) runs the tier one above the choice instead, while that
@@ -172,10 +172,8 @@ def expected_tokens(alpha_ba, tiers: Sequence[int], room_b) -> jax.Array:
     reach_bt = jnp.concatenate([jnp.ones((batch, 1)), jnp.cumprod(alpha_ba, axis=1)], axis=1)
     depth_t = jnp.arange(reach_bt.shape[1])
     reach_bt = jnp.where(depth_t[None, :] < room_b[:, None], reach_bt, 0.0)
-    moments = [jnp.stack([reach_bt[:, : k + 1].sum(1) for k in tiers], axis=1)]
-    square_bt = reach_bt * (2 * depth_t + 1)[None, :]
-    moments.append(jnp.stack([square_bt[:, : k + 1].sum(1) for k in tiers], axis=1))
-    return jnp.stack(moments)
+    moments_2bt = jnp.stack([reach_bt, reach_bt * (2 * depth_t + 1)[None, :]])
+    return jnp.cumsum(moments_2bt, axis=2)[:, :, np.asarray(tiers)]
 
 
 def finish_seconds(moments_2bk, live_b, room_b, seconds_k) -> jax.Array:
