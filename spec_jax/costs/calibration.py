@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from spec_jax import sharding
 from spec_jax.costs import chips, fit, memory, points, roofline
 from spec_jax.costs.efficiency import Calibration, collective_seconds
 from spec_jax.models import eagle3 as e3
@@ -126,6 +127,24 @@ class CostModel:
     def engine_s(self, mode: str) -> float:
         """The engine's own work of a round of `mode` (fitted, or 0 where not measured)."""
         return self.cal.engine_s(mode)
+
+    def feed_s(self, batch: int, tokens: int, context: int) -> float:
+        """Seconds of a draft LM's forward over `tokens` a row that keeps one row of logits
+        (`LMDrafter`'s deferred prefill and catch-up): its layers over every token, its LM
+        head over one (a drafting call's head runs over all its tokens: at 512 tokens the
+        head is most of the embedded default's draft FLOPs)."""
+        d = self.draft
+        if d is None:
+            raise ValueError('feed_s prices a draft LM: give for_chip(..., draft=cfg)')
+        rows = -(-batch // self.mesh[0])
+        shapes = memory.shapes(d)
+        body = {k: v for k, v in shapes.items() if k not in ('embed_vd', 'lm_head_vd')}
+        run = dict(model=1, rows=rows, slots=context, item=memory.dtype_bytes(d.dtype))
+        costs = [roofline.calls_cost(d, body, sharding.DRAFT_RULES, (tokens,), d.num_layers, 0,
+                                     **run),
+                 roofline.calls_cost(d, shapes, sharding.DRAFT_RULES, (1,), 0, 0, **run)]
+        calls = [(roofline.Call('draft', tokens, rows, c), 1.0, 0) for c in costs]
+        return self.cal.calls_seconds(calls, '')
 
 
 @functools.lru_cache(maxsize=4096)

@@ -35,7 +35,9 @@ is for attention that reads the filled part (a bench's table). `relative` is a m
 of an AR step.
 
 The choice: the tier whose rounds, run from here to the end, would finish the batch
-soonest (`finish_seconds`; ties to the shorter tier). The loop ends with its slowest row,
+soonest (`finish_seconds`, plus, for a drafting tier, the drafter's catch-up once: its lag
+(`Drafter.lag`, the most over the live rows) times `TierCosts.catch_up`; ties to the
+shorter tier). The loop ends with its slowest row,
 so tokens a fast row gains early do not shorten it: a row's rounds to finish are about
 room / mean + z sd (the spread of its tokens a round), the batch's the most over its live
 rows, z the expected largest of n standard normals. At one row this is the most tokens per
@@ -76,7 +78,10 @@ The AR tier runs AR's step and keeps the drafter following the text by `Drafter.
 draft LM does nothing (its next proposal first catches its cache up over the tokens it
 missed, one forward per 16), an EAGLE-3 head or DFlash reads the step's taps (one window
 over one token), the target as its own drafter re-feeds two tokens; `relative` counts
-`follow` draft calls for it.
+`follow` draft calls for it. The engine runs its drafter `deferred()`: a draft LM's prefill
+waits for its first proposal (the catch-up from slot 0, in wide chunks), so a run that
+never drafts (AR wins from the first round, as at a large batch or a long context) never
+pays it; its lag is the prompt until then, and the choice prices it like any catch-up.
 """
 
 from __future__ import annotations
@@ -93,60 +98,73 @@ from spec_jax.decoding.trees import TreeShape
 
 @dataclasses.dataclass(frozen=True)
 class TierCosts:
-    """Seconds of one round per tier: base_kn + context x per_token_kn at batch_n (a pytree
-    of arrays: a new table reuses the compiled loop).
+    """Seconds of one round per tier: base_kn + context x per_token_kn at batch_n, and of
+    the drafter's catch-up (a pytree of arrays: a new table reuses the compiled loop).
 
     Attributes:
       batch_n: [N] ascending batch sizes the table holds (interpolated between, clamped).
       base_kn: [K, N] seconds of a round of tier k at context 0.
       per_token_kn: [K, N] seconds added per context token.
+      catch_up_n: [N] seconds per token a lagging drafter feeds before it drafts (a draft
+        LM after AR rounds, or whose prefill was deferred: `Drafter.lag`), a row each.
     """
 
     batch_n: jax.Array
     base_kn: jax.Array
     per_token_kn: jax.Array
+    catch_up_n: jax.Array
 
     @classmethod
-    def table(cls, base_kn, per_token_kn=None, batch_n: Sequence[int] = (1,)) -> TierCosts:
-        """From nested lists ([K] or [K, N]); per_token_kn None: no context term."""
+    def table(cls, base_kn, per_token_kn=None, batch_n: Sequence[int] = (1,),
+              catch_up_n=None) -> TierCosts:  # fmt: skip
+        """From nested lists ([K] or [K, N]); per_token_kn None: no context term;
+        catch_up_n ([N] or a number) None: catching up is free."""
         base = np.asarray(base_kn, np.float32).reshape(len(base_kn), -1)
         per = np.zeros_like(base) if per_token_kn is None else np.asarray(per_token_kn, np.float32)
         batch = np.asarray(batch_n, np.float32)
         per = per.reshape(base.shape)
+        catch = np.full(batch.shape, 0.0 if catch_up_n is None else catch_up_n, np.float32)
         if base.shape[1] != batch.shape[0] or (np.diff(batch) <= 0).any():
             raise ValueError(f'tier costs: {base.shape[1]} columns for batch sizes '
                              f'{batch.tolist()}: give one column per ascending batch size')
-        if not (base > 0).all() or (per < 0).any():
-            raise ValueError(f'tier costs {base.tolist()} / per token {per.tolist()}: give '
-                             'seconds > 0 per round and >= 0 per context token')
-        return cls(batch, base, per)
+        if not (base > 0).all() or (per < 0).any() or (catch < 0).any():
+            raise ValueError(f'tier costs {base.tolist()} / per token {per.tolist()} / catch-up '
+                             f'{catch.tolist()}: give seconds > 0 per round and >= 0 per '
+                             'context token and per caught-up token')
+        return cls(batch, base, per, catch)
 
     @classmethod
     def relative(
         cls, tiers: Sequence[int], verify: float = 0.18, draft: float = 0.15,
         context: float = 0.0, trees: Sequence[TreeShape] = (), follow: int = 1,
+        catch_up: float = 0.0,
     ) -> TierCosts:  # fmt: skip
         """A model in units of an AR step at context 0: tier k costs 1 + verify k (the
         target over k + 1 tokens) + draft k (k draft calls; the AR tier `follow` calls,
         its drafter's `Drafter.follow`: 1 for a head, 0 for a draft LM), plus context
-        (k + 1) per context token (attention). With `trees` (tree mode, tiers 0 and each
-        tree's nodes M): k = M - 1 verified and the tree's drafted levels as its calls."""
+        (k + 1) per context token (attention), and `catch_up` per token a lagging drafter
+        feeds. With `trees` (tree mode, tiers 0 and each tree's nodes M): k = M - 1
+        verified and the tree's drafted levels as its calls."""
         if trees:
             calls = [follow, *(t.levels_drafted for t in trees)]
         else:
             calls = [k or follow for k in tiers]
         verified = [0, *(t.nodes - 1 for t in trees)] if trees else list(tiers)
         base = [1.0 + verify * k + draft * n for k, n in zip(verified, calls)]
-        return cls.table(base, [context * (k + 1) for k in verified])
+        return cls.table(base, [context * (k + 1) for k in verified], catch_up_n=catch_up)
 
     def seconds(self, batch: int, context: jax.Array) -> jax.Array:
         """[K] seconds of a round of each tier at `batch` rows and `context` tokens."""
         at = jax.vmap(lambda row: jnp.interp(float(batch), self.batch_n, row))
         return at(self.base_kn) + context * at(self.per_token_kn)
 
+    def catch_up(self, batch: int) -> jax.Array:
+        """Seconds per token a lagging drafter feeds at `batch` rows (a scalar)."""
+        return jnp.interp(float(batch), self.batch_n, self.catch_up_n)
+
 
 jax.tree_util.register_dataclass(
-    TierCosts, data_fields=['batch_n', 'base_kn', 'per_token_kn'], meta_fields=[]
+    TierCosts, data_fields=['batch_n', 'base_kn', 'per_token_kn', 'catch_up_n'], meta_fields=[]
 )
 
 
@@ -402,9 +420,10 @@ class Adaptive:
                 raise ValueError(f'adaptive tier tree {s.describe()}: give trees within '
                                  f'{tree.describe()} (room, depth) of its sibling mode')
 
-    def tier(self, state) -> jax.Array:
+    def tier(self, state, lag_b=None) -> jax.Array:
         """The index into `tiers` of the round to run on `state` (a `DecodeState`), from
-        the rounds before it only."""
+        the rounds before it only; `lag_b` [B]: tokens the drafter must catch up on before
+        it drafts (`Drafter.lag`; None: none), paid once by a drafting tier."""
         st = state.stats
         live_b, room_b = ~state.done_b, state.limit_b - state.num_out_b
         if self.trees:  # The batch's acceptance per depth and rank (state.ranks).
@@ -417,11 +436,15 @@ class Adaptive:
             seen_a = st.reached_at_ba.sum(0).astype(jnp.float32)
             high_ba = optimistic(alpha_ba, seen_a[None, :], self.weight, self.optimism)
             moments, high = (expected_tokens(a, self.tiers, room_b) for a in (alpha_ba, high_ba))
+        batch = state.committed_b.shape[0]
         context = state.committed_b.astype(jnp.float32).mean()
-        seconds_k = self.costs.seconds(state.committed_b.shape[0], context)
-        k = choose(finish_seconds(moments, live_b, room_b, seconds_k))
+        seconds_k = self.costs.seconds(batch, context)
+        lag = 0 if lag_b is None else jnp.max(jnp.where(live_b, lag_b, 0))
+        drafts_k = jnp.asarray(self.tiers) > 0
+        catch_up_k = jnp.where(drafts_k, lag * self.costs.catch_up(batch), 0.0)
+        k = choose(finish_seconds(moments, live_b, room_b, seconds_k) + catch_up_k)
         up = jnp.minimum(k + 1, len(self.tiers) - 1)
-        hopeful_k = finish_seconds(high, live_b, room_b, seconds_k)
+        hopeful_k = finish_seconds(high, live_b, room_b, seconds_k) + catch_up_k
         every = jnp.asarray(self.explore, jnp.int32)
         due = (every > 0) & ((jnp.max(st.blocks) + 1) % jnp.maximum(every, 1) == 0)
         return jnp.where(due & (hopeful_k[up] < hopeful_k[k]), up, k)

@@ -22,6 +22,7 @@ from spec_jax import checkpoints, rules, sharding
 from spec_jax.costs import calibration, chips
 from spec_jax.decoding import drafters, tree_budget, trees
 from spec_jax.decoding.adaptive import Adaptive, TierCosts, tree_tiers
+from spec_jax.decoding.drafters.lm import PREFILL_CHUNKS
 from spec_jax.decoding.engine import MODES, Engine
 from spec_jax.decoding.host import Params
 from spec_jax.decoding.state import DecodeSettings
@@ -138,6 +139,11 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
             verify=0.18,
             draft=0.15,
             context=0.0,
+            # Per token a lagging draft LM feeds before it drafts (after AR rounds; its
+            # deferred prefill), in the costs' units (0 for other drafters: they never lag;
+            # 'chip:' costs price it themselves;
+            # this CPU measured 0.0015 of an AR step at batch 1, 0.0044 at batch 8).
+            catch_up=0.003,
             prior=0.7,  # Acceptance assumed at depth 1 before any round.
             weight=4.0,  # Rounds the prior (and per row the batch's rate) counts as.
             explore=16,  # Every explore-th round runs the tier above the choice (0: never)
@@ -161,7 +167,8 @@ def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
     every slot). Tier k > 0: a chain of k drafted by `kind` ('lm', 'eagle3'), or `tree`
     (tier i > 0 of tree mode's `shapes`: that tree);
     tier 0: AR's step plus the drafter's `follow` (a head's window over the one new token;
-    a draft LM nothing: it catches up when it next drafts)."""
+    a draft LM nothing: it catches up when it next drafts, priced per token as a forward
+    over its widest prefill chunk)."""
     if kind not in ('lm', 'eagle3'):
         raise ValueError(f"spec.adaptive.costs='chip:{chip}' prices drafters 'lm' and "
                          f"'eagle3'; got {kind!r}")
@@ -178,7 +185,11 @@ def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
 
     at = [[model.round_s(tier(i, k), b, slots) for b in CHIP_BATCHES]
           for i, k in enumerate(tiers)]  # fmt: skip
-    return TierCosts.table(at, batch_n=CHIP_BATCHES)
+    catch_up = None
+    if kind == 'lm':  # Its catch-up: a forward over its widest chunk, per token.
+        width = PREFILL_CHUNKS[0]
+        catch_up = [model.feed_s(b, width, slots) / width for b in CHIP_BATCHES]
+    return TierCosts.table(at, batch_n=CHIP_BATCHES, catch_up_n=catch_up)
 
 
 def platform_chip() -> str:
@@ -206,7 +217,8 @@ def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int, chip_co
     shapes = () if tree is None else tree_tiers(tree, c.tiers)
     tiers = (0, *(t.nodes for t in shapes)) if shapes else Adaptive.parse_tiers(c.tiers, num_draft)
     if not c.costs:
-        costs = TierCosts.relative(tiers, c.verify, c.draft, c.context, shapes, follow)
+        costs = TierCosts.relative(tiers, c.verify, c.draft, c.context, shapes, follow,
+                                   c.catch_up)  # fmt: skip
     elif (c.costs == 'auto' or c.costs.startswith('chip:')) and chip_costs is not None:
         name = platform_chip() if c.costs == 'auto' else c.costs[5:]
         costs = chip_costs(name, tiers, shapes) if shapes else chip_costs(name, tiers)
@@ -220,7 +232,7 @@ def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int, chip_co
         if len(base) != len(tiers) or (per is not None and len(per) != len(tiers)):
             raise ValueError(f'spec.adaptive.costs={c.costs!r}, per_token={c.per_token!r}: '
                              f'give one number per tier {tiers}')
-        costs = TierCosts.table(base, per)
+        costs = TierCosts.table(base, per, catch_up_n=c.catch_up)
     return Adaptive(tiers, costs, c.prior, c.weight, c.explore, c.optimism, shapes)
 
 

@@ -79,7 +79,8 @@ class Engine:
         bonus tokens, the first token), the emitted law's distortion from the matched
         baseline's law (`rules.Metered`: TV, KL, JS, outside mass, overshoot).
       adaptive: each chain round's draft length chosen on device from the run's acceptance
-        and the tiers' costs (`adaptive.Adaptive`; its costs and prior are leaves).
+        and the tiers' costs (`adaptive.Adaptive`; its costs and prior are leaves); the
+        drafter then runs `deferred()` (a draft LM's prefill waits for its first proposal).
     """
 
     cfg: ModelConfig
@@ -102,6 +103,8 @@ class Engine:
                 object.__setattr__(self, 'adaptive', adaptive)
             num = self.num_draft if self.tree is None else self.tree.path_len
             self.adaptive.check(num, self.drafter, self.tree)
+            # A draft LM's prefill waits for its first drafting round (the choice prices it).
+            object.__setattr__(self, 'drafter', self.drafter.deferred())
         if self.tree is not None:  # num_draft follows the tree (so `replace` may change it).
             object.__setattr__(self, 'num_draft', self.tree.path_len)
             return
@@ -297,7 +300,8 @@ def rounds(
         tiers = [partial(chain, a_round=k, follow=True) for k in engine.adaptive.tiers]
         if engine.tree is not None:  # Tree mode: AR or one of the tier trees.
             tiers = [tiers[0], *(partial(tree, shape=t) for t in engine.adaptive.trees)]
-        body = switch_rounds(engine.adaptive.tier, tiers)
+        body = switch_rounds(lambda s: engine.adaptive.tier(s, drafter.lag(s.draft, s.committed_b)),
+                             tiers)  # fmt: skip
     elif engine.tree is not None:
         body = tree
     elif drafter.narrows:

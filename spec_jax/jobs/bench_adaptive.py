@@ -84,35 +84,40 @@ def engines_of(c: ml_collections.ConfigDict, target, dec):
 
 
 def round_seconds(engines: dict, params, group, temperature: float,
-                  calls: int = 3) -> list[float]:  # fmt: skip
-    """Each fixed tier's seconds a round (AR's a step) on `group`, measured: each engine
-    decodes it once untimed (compile and warm-up), then `calls` times, the engines
-    interleaved; a call's seconds after its prefill over its rounds (the batch's longest
-    row: the loop runs until every row is done), the median of the calls. A profiled
-    step-cost table, as DSpark's; the adaptive engine's AR tier also runs its drafter's
-    `follow` (nothing for a draft LM, a head's window over the new token), which AR's step
-    here does not pay."""
+                  calls: int = 3) -> tuple[list[float], float]:  # fmt: skip
+    """Each fixed tier's seconds a round (AR's a step) on `group`, measured, and the
+    drafter's catch-up seconds a token: each engine decodes it once untimed (compile and
+    warm-up), then `calls` times, the engines interleaved; a call's seconds after its
+    prefill over its rounds (the batch's longest row: the loop runs until every row is
+    done), the median of the calls. A profiled step-cost table, as DSpark's; the adaptive
+    engine's AR tier also runs its drafter's `follow` (nothing for a draft LM, a head's
+    window over the new token), which AR's step here does not pay. The catch-up: the first
+    drafting tier's prefill over AR's (the drafter's prefill), over the longest prompt's
+    tokens (medians; 0 when not above AR's)."""
     sampler = Sampler(temperature=temperature)
     fixed = [e.replace(sampler=sampler) for n, e in engines.items() if not n.startswith(ADAPTIVE)]
 
-    def per_round(engine) -> float:
+    def timed(engine) -> tuple[float, float]:
         res = decoding.generate(engine, params, group, seed=0)
         rounds = max(int(np.max(res.stats['per_row']['blocks'])), 1)
-        return (res.seconds - res.prefill_seconds) / rounds
+        return (res.seconds - res.prefill_seconds) / rounds, res.prefill_seconds
 
     for engine in fixed:
-        per_round(engine)
-    seconds = [[per_round(engine) for engine in fixed] for _ in range(calls)]
-    return np.median(np.asarray(seconds), axis=0).tolist()
+        timed(engine)
+    runs = np.median(np.asarray([[timed(engine) for engine in fixed] for _ in range(calls)]),
+                     axis=0)  # [engine, (round, prefill)]  # fmt: skip
+    prompt = max(len(p) for p in group)
+    return runs[:, 0].tolist(), max(float(runs[1, 1] - runs[0, 1]), 0.0) / prompt
 
 
-def with_measured(engines: dict, costs: list[float]) -> dict:
-    """`engines` and the adaptive chain again under the measured round costs (this batch's,
-    at every batch of the engine's own table: the same shapes, so it runs the adaptive
-    chain's compiled programs), as `ADAPTIVE + ' measured'`."""
+def with_measured(engines: dict, costs: list[float], catch_up: float = 0.0) -> dict:
+    """`engines` and the adaptive chain again under the measured round costs and catch-up
+    (this batch's, at every batch of the engine's own table: the same shapes, so it runs
+    the adaptive chain's compiled programs), as `ADAPTIVE + ' measured'`."""
     sized = engines[ADAPTIVE].adaptive
     batch_n = np.asarray(sized.costs.batch_n).tolist()
-    table = TierCosts.table([[s] * len(batch_n) for s in costs], batch_n=batch_n)
+    table = TierCosts.table([[s] * len(batch_n) for s in costs], batch_n=batch_n,
+                            catch_up_n=catch_up)  # fmt: skip
     measured = dataclasses.replace(sized, costs=table)
     return dict(engines, **{f'{ADAPTIVE} measured': engines[ADAPTIVE].replace(
         adaptive=measured)})  # fmt: skip
@@ -204,12 +209,14 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
             jax.clear_caches()
             now = engines
             if c.measured_costs:
-                costs = round_seconds(engines, params, batch_ids[:batch], c.temperature,
-                                      c.cost_calls)  # fmt: skip
+                costs, catch_up = round_seconds(engines, params, batch_ids[:batch],
+                                                c.temperature, c.cost_calls)  # fmt: skip
+                priced = float(engines[ADAPTIVE].adaptive.costs.catch_up(batch))
                 print(f'batch {batch} {name}: measured seconds a round of tiers {tiers}: '
                       + ', '.join(f'{1e3 * s:.1f} ms' for s in costs)
-                      + f' (medians of {c.cost_calls} calls)')  # fmt: skip
-                now = with_measured(engines, costs)
+                      + f"; the draft's catch-up {1e6 * catch_up:.1f} us a token (calibrated "
+                      f'{1e6 * priced:.1f}); medians of {c.cost_calls} calls')  # fmt: skip
+                now = with_measured(engines, costs, catch_up)
             times = bench_chain.interleaved_runs(now, params, batch_ids, c.temperature, batch,
                                                  c.rounds)  # fmt: skip
             rows[batch, name] = compare(times, c.rounds)

@@ -1,6 +1,7 @@
 """Adaptive draft lengths (decoding/adaptive.py): the tier choice against hand-computed optima,
 greedy equality with AR, the target's law by Monte Carlo, one compile for every cost table."""
 
+import dataclasses
 import types
 
 import chex
@@ -152,6 +153,19 @@ def test_tier_from_the_run_and_its_context():
     assert int(low.tier(fake_state(10, blocks=3, accepted=14, reached=50))) == 1
 
 
+def test_the_choice_prices_the_drafters_catch_up():
+    """A drafting tier first pays the drafter's lag (`Drafter.lag`) at the catch-up price:
+    one row, room 100, acceptance 0.8 at context 1,000 finishes in 100 s by AR and 81.97 s
+    by length 2 (100 / 2.44 rounds of 2.0 s), the best; at 0.01 s a token a lag of 1,700
+    (+17 s) still drafts, one of 1,900 (+19 s: 100.97 s; length 1 102.3 s) runs AR."""
+    long = TierCosts.table([1.0, 1.3, 1.6, 2.4], [0.0, 2e-4, 4e-4, 8e-4], catch_up_n=0.01)
+    run = Adaptive(TIERS, long, prior=0.8, weight=4.0, explore=0)
+    state = fake_state(1000, 9, 40, 50)
+    assert int(run.tier(state)) == 2
+    assert int(run.tier(state, jnp.array([1700]))) == 2
+    assert int(run.tier(state, jnp.array([1900]))) == 0
+
+
 def test_settings_are_checked():
     cfg = tiny.TARGET
     with pytest.raises(ValueError, match='the last one num_draft'):
@@ -186,6 +200,8 @@ def test_chip_costs():
     base = np.asarray(got.costs.base_kn)
     assert base.shape == (3, len(CHIP_BATCHES))
     assert (np.diff(base, axis=0) > 0).all() and (np.diff(base, axis=1) > 0).all()
+    catch_up = np.asarray(got.costs.catch_up_n)  # A draft LM's catch-up: priced per token.
+    assert (catch_up > 0).all() and (np.diff(catch_up) > 0).all()
     with pytest.raises(ValueError, match='uncalibrated'):
         chip_tier_costs('v5e', (0, 1), tiny.TARGET, LMDrafter(tiny.DRAFT), 'lm', 64)
     with pytest.raises(ValueError, match="prices drafters 'lm' and 'eagle3'"):
@@ -242,6 +258,34 @@ def test_draft_lm_catches_up_over_the_rounds_it_followed(models):
     q_stale = lagging.propose(draft_params, stale, history, committed, key, a, jax.nn.softmax)[2]
     gap_b = np.abs(np.asarray(q_stale) - np.asarray(want_q)).max(axis=(1, 2))
     assert gap_b[0] < 2e-6 and (gap_b[1:] > 1e-3).all(), gap_b
+
+
+def test_a_deferred_draft_lm_prefills_at_its_first_proposal(models):
+    """`deferred()` (the adaptive engine's): `init` feeds nothing (lag C - 1), the first
+    proposal catches up from slot 0, chunks of 11 while the widest gap is 11 or more, then
+    of 5, then 3 (gaps 3, 15, 28: every loop runs), and drafts what a prefilled draft
+    drafts (q within float rounding, the same tokens)."""
+    _, draft_params = models
+    bucket, slots, a = 8, 48, 3
+    history = np.random.default_rng(1).integers(1, tiny.V, (3, slots)).astype(np.int32)
+    prompt_len = jnp.array([3, 8, 5], jnp.int32)
+    committed = prompt_len + jnp.array([1, 8, 24], jnp.int32)
+    history, key = jnp.asarray(history), jax.random.split(jax.random.key(2), 3)
+    lazy = LMDrafter(tiny.DRAFT, catch_up=3, prefill_chunks=(11, 5))
+    assert lazy.deferred() is lazy and LMDrafter(tiny.DRAFT).deferred().prefill_chunks
+    state = lazy.init(draft_params, history, prompt_len, bucket)
+    np.testing.assert_array_equal(np.asarray(state.lengths), 0)
+    np.testing.assert_array_equal(np.asarray(lazy.lag(state, committed)), committed - 1)
+    _, x_ba, q_bav = lazy.propose(draft_params, state, history, committed, key, a,
+                                  jax.nn.softmax)  # fmt: skip
+    fed = LMDrafter(tiny.DRAFT)
+    ref = fed.init(draft_params, history, committed, int(committed.max()) + 1)
+    np.testing.assert_array_equal(np.asarray(fed.lag(ref, committed)), 0)
+    _, want_x, want_q = fed.propose(draft_params, ref, history, committed, key, a, jax.nn.softmax)
+    np.testing.assert_allclose(np.asarray(q_bav), np.asarray(want_q), atol=2e-6)
+    np.testing.assert_array_equal(np.asarray(x_ba), np.asarray(want_x))
+    with pytest.raises(ValueError, match='descending distinct widths above catch_up'):
+        LMDrafter(tiny.DRAFT, catch_up=16, prefill_chunks=(64, 16))
 
 
 # ---- the engine ------------------------------------------------------------------------------
@@ -305,6 +349,23 @@ def test_ar_wins_then_the_engine_runs_ar_steps(models, greedy_ar):
     assert tokens == greedy_ar['mixed']
     assert stats['per_row']['drafted'] == [0, 0, 0]
     assert stats['per_row']['blocks'] == [len(t) - 1 for t in tokens]
+
+
+def test_a_run_that_never_drafts_never_prefills_the_draft(models, greedy_ar):
+    """The adaptive engine defers the draft LM's prefill: where AR wins every round the
+    draft's cache is never fed (lengths 0 at the end), where a round drafts it was."""
+    eng = ENGINE.replace(adaptive=dataclasses.replace(
+        ENGINE.adaptive, costs=TierCosts.table([1.0, 10.0, 10.0]), explore=0))  # fmt: skip
+    args = (*(jnp.asarray(x) for x in loop_rows(eng, tiny.PROMPTS)), jax.random.key(0))
+    state = engine.prefill_call(eng, *models, *args)
+    np.testing.assert_array_equal(np.asarray(state.draft.lengths), 0)
+    tokens_bo, num_b, _, state = engine.rounds_call(eng, *models, state)
+    np.testing.assert_array_equal(np.asarray(state.draft.lengths), 0)
+    tokens = [list(map(int, t[:n])) for t, n in zip(np.asarray(tokens_bo), np.asarray(num_b))]
+    assert tokens == greedy_ar['mixed']
+    drafting = eng.replace(adaptive=ENGINE.adaptive)  # Relative costs: some rounds draft.
+    state = engine.rounds_call(drafting, *models, engine.prefill_call(drafting, *models, *args))[3]
+    assert (np.asarray(state.draft.lengths) > 0).all()
 
 
 def test_long_context_turns_speculation_off(models, greedy_ar):

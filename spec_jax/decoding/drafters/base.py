@@ -78,6 +78,27 @@ class Drafter(Protocol):
     def draft_len(self, history_bs, committed_b, num_draft: int) -> jax.Array:
         """[B] how many of the next `num_draft` proposals are real."""
 
+    def lag(self, state, committed_b) -> jax.Array:
+        """[B] tokens the drafter must catch up on before its next proposal (a draft LM
+        after rounds that drafted nothing, or whose prefill was deferred; 0 for drafters
+        that follow every round): what `adaptive` prices a drafting tier's first round."""
+
+    def deferred(self) -> Drafter:
+        """This drafter as the adaptive engine runs it: one that can catch up from nothing
+        (a draft LM) leaves its prefill to its first proposal, so a run that never drafts
+        never pays it (`lag` prices it); the others return themselves."""
+
+
+def no_lag(self, state, committed_b) -> jax.Array:
+    """`Drafter.lag` of a drafter that follows every round (assign it in the class body)."""
+    del self, state
+    return jnp.zeros_like(committed_b)
+
+
+def not_deferred(self):
+    """`Drafter.deferred` of a drafter with nothing to defer (assign it in the class body)."""
+    return self
+
 
 class TreeDrafter(Drafter, Protocol):
     """A drafter that also builds draft trees (tree rounds; docs/engine.md, "Tree rounds")."""
@@ -154,6 +175,8 @@ class NoDrafter:
         return state
 
     follow = observe
+    lag = no_lag
+    deferred = not_deferred
 
     def draft_len(self, history_bs, committed_b, num_draft):
         return jnp.zeros(history_bs.shape[:1], jnp.int32)

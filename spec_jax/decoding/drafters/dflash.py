@@ -12,7 +12,14 @@ from flax import struct
 
 from spec_jax import sharding
 from spec_jax.decoding import trees
-from spec_jax.decoding.drafters.base import ProbsFn, draw, gather_tokens, step_keys
+from spec_jax.decoding.drafters.base import (
+    ProbsFn,
+    draw,
+    gather_tokens,
+    no_lag,
+    not_deferred,
+    step_keys,
+)
 from spec_jax.models import dflash as df
 from spec_jax.models.attention import Rows
 from spec_jax.models.cache import empty_layer
@@ -112,6 +119,8 @@ class DFlashDrafter:
         return self._write(params, state, taps_bted, start_b, history_bs, committed_b)
 
     follow = observe  # Its context entries need the target's taps of every position.
+    lag = no_lag
+    deferred = not_deferred
 
     def block_logits(self, params, state: DFlashState, committed_b, num_draft: int,
                      forced_ba=None):  # fmt: skip

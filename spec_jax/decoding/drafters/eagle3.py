@@ -18,6 +18,8 @@ from spec_jax.decoding.drafters.base import (
     draw,
     forced_steps,
     gather_tokens,
+    no_lag,
+    not_deferred,
     step_keys,
 )
 from spec_jax.models import eagle3 as e3
@@ -128,6 +130,8 @@ class Eagle3Drafter:
         )
 
     follow = observe  # The head's entries need the target's taps of every position.
+    lag = no_lag
+    deferred = not_deferred
 
     def _probs(self, params, logits_bu, probs_fn):
         batch = logits_bu.shape[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from typing import ClassVar
 
 import jax
@@ -24,6 +25,10 @@ from spec_jax.models.cache import KVCache
 from spec_jax.models.config import ModelConfig
 from spec_jax.models.llama import forward
 
+# A deferred draft LM's catch-up widths above `catch_up` (a 1,536-token prompt: 3 forwards
+# of 512, then at most 7 of 64 and 3 of 16).
+PREFILL_CHUNKS = (512, 64)
+
 
 @dataclasses.dataclass(frozen=True)
 class LMDrafter:
@@ -40,7 +45,11 @@ class LMDrafter:
     A round that drafts nothing (the adaptive AR tier: `follow`) costs the draft nothing;
     the next `propose` first catches the cache up over the tokens it missed, `catch_up`
     tokens a forward (`lax.while_loop`: one forward for a gap of up to `catch_up`, none
-    when there is no gap).
+    when there is no gap). `deferred()` (the adaptive engine's) sets `prefill_chunks`: its
+    `init` then leaves the cache empty and the first proposal feeds the prompt, each chunk
+    width while the batch's widest gap is at least that wide, so a run that never drafts
+    never pays the draft's prefill (on this CPU 4% of a batch of 8 1,536-token prompts'
+    call, docs/performance.md); `lag` is what `adaptive` prices for it.
 
     `vocab_size` is the target's V (default: the draft's own). A draft whose embedding
     table differs from the target's only by padding rows (the same tokenizer, e.g.
@@ -56,6 +65,7 @@ class LMDrafter:
     vocab_size: int = 0
     rules: sharding.ShardingRules = sharding.DRAFT_RULES
     catch_up: int = 16
+    prefill_chunks: tuple[int, ...] = ()
     tap_layers: ClassVar[tuple[int, ...]] = ()
     narrows: ClassVar[bool] = False
 
@@ -66,6 +76,12 @@ class LMDrafter:
             raise ValueError(
                 f'LMDrafter(catch_up={self.catch_up}): tokens a catch-up forward feeds must be >= 1'
             )
+        chunks = tuple(int(w) for w in self.prefill_chunks)
+        if list(chunks) != sorted(set(chunks), reverse=True) or any(w <= self.catch_up
+                                                                      for w in chunks):
+            raise ValueError(f'LMDrafter(prefill_chunks={self.prefill_chunks}): give '
+                             f'descending distinct widths above catch_up ({self.catch_up})')
+        object.__setattr__(self, 'prefill_chunks', chunks)
 
     def check(self, cfg, slots=None):
         if self.vocab_size != cfg.vocab_size:
@@ -78,11 +94,20 @@ class LMDrafter:
         if slots is not None:  # Its cache has the target's slots.
             check_context(self.cfg, slots, CONTEXT_PARTS, 'the draft', CONTEXT_KNOBS)
 
+    def deferred(self) -> LMDrafter:
+        return self if self.prefill_chunks else dataclasses.replace(
+            self, prefill_chunks=PREFILL_CHUNKS)
+
+    def lag(self, cache: KVCache, committed_b) -> jax.Array:
+        return jnp.maximum(committed_b - 1 - cache.lengths, 0)
+
     def init(self, params, history_bs, prompt_len_b, bucket: int, taps_bped=None) -> KVCache:
         del taps_bped
         batch, slots = history_bs.shape
         prompt_bp = history_bs[:, :bucket]
         cache = KVCache.init(self.cfg, batch, slots, rules=self.rules)
+        if self.prefill_chunks:  # Deferred: the first proposal catches up from slot 0.
+            return cache
         positions = jnp.broadcast_to(jnp.arange(bucket, dtype=jnp.int32), (batch, bucket))
         _, _, cache = forward(
             self.cfg,
@@ -135,12 +160,14 @@ class LMDrafter:
         return cache, x_ba, q_bav
 
     def _catch_up(self, params, cache: KVCache, history_bs, committed_b) -> KVCache:
-        """The cache valid below C - 1: the tokens from its `lengths` on fed `catch_up` at a
-        time (rows with no gap feed the text past C - 1 too: the window and the steps
-        overwrite those slots before any reads them; slots past the cache are dropped)."""
-        width, target_b = self.catch_up, committed_b - 1
+        """The cache valid below C - 1: the tokens from its `lengths` on fed each width of
+        `prefill_chunks` while the widest gap is at least that wide, then `catch_up` at a
+        time (rows with a shorter gap feed the text past C - 1 too: the window and the
+        steps overwrite those slots before any reads them; slots past the cache are
+        dropped)."""
+        target_b = committed_b - 1
 
-        def chunk(cache):
+        def chunk(width, cache):
             tokens_bw = gather_tokens(history_bs, cache.positions(width))
             _, _, cache = forward(
                 self.cfg, params, tokens_bw, cache.positions(width), cache,
@@ -148,7 +175,11 @@ class LMDrafter:
             )  # fmt: skip
             return cache.set_lengths(jnp.minimum(cache.lengths + width, target_b))
 
-        return jax.lax.while_loop(lambda c: jnp.any(c.lengths < target_b), chunk, cache)
+        for width in self.prefill_chunks:
+            cache = jax.lax.while_loop(lambda c, w=width: jnp.max(target_b - c.lengths) >= w,
+                                       partial(chunk, width), cache)  # fmt: skip
+        return jax.lax.while_loop(lambda c: jnp.any(c.lengths < target_b),
+                                  partial(chunk, self.catch_up), cache)  # fmt: skip
 
     def observe(self, params, cache, history_bs, start_b, committed_b, taps_bted):
         return cache.set_lengths(committed_b - 1)  # `propose` re-feeds its 2-token window.

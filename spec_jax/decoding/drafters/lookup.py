@@ -10,7 +10,13 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax import sharding
-from spec_jax.decoding.drafters.base import Drafter, ProbsFn, gather_tokens
+from spec_jax.decoding.drafters.base import (
+    Drafter,
+    ProbsFn,
+    gather_tokens,
+    no_lag,
+    not_deferred,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +56,8 @@ class NgramDrafter:
         return state
 
     follow = observe
+    lag = no_lag
+    deferred = not_deferred
 
     def propose(
         self, params, state, history_bs, committed_b, key_b, num_draft: int,
@@ -143,6 +151,12 @@ class PromptLookup:
 
     def follow(self, params, state, history_bs, start_b, committed_b, taps_bted):
         return self.base.follow(params, state, history_bs, start_b, committed_b, taps_bted)
+
+    def lag(self, state, committed_b):
+        return self.base.lag(state, committed_b)
+
+    def deferred(self) -> PromptLookup:
+        return dataclasses.replace(self, base=self.base.deferred())
 
     def propose(
         self, params, state, history_bs, committed_b, key_b, num_draft: int,

@@ -22,6 +22,8 @@ from spec_jax.decoding.drafters.base import (
     ProbsFn,
     draw,
     gather_tokens,
+    no_lag,
+    not_deferred,
     step_keys,
 )
 from spec_jax.decoding.state import check_context
@@ -126,6 +128,9 @@ class SelfDrafter:
         """An AR round committed one token: re-feed [s_start, s_C], not the whole window."""
         del taps_bted
         return self._refeed(params, state.cache, history_bs, start_b, committed_b, 2)
+
+    lag = no_lag
+    deferred = not_deferred
 
     def propose(
         self, params, state: SelfState, history_bs, committed_b, key_b, num_draft: int,
