@@ -34,6 +34,13 @@ def test_compare_sets_adaptive_against_the_best_fixed_tier_round_by_round():
     assert 'median and range of 3 per-round ratios: no interval' in text
 
 
+def test_measured_round_costs_rise_with_the_tier():
+    """A tier measured below the one under it takes that one's seconds (noise: a longer
+    chain does everything a shorter one does); rising ones are kept as measured."""
+    assert bench_adaptive.monotone([37.9, 54.0, 38.2, 48.4]) == [37.9, 54.0, 54.0, 54.0]
+    assert bench_adaptive.monotone([22.7, 29.2, 35.5, 45.8]) == [22.7, 29.2, 35.5, 45.8]
+
+
 def test_goals_say_met_or_not_for_each_workload_and_the_mix():
     good = bench_adaptive.compare(times_of(
         {'ar': [50, 50], 'gamma 1': [60, 60], 'adaptive': [59, 61]}), 2)  # fmt: skip

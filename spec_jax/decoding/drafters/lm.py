@@ -48,8 +48,8 @@ class LMDrafter:
     when there is no gap). `deferred()` (the adaptive engine's) sets `prefill_chunks`: its
     `init` then leaves the cache empty and the first proposal feeds the prompt, each chunk
     width while the batch's widest gap is at least that wide, so a run that never drafts
-    never pays the draft's prefill (on this CPU 4% of a batch of 8 1,536-token prompts'
-    call, docs/performance.md); `lag` is what `adaptive` prices for it.
+    never pays the draft's prefill (on this CPU 4% of a call at batch 8 over articles of up
+    to 769 tokens, docs/performance.md); `lag` is what `adaptive` prices for it.
 
     `vocab_size` is the target's V (default: the draft's own). A draft whose embedding
     table differs from the target's only by padding rows (the same tokenizer, e.g.
