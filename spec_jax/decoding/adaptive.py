@@ -36,15 +36,16 @@ of an AR step.
 
 The choice: the tier whose rounds, run from here to the end, would finish the batch
 soonest (`finish_seconds`, plus, for a drafting tier, the drafter's catch-up once: its lag
-(`Drafter.lag`, the most over the live rows) times `TierCosts.catch_up`; ties to the
-shorter tier). The loop ends with its slowest row,
-so tokens a fast row gains early do not shorten it: a row's rounds to finish are about
-room / mean + z sd (the spread of its tokens a round), the batch's the most over its live
-rows, z the expected largest of n standard normals. At one row this is the most tokens per
-second; at batch 8 the model's reading for a chain of one draft at acceptance 0.35 is 51
-rounds for 64 tokens, not 47: it must beat AR by about 7% in mean tokens per second to
-pay. A long context (attention grows with each verified token) or a large batch (a
-compute-bound forward) can make AR the best tier; then the round is AR's step.
+(`Drafter.lag`, the most over the rows: the catch-up feeds the batch until its last row is
+caught up, done rows too) times `TierCosts.catch_up`; ties to the shorter tier). The loop
+ends with its slowest row, so tokens a fast row gains early do not shorten it: a row's
+rounds to finish are about room / mean + z sd (the spread of its tokens a round), the
+batch's the most over its live rows, z the expected largest of n standard normals. At one
+row this is the most tokens per second; at batch 8 the model's reading for a chain of one
+draft at acceptance 0.35 is 51 rounds for 64 tokens, not 47: it must beat AR by about 7%
+in mean tokens per second to pay. A long context (attention grows with each verified
+token) or a large batch (a compute-bound forward) can make AR the best tier; then the
+round is AR's step.
 
 Exploration. Once AR wins, no depth is examined and the counts freeze. Every `explore`-th
 round (by the batch's round count) runs the tier one above the choice instead, while that
@@ -439,7 +440,7 @@ class Adaptive:
         batch = state.committed_b.shape[0]
         context = state.committed_b.astype(jnp.float32).mean()
         seconds_k = self.costs.seconds(batch, context)
-        lag = 0 if lag_b is None else jnp.max(jnp.where(live_b, lag_b, 0))
+        lag = 0 if lag_b is None else jnp.max(lag_b)  # The catch-up feeds every row.
         drafts_k = jnp.asarray(self.tiers) > 0
         catch_up_k = jnp.where(drafts_k, lag * self.costs.catch_up(batch), 0.0)
         k = choose(finish_seconds(moments, live_b, room_b, seconds_k) + catch_up_k)

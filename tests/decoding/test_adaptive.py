@@ -157,13 +157,20 @@ def test_the_choice_prices_the_drafters_catch_up():
     """A drafting tier first pays the drafter's lag (`Drafter.lag`) at the catch-up price:
     one row, room 100, acceptance 0.8 at context 1,000 finishes in 100 s by AR and 81.97 s
     by length 2 (100 / 2.44 rounds of 2.0 s), the best; at 0.01 s a token a lag of 1,700
-    (+17 s) still drafts, one of 1,900 (+19 s: 100.97 s; length 1 102.3 s) runs AR."""
+    (+17 s) still drafts, one of 1,900 (+19 s: 100.97 s; length 1 102.3 s) runs AR. A look
+    pays it too: round 4's exploration (length 1 at the optimistic 0.53: 85 s against AR's
+    100, as in the test above) is taken at a lag of 100 at 0.1 s a token (95 s), not 200."""
     long = TierCosts.table([1.0, 1.3, 1.6, 2.4], [0.0, 2e-4, 4e-4, 8e-4], catch_up_n=0.01)
     run = Adaptive(TIERS, long, prior=0.8, weight=4.0, explore=0)
     state = fake_state(1000, 9, 40, 50)
     assert int(run.tier(state)) == 2
     assert int(run.tier(state, jnp.array([1700]))) == 2
     assert int(run.tier(state, jnp.array([1900]))) == 0
+    low = Adaptive(TIERS, TierCosts.table([1.0, 1.3, 1.6, 2.4], catch_up_n=0.1), prior=0.2,
+                   explore=4)  # fmt: skip
+    due = fake_state(10, blocks=3)
+    assert int(low.tier(due)) == 1 and int(low.tier(due, jnp.array([100]))) == 1
+    assert int(low.tier(due, jnp.array([200]))) == 0
 
 
 def test_settings_are_checked():
