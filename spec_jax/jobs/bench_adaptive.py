@@ -20,7 +20,7 @@ each adaptive engine over the best fixed tier (AR is tier 0) and over AR (the me
 per-round ratios and their range over the rounds: n rounds, no interval) and its drafted
 tokens a round (which tiers it ran). The issue's goals (adaptive >= 0.97x the best fixed
 tier on each workload, above every fixed tier on the mixed one, never below AR) are printed
-as met or not.
+as met or not, a ratio goal only when every round agrees (`goals`).
 """
 
 from __future__ import annotations
@@ -149,6 +149,7 @@ def compare(times: dict, rounds: int) -> dict:
             over_ar=float(np.median(over['ar'])),
             over_ar_range=(float(over['ar'].min()), float(over['ar'].max())),
             over_each={n: float(np.median(v)) for n, v in over.items()},
+            over_each_range={n: (float(v.min()), float(v.max())) for n, v in over.items()},
             mean_draft=mean_draft(times[name]))  # fmt: skip
     return out
 
@@ -177,19 +178,27 @@ def line(batch: int, name: str, row: dict) -> str:
 
 def goals(rows: dict) -> list[str]:
     """The issue's goals, each met or not, per adaptive engine, from the rows
-    {(batch, workload): row}."""
+    {(batch, workload): row}. A ratio goal is met or not when every round's ratio says so;
+    rounds on both sides of the line are too few to judge (the median beside them: this
+    machine's run-to-run spread, 4% on these ratios, is wider than the goal's margin)."""
     out = []
     for (batch, name), row in rows.items():
         for engine, a in row['adaptive'].items():
             at = f'batch {batch} {name}, {engine}'
             if name != 'mixed':
-                ok = a['over_best'] >= 0.97
-                out.append(f'{at}: >= 0.97x the best fixed tier: '
-                           f'{"met" if ok else "NOT met"} ({a["over_best"]:.3f})')  # fmt: skip
+                low, high = a['over_best_range']
+                said = 'met' if low >= 0.97 else 'NOT met' if high < 0.97 else (
+                    f'too few to judge: its {row["rounds"]} rounds on both sides')
+                out.append(f'{at}: >= 0.97x the best fixed tier: {said} (median '
+                           f'{a["over_best"]:.3f}, rounds {low:.3f}-{high:.3f})')  # fmt: skip
             else:
-                beaten = [n for n, v in a['over_each'].items() if v <= 1.0]
-                out.append(f'{at}: above every fixed tier (AR too): '
-                           + ('met' if not beaten else f'NOT met (not above {", ".join(beaten)})'))
+                spans = a['over_each_range']
+                beaten = [n for n, (_, high) in spans.items() if high <= 1.0]
+                unsure = [n for n, (low, high) in spans.items() if low <= 1.0 < high]
+                said = (f'NOT met (not above {", ".join(beaten)} in any round)' if beaten else
+                        f'too few to judge: its {row["rounds"]} rounds on both sides of '
+                        f'{", ".join(unsure)}' if unsure else 'met')  # fmt: skip
+                out.append(f'{at}: above every fixed tier (AR too): {said}')
             below = a['over_ar_range'][1] < 1.0
             out.append(f'{at}: never below AR (every round): '
                        + ('NOT met (below AR in every round)' if below else 'met'))

@@ -46,14 +46,26 @@ def test_goals_say_met_or_not_for_each_workload_and_the_mix():
         {'ar': [50, 50], 'gamma 1': [60, 60], 'adaptive': [59, 61]}), 2)  # fmt: skip
     slow = bench_adaptive.compare(times_of(
         {'ar': [50, 50], 'gamma 1': [60, 60], 'adaptive': [45, 48]}), 2)  # fmt: skip
-    met = bench_adaptive.goals({(1, 'speed'): good, (1, 'mbpp'): slow, (1, 'mixed'): slow})
-    assert 'batch 1 speed, adaptive: >= 0.97x the best fixed tier: met (1.000)' in met
-    assert 'batch 1 mbpp, adaptive: >= 0.97x the best fixed tier: NOT met (0.775)' in met
+    split = bench_adaptive.compare(times_of(
+        {'ar': [50, 50], 'gamma 1': [60, 60], 'adaptive': [57, 63]}), 2)  # fmt: skip
+    met = bench_adaptive.goals({(1, 'speed'): good, (1, 'mbpp'): slow, (1, 'mixed'): slow,
+                                (8, 'long'): split})  # fmt: skip
+    assert ('batch 1 speed, adaptive: >= 0.97x the best fixed tier: met (median 1.000, rounds '
+            '0.983-1.017)') in met  # fmt: skip
+    assert ('batch 1 mbpp, adaptive: >= 0.97x the best fixed tier: NOT met (median 0.775, '
+            'rounds 0.750-0.800)') in met  # fmt: skip
+    assert ('batch 8 long, adaptive: >= 0.97x the best fixed tier: too few to judge: its 2 '
+            'rounds on both sides (median 1.000, rounds 0.950-1.050)') in met  # fmt: skip
     assert ('batch 1 mixed, adaptive: above every fixed tier (AR too): NOT met (not above '
-            'ar, gamma 1)') in met  # fmt: skip
+            'ar, gamma 1 in any round)') in met  # fmt: skip
     assert ('batch 1 mbpp, adaptive: never below AR (every round): NOT met (below AR in '
             'every round)') in met  # fmt: skip
     assert 'batch 1 speed, adaptive: never below AR (every round): met' in met
+    met = bench_adaptive.goals({(8, 'mixed'): split, (1, 'mixed'): bench_adaptive.compare(
+        times_of({'ar': [50, 50], 'gamma 1': [60, 60], 'adaptive': [61, 62]}), 2)})  # fmt: skip
+    assert ('batch 8 mixed, adaptive: above every fixed tier (AR too): too few to judge: its '
+            '2 rounds on both sides of gamma 1') in met  # fmt: skip
+    assert 'batch 1 mixed, adaptive: above every fixed tier (AR too): met' in met
 
 
 def test_the_tiny_bench_runs_every_workload_and_reports_the_goals(tmp_path, capsys):
