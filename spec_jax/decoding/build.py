@@ -140,9 +140,9 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
             draft=0.15,
             context=0.0,
             # Per token a lagging draft LM feeds before it drafts (after AR rounds; its
-            # deferred prefill), in the costs' units (0 for other drafters: they never lag;
-            # 'chip:' costs price it themselves;
-            # this CPU measured 0.0015 of an AR step at batch 1, 0.0044 at batch 8).
+            # deferred prefill), in the costs' units; other drafters never lag, 'chip:'
+            # costs price it themselves (this CPU measured 0.0015 of an AR step at batch 1,
+            # 0.0044 at batch 8).
             catch_up=0.003,
             prior=0.7,  # Acceptance assumed at depth 1 before any round.
             weight=4.0,  # Rounds the prior (and per row the batch's rate) counts as.

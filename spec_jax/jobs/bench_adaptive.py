@@ -92,9 +92,9 @@ def round_seconds(engines: dict, params, group, temperature: float,
     done), the median of the calls. A profiled step-cost table, as DSpark's; the adaptive
     engine's AR tier also runs its drafter's `follow` (nothing for a draft LM, a head's
     window over the new token), which AR's step here does not pay. Each tier at least the
-    one below it (`monotone`). The catch-up: the first
-    drafting tier's prefill over AR's (the drafter's prefill), over the longest prompt's
-    tokens (medians; 0 when not above AR's)."""
+    one below it (`monotone`). The catch-up: the first drafting tier's prefill over AR's
+    (the drafter's prefill), over the longest prompt's tokens (medians; 0 when not above
+    AR's)."""
     sampler = Sampler(temperature=temperature)
     fixed = [e.replace(sampler=sampler) for n, e in engines.items() if not n.startswith(ADAPTIVE)]
 
