@@ -182,6 +182,24 @@ def test_a_tier_costs_its_target_call_drafter_and_engine_work_at_its_batch_and_c
         calibration.Tier.chain(0)
 
 
+def test_a_draft_lm_catch_up_feeds_its_layers_and_one_row_of_logits():
+    """`feed_s`: a forward over W tokens a row that keeps one row of logits costs less than
+    a drafting call over W tokens (its LM head over every token) and more than one over a
+    single token; on the embedded default's draft (its head most of its parameters) at 512
+    tokens, under half the drafting call's."""
+    target = points.target_of('smollm2_135m', 'float32')
+    draft = target.replace(width=192, num_layers=6, num_heads=4, num_kv_heads=2, head_dim=48,
+                           mlp_width=768)  # The shipped draft LM's shapes.  # fmt: skip
+    m = calibration.for_chip('cpu', target, draft=draft)
+    for batch in (1, 8):
+        feed = m.feed_s(batch, 512, 1600)
+        call = m.draft_s(calibration.Tier('ar', 1, (512,)), batch, 1600)
+        one = m.draft_s(calibration.Tier('ar', 1, (1,)), batch, 1600)
+        assert one < feed < 0.5 * call
+    with pytest.raises(ValueError, match='feed_s prices a draft LM'):
+        calibration.for_chip('cpu', target).feed_s(1, 512, 1600)
+
+
 def test_the_upper_bound_stays_below_every_measured_time_and_the_calibrated(h200):
     _, pts, _ = h200
     cal = calibration.calibration('h200')
