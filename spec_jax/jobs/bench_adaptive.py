@@ -30,13 +30,14 @@ import json
 import os
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from spec_jax import checkpoints, decoding, rules
 from spec_jax.decoding import drafters
 from spec_jax.decoding.adaptive import TierCosts
-from spec_jax.decoding.build import adaptive_of, chip_tier_costs
+from spec_jax.decoding.build import FOLLOW_CALLS, adaptive_of, chip_tier_costs
 from spec_jax.eval import tasks as tasks_lib
 from spec_jax.jobs import bench_chain, speed_report
 from spec_jax.jobs.timing import WARMED
@@ -76,7 +77,7 @@ def engines_of(c: ml_collections.ConfigDict, target, dec):
     engines = {'ar': decoding.Engine(target.cfg, dec)}
     for k in tiers[1:]:
         engines[f'gamma {k}'] = decoding.Engine(target.cfg, dec, made.drafter, k, rule)
-    adaptive = adaptive_of(block, 'chain', top, chip_costs)
+    adaptive = adaptive_of(block, 'chain', top, chip_costs, follow=FOLLOW_CALLS.get(c.drafter, 1))
     engines[ADAPTIVE] = decoding.Engine(target.cfg, dec, made.drafter, top, rule,
                                         adaptive=adaptive)  # fmt: skip
     engines[ADAPTIVE].check()
@@ -118,6 +119,21 @@ def monotone(seconds_k) -> list[float]:
     54.0 ms for a chain of 1 on one prompt, and the engine priced that way drafted 2.3
     tokens a round where the best fixed tier drafts 1)."""
     return np.maximum.accumulate(np.asarray(seconds_k, float)).tolist()
+
+
+def priced_line(engines: dict, batch: int, tiers, costs: list[float], catch_up: float) -> str:
+    """The measured round seconds and catch-up beside the adaptive chain's own prices: each
+    tier in units of AR's step both ways (a calibration fitted on another day is read by its
+    ratios; where they part, the curve misprices this machine's drafting)."""
+    table = engines[ADAPTIVE].adaptive.costs
+    priced = np.asarray(table.seconds(batch, jnp.float32(0.0)))
+    measured_ms = ', '.join(f'{1e3 * s:.1f} ms' for s in costs)
+    of_ar = [' / '.join(f'{x / v[0]:.2f}' for x in v) for v in (costs, priced)]
+    per_token = [catch_up / costs[0], float(table.catch_up(batch)) / priced[0]]
+    return (f"measured seconds a round of tiers {tiers}: {measured_ms}; of AR's step "
+            f"{of_ar[0]} measured, {of_ar[1]} priced; the draft's catch-up "
+            f'{1e6 * catch_up:.1f} us a token, of an AR step {per_token[0]:.4f} measured, '
+            f'{per_token[1]:.4f} priced')
 
 
 def with_measured(engines: dict, costs: list[float], catch_up: float = 0.0) -> dict:
@@ -230,11 +246,8 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
             if c.measured_costs:
                 costs, catch_up = round_seconds(engines, params, batch_ids[:batch],
                                                 c.temperature, c.cost_calls)  # fmt: skip
-                priced = float(engines[ADAPTIVE].adaptive.costs.catch_up(batch))
-                print(f'batch {batch} {name}: measured seconds a round of tiers {tiers}: '
-                      + ', '.join(f'{1e3 * s:.1f} ms' for s in costs)
-                      + f"; the draft's catch-up {1e6 * catch_up:.1f} us a token (calibrated "
-                      f'{1e6 * priced:.1f}); medians of {c.cost_calls} calls')  # fmt: skip
+                said = priced_line(engines, batch, tiers, costs, catch_up)
+                print(f'batch {batch} {name}: {said} (medians of {c.cost_calls} calls)')
                 now = with_measured(engines, costs, catch_up)
             times = bench_chain.interleaved_runs(now, params, batch_ids, c.temperature, batch,
                                                  c.rounds)  # fmt: skip

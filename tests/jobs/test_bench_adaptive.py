@@ -2,9 +2,11 @@
 constructed timings, and its :tiny config end to end on one small workload each."""
 
 import os
+import re
 
 import pytest
 
+from spec_jax import decoding
 from spec_jax.jobs import bench, bench_adaptive, timing
 from spec_jax.jobs.runtime import load_config
 
@@ -77,6 +79,13 @@ def test_the_tiny_bench_runs_every_workload_and_reports_the_goals(tmp_path, caps
     assert f'timing: {timing.WARMED}; then 1 interleaved round(s)' in out
     assert set(report['rows']) == {'1/speed', '1/mbpp', '1/long', '1/mixed'}
     assert 'batch 1 speed: measured seconds a round of tiers (0, 2): ' in out
+    # Beside the measurement, the relative model's prices ('' costs) for a draft LM, whose AR
+    # tier makes no draft call: 1 + verify 2 + draft 2 AR steps, catch-up in AR steps.
+    b = decoding.adaptive_config()
+    priced = f'1.00 / {1 + 2 * b.verify + 2 * b.draft:.2f} priced'
+    assert re.search(rf"of AR's step 1\.00 / \d+\.\d\d measured, {priced}; the draft's "
+                     rf'catch-up \d+\.\d us a token, of an AR step \d\.\d{{4}} measured, '
+                     rf'{b.catch_up:.4f} priced', out)  # fmt: skip
     for row in report['rows'].values():
         assert set(row['tokens_per_s']) == {'ar', 'gamma 2', 'adaptive', 'adaptive measured'}
         assert all(v > 0 for v in row['tokens_per_s'].values())
