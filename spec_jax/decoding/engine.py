@@ -228,7 +228,7 @@ def init_state(
         stats = stats.meter(metered, jnp.ones((batch,), bool))
     history_bs = jnp.zeros((batch, slots), jnp.int32).at[:, :bucket].set(prompt_bp)
     history_bs = history_bs.at[jnp.arange(batch), prompt_len_b].set(first_b)
-    ranks = None  # An adaptive tree's counts per depth and rank (adaptive.rank_counts).
+    ranks = None  # An adaptive tree's counts per depth and rank (adaptive_trees.rank_counts).
     if engine.adaptive is not None and engine.tree is not None:
         ranks = jnp.zeros((2, engine.num_draft, engine.adaptive.width), jnp.float32)
     return DecodeState(

@@ -76,7 +76,7 @@ class DecodeState:
         id only, so a row's tokens do not depend on the batch it runs in.
       stats: per-row counters (`spec_jax.decoding.stats`).
       ranks: an adaptive tree's acceptance counts per depth and rank [2, A, C] (None
-        otherwise; `decoding.adaptive.rank_counts`).
+        otherwise; `decoding.adaptive_trees.rank_counts`).
     """
 
     cache: KVCache

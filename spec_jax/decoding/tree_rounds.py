@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_jax import rules
-from spec_jax.decoding import adaptive, trees
+from spec_jax.decoding import adaptive_trees, trees
 from spec_jax.decoding.state import DecodeState
 from spec_jax.decoding.trees import TreeShape
 from spec_jax.decoding.verification import TargetLaw, Verification
@@ -87,8 +87,8 @@ def tree_round(
             pi = verification.tree_node_law(raw_btv, sibs_btc, q_btv=q_btv)
             metered = verification.meter(pi, raw_btv)
     start_b = s.committed_b
-    if s.ranks is not None:  # An adaptive tree's acceptance per depth and rank (adaptive.py).
-        ranks = adaptive.rank_counts(out.path, out.num_accepted, kids_bmc, live_b,
+    if s.ranks is not None:  # An adaptive tree's acceptance per depth and rank (adaptive_trees.py).
+        ranks = adaptive_trees.rank_counts(out.path, out.num_accepted, kids_bmc, live_b,
                                      *s.ranks.shape[1:])  # fmt: skip
         s = s.replace(ranks=s.ranks + ranks)
     s = s.replace(key_b=key_b, stats=s.stats.update(path_result(out, kids_bmc), live_b, metered))

@@ -1,5 +1,5 @@
 """Adaptive trees: tiers of node budget chosen each round from an online acceptance estimate
-per depth and rank (spec_jax/decoding/adaptive.py, tree tiers)."""
+per depth and rank (spec_jax/decoding/adaptive_trees.py)."""
 
 import chex
 import jax
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from spec_jax import decoding, rules
-from spec_jax.decoding import adaptive, engine, tree_budget
+from spec_jax.decoding import adaptive, adaptive_trees, engine, tree_budget
 from spec_jax.decoding.adaptive import Adaptive, TierCosts, tree_tiers
 from spec_jax.decoding.build import adaptive_config, adaptive_of
 from spec_jax.decoding.drafters import Eagle3Drafter
@@ -54,7 +54,7 @@ def test_expected_tokens_by_hand():
     0.8, 0.48, 0.216); a row with room for 2 tokens counts depth 1 only (1 + 0.8, square
     1 + 2.4). AR: one token."""
     p_dc = jnp.array([[0.6, 0.2]] * 4)
-    got = adaptive.tree_tokens((TREE, FIXED), p_dc, jnp.array([9, 2]))
+    got = adaptive_trees.tree_tokens((TREE, FIXED), p_dc, jnp.array([9, 2]))
     want_mean = [[1, 2.7456, 2.496], [1, 1.8, 1.8]]
     want_square = [[1, 1 + 2.4 + 3.0 + 1.512 + 1.1664, 1 + 2.4 + 2.4 + 1.512], [1, 3.4, 3.4]]
     np.testing.assert_allclose(got, [want_mean, want_square], rtol=1e-5)
@@ -69,7 +69,7 @@ def test_dynamic_tree_tokens_match_the_host_sizer(seed):
     prof = tree_budget.Acceptance(tuple(tuple(map(float, r)) for r in raw))
     for shape in tree_tiers(TreeShape(13, 5, 3), '0,2,4,7,13'):
         want = 1 + sum(tree_budget.pool(prof, shape.levels_drafted, 3)[: shape.nodes - 1])
-        got = adaptive.tree_tokens((shape,), jnp.asarray(raw, jnp.float32), jnp.array([99]))
+        got = adaptive_trees.tree_tokens((shape,), jnp.asarray(raw, jnp.float32), jnp.array([99]))
         got = got[0, 0, 1]
         assert float(got) == pytest.approx(want, rel=1e-5), shape.describe()
 
@@ -79,7 +79,7 @@ COSTS = TierCosts.table([1.0, 1.5, 1.6, 1.9], [0.0, 0.1, 0.12, 0.15])
 
 def choice(p_dc, context=0.0):
     live_b, room_b = jnp.array([True]), jnp.array([99])
-    moments = adaptive.tree_tokens(SHAPES, jnp.asarray(p_dc), room_b)
+    moments = adaptive_trees.tree_tokens(SHAPES, jnp.asarray(p_dc), room_b)
     seconds_k = COSTS.seconds(1, jnp.float32(context))
     return int(adaptive.choose(adaptive.finish_seconds(moments, live_b, room_b, seconds_k)))
 
@@ -103,14 +103,14 @@ def test_rank_counts_and_estimate_by_hand():
     row 2 rejects both of the root's; row 3 is done (not counted)."""
     kids = jnp.broadcast_to(jnp.asarray(FIXED.tree.children), (4, 6, 2))
     path = jnp.array([[0, 2, 2, 2], [0, 1, 3, 5], [0, 0, 0, 0], [0, 1, 3, 5]])
-    got = adaptive.rank_counts(path, jnp.array([1, 3, 0, 3]), kids,
+    got = adaptive_trees.rank_counts(path, jnp.array([1, 3, 0, 3]), kids,
                                jnp.array([True, True, True, False]), 4, 3)  # fmt: skip
     acc = [[1, 1, 0], [1, 0, 0], [1, 0, 0], [0, 0, 0]]
     seen = [[3, 3, 0], [1, 1, 0], [1, 0, 0], [0, 0, 0]]
     np.testing.assert_array_equal(got, [acc, seen])
     # Prior 0.5 (ranks 0.5, 0.25), weight 4: depth 1 (3 + 2) / 8, (1 + 1) / 8; depth 2
     # shrinks toward it: (1 + 2.5) / 5, (0 + 1) / 5.
-    p = adaptive.rank_acceptance(jnp.asarray([[[3, 1]] * 2, [[4, 4]] * 2], jnp.float32)
+    p = adaptive_trees.rank_acceptance(jnp.asarray([[[3, 1]] * 2, [[4, 4]] * 2], jnp.float32)
                                  .at[:, 1].set(jnp.array([[1, 0], [1, 1]])), 0.5, 4.0)  # fmt: skip
     np.testing.assert_allclose(p, [[0.625, 0.25], [0.7, 0.2]], rtol=1e-6)
 
