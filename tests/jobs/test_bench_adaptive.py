@@ -70,6 +70,24 @@ def test_goals_say_met_or_not_for_each_workload_and_the_mix():
     assert 'batch 1 mixed, adaptive: above every fixed tier (AR too): met' in met
 
 
+def test_headroom_is_each_workload_by_its_best_fixed_tier_over_the_best_one():
+    # Speed prefers gamma 1 (100 against 50 tokens/s), long AR (100 against 50): chosen per
+    # workload, 200 tokens in 2 s a round; either tier alone 200 in 3 s. MBPP: no preference.
+    times = {'speed': times_of({'ar': [50, 50], 'gamma 1': [100, 100]}),
+             'long': times_of({'ar': [100, 100], 'gamma 1': [50, 50]})}  # fmt: skip
+    rows = {w: bench_adaptive.compare(t, 2) for w, t in times.items()}
+    mixed = {n: bench_adaptive.times_of_mixed(times, n) for n in ('ar', 'gamma 1')}
+    assert mixed['ar'][0][:2] == pytest.approx((3.0, 200))
+    room = bench_adaptive.headroom(times, rows, mixed, 'ar')
+    assert room['tiers'] == {'speed': 'gamma 1', 'long': 'ar'}
+    assert room['over_best'] == pytest.approx(1.5)
+    times['mbpp'] = times_of({'ar': [80, 80], 'gamma 1': [80, 80]})  # Adds 1.25 s either way.
+    rows['mbpp'] = bench_adaptive.compare(times['mbpp'], 2)
+    mixed = {n: bench_adaptive.times_of_mixed(times, n) for n in ('ar', 'gamma 1')}
+    room = bench_adaptive.headroom(times, rows, mixed, 'ar')
+    assert room['over_best'] == pytest.approx((300 / 3.25) / (300 / 4.25))
+
+
 def test_the_tiny_bench_runs_every_workload_and_reports_the_goals(tmp_path, capsys):
     c = load_config(os.path.join(CONFIGS, 'bench_adaptive.py'), 'tiny')
     c.tiers, c.batches, c.sets, c.mbpp_prompts = '0,2', (1,), ('mt_bench',), 1
@@ -78,6 +96,8 @@ def test_the_tiny_bench_runs_every_workload_and_reports_the_goals(tmp_path, caps
     out = capsys.readouterr().out
     assert f'timing: {timing.WARMED}; then 1 interleaved round(s)' in out
     assert set(report['rows']) == {'1/speed', '1/mbpp', '1/long', '1/mixed'}
+    assert 'batch 1 mixed: each workload by its best fixed tier ({' in out
+    assert 0.999 <= report['rows']['1/mixed']['headroom']['over_best'] < 2.0
     assert 'batch 1 speed: measured seconds a round of tiers (0, 2): ' in out
     # Beside the measurement, the relative model's prices ('' costs) for a draft LM, whose AR
     # tier makes no draft call: 1 + verify 2 + draft 2 AR steps, catch-up in AR steps.
