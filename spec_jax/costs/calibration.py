@@ -148,6 +148,20 @@ class CostModel:
         calls = [(roofline.Call('draft', tokens, rows, c), 1.0, 0) for c in costs]
         return self.cal.calls_seconds(calls, '')
 
+    def follow_s(self, batch: int, context: int) -> float:
+        """Seconds of an EAGLE-3 head following an AR step (`Eagle3Drafter.follow`): its
+        layer over the one new token, without its draft-vocabulary head (the logits wait
+        for the next proposal: `Eagle3Drafter.root_logits`)."""
+        h = self.head
+        if h is None:
+            raise ValueError('follow_s prices an EAGLE-3 head: give for_chip(..., head=cfg)')
+        rows = -(-batch // self.mesh[0])
+        body = {k: v for k, v in memory.head_shapes(h).items() if k != 'lm_head_ud'}
+        item = memory.dtype_bytes(self.target.dtype)  # Drafts run in the compute dtype.
+        run = dict(model=1, rows=rows, slots=context, item=item)
+        cost = roofline.calls_cost(h, body, sharding.DRAFT_RULES, (1,), 1, item, **run)
+        return self.cal.calls_seconds([(roofline.Call('head', 1, rows, cost), 1.0, 0)], '')
+
 
 @functools.lru_cache(maxsize=4096)
 def _round_s(m: CostModel, tier: Tier, batch: int, context: int) -> float:

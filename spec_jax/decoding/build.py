@@ -166,24 +166,26 @@ def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
     `CHIP_BATCHES` and `slots` cache slots, no context term (the engine's attention reads
     every slot). Tier k > 0: a chain of k drafted by `kind` ('lm', 'eagle3'), or `tree`
     (tier i > 0 of tree mode's `shapes`: that tree);
-    tier 0: AR's step plus the drafter's `follow` (a head's window over the one new token;
-    a draft LM nothing: it catches up when it next drafts, priced per token as a forward
-    over its widest prefill chunk)."""
+    tier 0: AR's step plus the drafter's `follow` (a head's layer over the one new token,
+    no logits: `CostModel.follow_s`; a draft LM nothing: it catches up when it next drafts,
+    priced per token as a forward over its widest prefill chunk)."""
     if kind not in ('lm', 'eagle3'):
         raise ValueError(f"spec.adaptive.costs='chip:{chip}' prices drafters 'lm' and "
                          f"'eagle3'; got {kind!r}")
     base = getattr(drafter, 'base', drafter)  # Prompt lookup prices its model drafter.
     model = calibration.for_chip(chip, target, **{'head' if kind == 'eagle3' else 'draft':
                                                   base.cfg})  # fmt: skip
-    keep = calibration.Tier('ar', 1, (1,) * FOLLOW_CALLS.get(kind, 1))
+    def follow(batch):  # The AR tier's drafter work (a head's layer over one token).
+        return model.follow_s(batch, slots) if FOLLOW_CALLS.get(kind, 1) else 0.0
+
     def tier(i, k):
         if not k:
-            return keep
+            return calibration.Tier('ar')
         if shapes:
             return calibration.Tier.tree(shapes[i - 1])
         return calibration.Tier.chain(k, kind) if tree is None else calibration.Tier.tree(tree)
 
-    at = [[model.round_s(tier(i, k), b, slots) for b in CHIP_BATCHES]
+    at = [[model.round_s(tier(i, k), b, slots) + (0.0 if k else follow(b)) for b in CHIP_BATCHES]
           for i, k in enumerate(tiers)]  # fmt: skip
     catch_up = None
     if kind == 'lm':  # Its catch-up: a forward over its widest chunk, per token.

@@ -257,8 +257,24 @@ class Eagle3(nn.Module):
         if not cfg.norm_output:
             x_btd = norm(x_btd)
         head_ud = self.param('lm_head_ud', _init, (cfg.draft_vocab_size, cfg.width))
-        logits_btu = precision.einsum('btd,ud->btu', x_btd, head_ud.astype(dt)).astype(jnp.float32)
-        return logits_btu, hidden_btd, new_kv
+        return _project(cfg, x_btd, head_ud), hidden_btd, new_kv
+
+
+def _project(cfg: Eagle3Config, x_btd: jax.Array, head_ud: jax.Array) -> jax.Array:
+    """The draft-vocabulary head on normed outputs: logits [B, T, U] in fp32."""
+    dt = jnp.dtype(cfg.dtype)
+    return precision.einsum('btd,ud->btu', x_btd, head_ud.astype(dt)).astype(jnp.float32)
+
+
+def head_logits(cfg: Eagle3Config, params: dict, hidden_btd: jax.Array) -> jax.Array:
+    """The head's logits over its draft vocabulary [B, T, U] (fp32) from its output hidden
+    (`eagle3_forward`'s second output): what a call's `logits_index_bu` computes at the
+    chosen positions, later and only where needed (a drafter that follows a round without
+    drafting skips it)."""
+    x_btd = hidden_btd
+    if not cfg.norm_output:
+        x_btd = rms_norm(x_btd, params['norm']['scale'], cfg.rms_eps)
+    return _project(cfg, x_btd, params['lm_head_ud'])
 
 
 def init_params(cfg: Eagle3Config, key: jax.Array) -> dict:

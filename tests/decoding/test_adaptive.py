@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from spec_jax import decoding
+from spec_jax.costs import calibration
 from spec_jax.decoding import adaptive, engine
 from spec_jax.decoding.adaptive import Adaptive, TierCosts
 from spec_jax.decoding.build import (
@@ -209,6 +210,15 @@ def test_chip_costs():
     assert (np.diff(base, axis=0) > 0).all() and (np.diff(base, axis=1) > 0).all()
     catch_up = np.asarray(got.costs.catch_up_n)  # A draft LM's catch-up: priced per token.
     assert (catch_up > 0).all() and (np.diff(catch_up) > 0).all()
+    # An EAGLE-3 head's AR tier: AR's step and the head's layer over the new token (its
+    # logits wait for the next proposal), the tiers above it its chains.
+    head = chip_tier_costs('h200', (0, 1), tiny.TARGET, Eagle3Drafter(tiny.HEAD), 'eagle3', 64)
+    m = calibration.for_chip('h200', tiny.TARGET, head=tiny.HEAD)
+    np.testing.assert_allclose(np.asarray(head.base_kn)[0], [
+        m.round_s(calibration.Tier('ar'), b, 64) + m.follow_s(b, 64) for b in CHIP_BATCHES],
+        rtol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(np.asarray(head.base_kn)[1], [
+        m.round_s(calibration.Tier.chain(1, 'eagle3'), b, 64) for b in CHIP_BATCHES], rtol=1e-6)
     with pytest.raises(ValueError, match='uncalibrated'):
         chip_tier_costs('v5e', (0, 1), tiny.TARGET, LMDrafter(tiny.DRAFT), 'lm', 64)
     with pytest.raises(ValueError, match="prices drafters 'lm' and 'eagle3'"):

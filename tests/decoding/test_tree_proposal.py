@@ -147,7 +147,7 @@ def peaked():
     head = tiny.head(target)
     head = {**head, 'head': {**head['head'], 'lm_head_ud': 12.0 * head['head']['lm_head_ud']}}
     state, _, _ = setup(target, head)
-    order = np.argsort(-np.asarray(state.logits_bu[0]), kind='stable')
+    order = np.argsort(-np.asarray(DRAFTER.root_logits(head, state)[0]), kind='stable')
     src, dst = int(order[1]), int(max(order[1:4]))
     dst = dst if dst != src else int(order[2])
     rows = np.asarray(head['head']['lm_head_ud']).copy()
@@ -182,7 +182,7 @@ def test_exact_ties_go_to_the_lower_index(peaked):
     state, _, lengths = setup(target, tied)
     ids = np.asarray(tied['draft_ids_u'])
     t1, t2 = int(ids[u1]), int(ids[u2])
-    logits = np.asarray(state.logits_bu[0])
+    logits = np.asarray(DRAFTER.root_logits(tied, state)[0])
     assert logits[u1] == logits[u2]
     tokens, parents = propose(tied, state, lengths, POOL + 1)
     tokens = np.concatenate([[-1], tokens])

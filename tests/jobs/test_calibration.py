@@ -200,6 +200,21 @@ def test_a_draft_lm_catch_up_feeds_its_layers_and_one_row_of_logits():
         calibration.for_chip('cpu', target).feed_s(1, 512, 1600)
 
 
+def test_a_head_following_an_ar_step_runs_its_layer_without_its_logits():
+    """`follow_s`: an EAGLE-3 head's call over the one new token without its draft-vocabulary
+    head costs less than the same call with it (on the embedded default's head, whose
+    49,152-row head is most of its weights: under half) and more than nothing."""
+    target = points.target_of('smollm2_135m', 'float32')
+    head = e3.Eagle3Config.for_target(target, draft_vocab_size=target.vocab_size)
+    m = calibration.for_chip('cpu', target, head=head)
+    for batch in (1, 8):
+        follow = m.follow_s(batch, 1600)
+        call = m.draft_s(calibration.Tier('ar', 1, (1,)), batch, 1600)
+        assert 0 < follow < 0.5 * call
+    with pytest.raises(ValueError, match='follow_s prices an EAGLE-3 head'):
+        calibration.for_chip('cpu', target).follow_s(1, 1600)
+
+
 def test_the_upper_bound_stays_below_every_measured_time_and_the_calibrated(h200):
     _, pts, _ = h200
     cal = calibration.calibration('h200')

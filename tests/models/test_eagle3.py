@@ -1,5 +1,7 @@
 """EAGLE-3 head: the token/feature shift, TTT == chain drafting with a KV cache, configs."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -144,6 +146,22 @@ def test_ttt_equals_chain_drafting(setup):
             apply_fc=False,
         )
         np.testing.assert_allclose(lg[:, 0], ttt[j][:, r - 1], atol=2e-5)
+
+
+@pytest.mark.parametrize('norm_output', [False, True])
+def test_head_logits_later_equal_the_calls_own(setup, norm_output):
+    """`head_logits` on a call's output hidden gives the logits the call computes (EAGLE-3
+    and 3.1's normed outputs): a drafter can skip them where it only follows the text."""
+    tp, _, tokens, _, taps, _ = setup
+    cfg = dataclasses.replace(HEAD, norm_output=norm_output)
+    hp = e3.init_params(cfg, jax.random.PRNGKey(3))
+    hp = {**hp, 'norm': {'scale': 1.0 + jnp.arange(cfg.width) / cfg.width}}  # Not all ones.
+    mask = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool)), (B, T, T))
+    lg, hid, _ = e3.eagle3_forward(cfg, hp, tp['embed_vd'][tokens], taps,
+                                   core.positions(B, T), mask)  # fmt: skip
+    np.testing.assert_allclose(e3.head_logits(cfg, hp, hid), lg, rtol=1e-6, atol=1e-6)
+    other = e3.head_logits(dataclasses.replace(cfg, norm_output=not norm_output), hp, hid)
+    assert float(jnp.abs(other - lg).max()) > 1e-3  # The norm, once, is what is checked.
 
 
 def test_make_batch_loss_mask_is_shifted():

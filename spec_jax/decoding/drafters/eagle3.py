@@ -34,14 +34,15 @@ class Eagle3State:
       cache_k, cache_v: the head's keys/values [R, S, H] (R = B * K, as the target's cache);
         slot t holds the entry of position t (taps f_t with token x_{t+1}); slots below C
         (committed) are final.
-      hidden_bd: the head's output at position C - 1 (the input of its next step) [B, D].
-      logits_bu: its logits there over the draft vocabulary [B, U]: the law of x_1.
+      hidden_bd: the head's output at position C - 1 (the input of its next step) [B, D];
+        its logits there, the law of x_1, are computed when a proposal needs them
+        (`Eagle3Drafter.root_logits`), so a round that follows without drafting skips the
+        head's largest matmul.
     """
 
     cache_k: jax.Array
     cache_v: jax.Array
     hidden_bd: jax.Array
-    logits_bu: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,11 +95,12 @@ class Eagle3Drafter:
 
     def _window(self, params, cache_k, cache_v, tokens_bt, taps_bted, start_b, committed_b):
         """Head entries of positions start_b + t with tokens x_{start+t+1}; keeps the output
-        at committed_b - 1."""
+        at committed_b - 1 (no logits: `root_logits` when a proposal needs them)."""
         t, slots = tokens_bt.shape[1], cache_k.shape[1]
         # A finished row can have committed nothing this round: any in-range index will do.
         last_b1 = jnp.clip(committed_b - 1 - start_b, 0, t - 1)[:, None]
-        logits_b1u, hidden_btd, (cache_k, cache_v, _) = e3.eagle3_forward(
+        none_b0 = jnp.zeros((tokens_bt.shape[0], 0), jnp.int32)  # Logits at no position.
+        _, hidden_btd, (cache_k, cache_v, _) = e3.eagle3_forward(
             self.cfg,
             params['head'],
             e3.embed(self.cfg, params['head'], params['embed_vd'], tokens_bt),
@@ -106,11 +108,16 @@ class Eagle3Drafter:
             start_b[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :],
             attention_mask(start_b, t, slots),
             kv=(cache_k, cache_v, start_b),
-            logits_index_bu=last_b1,
+            logits_index_bu=none_b0,
             rules=self.rules,
         )
         hidden_bd = jnp.take_along_axis(hidden_btd, last_b1[:, :, None], 1)[:, 0]
-        return Eagle3State(cache_k, cache_v, hidden_bd, logits_b1u[:, 0])
+        return Eagle3State(cache_k, cache_v, hidden_bd)
+
+    def root_logits(self, params, state: Eagle3State) -> jax.Array:
+        """The head's logits at position C - 1 over its draft vocabulary [B, U]: the law of
+        the first drafted token."""
+        return e3.head_logits(self.cfg, params['head'], state.hidden_bd[:, None])[:, 0]
 
     def init(self, params, history_bs, prompt_len_b, bucket: int, taps_bped=None):
         batch, slots = history_bs.shape
@@ -165,7 +172,8 @@ class Eagle3Drafter:
             )
             return (kv, hidden_b1d[:, 0], logits_b1u[:, 0]), (x_b, q_bv)
 
-        carry = ((state.cache_k, state.cache_v, committed_b), state.hidden_bd, state.logits_bu)
+        root_bu = self.root_logits(params, state)
+        carry = ((state.cache_k, state.cache_v, committed_b), state.hidden_bd, root_bu)
         steps = (keys_ab[:-1], forced_scan, jnp.arange(1, num_draft, dtype=jnp.int32))
         (_, _, logits_bu), (x_ab, q_abv) = jax.lax.scan(step, carry, steps)
         # No forward for the last one.
@@ -243,7 +251,7 @@ class Eagle3Drafter:
             logp_byc, child_byc = self._children(params, jax.nn.log_softmax(logits_byu, -1), k)
             return kv, logp_byc, child_byc, out_byd
 
-        root_logp_b1u = jax.nn.log_softmax(state.logits_bu, -1)[:, None]
+        root_logp_b1u = jax.nn.log_softmax(self.root_logits(params, state), -1)[:, None]
         score_by, token_by = (x[:, 0] for x in self._children(params, root_logp_b1u, k))
         hidden_byd = jnp.repeat(state.hidden_bd[:, None], k, axis=1)
         return trees.grow(shape, score_by, token_by, hidden_byd, expand,
@@ -289,7 +297,8 @@ class Eagle3Drafter:
                     tokens_bm = tokens_bm.at[:, row].set(token_byc[:, f, rank_m[row]])
             return tokens_bm, q_bmv
 
-        tokens_bm, q_bmv = fill(tokens_bm, q_bmv, [0], state.logits_bu[:, None])
+        root_b1u = self.root_logits(params, state)[:, None]
+        tokens_bm, q_bmv = fill(tokens_bm, q_bmv, [0], root_b1u)
         hidden_of = {0: state.hidden_bd}
         offset = 0
         for level, expanded in enumerate(shape.levels, start=1):
