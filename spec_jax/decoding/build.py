@@ -175,6 +175,7 @@ def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
     base = getattr(drafter, 'base', drafter)  # Prompt lookup prices its model drafter.
     model = calibration.for_chip(chip, target, **{'head' if kind == 'eagle3' else 'draft':
                                                   base.cfg})  # fmt: skip
+
     def follow(batch):  # The AR tier's drafter work (a head's layer over one token).
         return model.follow_s(batch, slots) if FOLLOW_CALLS.get(kind, 1) else 0.0
 
