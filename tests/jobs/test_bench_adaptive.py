@@ -76,14 +76,14 @@ def test_headroom_is_each_workload_by_its_best_fixed_tier_over_the_best_one():
     times = {'speed': times_of({'ar': [50, 50], 'gamma 1': [100, 100]}),
              'long': times_of({'ar': [100, 100], 'gamma 1': [50, 50]})}  # fmt: skip
     rows = {w: bench_adaptive.compare(t, 2) for w, t in times.items()}
-    mixed = {n: bench_adaptive.times_of_mixed(times, n) for n in ('ar', 'gamma 1')}
+    mixed = {n: bench_adaptive.summed([t[n] for t in times.values()]) for n in ('ar', 'gamma 1')}
     assert mixed['ar'][0][:2] == pytest.approx((3.0, 200))
     room = bench_adaptive.headroom(times, rows, mixed, 'ar')
     assert room['tiers'] == {'speed': 'gamma 1', 'long': 'ar'}
     assert room['over_best'] == pytest.approx(1.5)
     times['mbpp'] = times_of({'ar': [80, 80], 'gamma 1': [80, 80]})  # Adds 1.25 s either way.
     rows['mbpp'] = bench_adaptive.compare(times['mbpp'], 2)
-    mixed = {n: bench_adaptive.times_of_mixed(times, n) for n in ('ar', 'gamma 1')}
+    mixed = {n: bench_adaptive.summed([t[n] for t in times.values()]) for n in ('ar', 'gamma 1')}
     room = bench_adaptive.headroom(times, rows, mixed, 'ar')
     assert room['over_best'] == pytest.approx((300 / 3.25) / (300 / 4.25))
 
