@@ -38,7 +38,7 @@ from spec_jax.models.config import ModelConfig
 
 # chip -> its measurement file in spec_jax/assets/costs/ (with the form its held-out errors
 # chose: `fit.compare_forms`; tests/jobs/test_calibration.py checks the choice).
-CALIBRATED = {'h200': 'h200_2026-12-04', 'cpu': 'cpu_2026-12-06'}
+CALIBRATED = {'h200': 'h200_2026-12-04', 'cpu': 'cpu_2026-12-07'}
 DRAFTERS = ('eagle3', 'lm', 'ngram')
 
 
@@ -51,7 +51,7 @@ def calibration(name: str) -> Calibration | None:
     shapes = f'{meta["preset"]} {meta["dtype"]}, {len(pts)} points'
     timed = [p for p in pts if p.role == 'test' and p.engine_ms is not None]
     return fit.fit(chips.CHIPS[name], [p for p in pts if p.role == 'fit'], meta['form'],
-                   meta['date'], meta['jax'], shapes, timed)  # fmt: skip
+                   meta['date'], meta['jax'], shapes, timed, meta.get('matvec', False))  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,15 +152,13 @@ class CostModel:
         """Seconds of an EAGLE-3 head following an AR step (`Eagle3Drafter.follow`): its
         layer over the one new token, without its draft-vocabulary head (the logits wait
         for the next proposal: `Eagle3Drafter.root_logits`)."""
-        h = self.head
-        if h is None:
+        if self.head is None:
             raise ValueError('follow_s prices an EAGLE-3 head: give for_chip(..., head=cfg)')
         rows = -(-batch // self.mesh[0])
-        body = {k: v for k, v in memory.head_shapes(h).items() if k != 'lm_head_ud'}
         item = memory.dtype_bytes(self.target.dtype)  # Drafts run in the compute dtype.
-        run = dict(model=1, rows=rows, slots=context, item=item)
-        cost = roofline.calls_cost(h, body, sharding.DRAFT_RULES, (1,), 1, item, **run)
-        return self.cal.calls_seconds([(roofline.Call('head', 1, rows, cost), 1.0, 0)], '')
+        calls = roofline.head_window(self.head, sharding.DRAFT_RULES, 1, 0, model=1, rows=rows,
+                                     slots=context, item=item)  # fmt: skip
+        return self.cal.calls_seconds([(c, 1.0, 0) for c in calls], '')
 
 
 @functools.lru_cache(maxsize=4096)

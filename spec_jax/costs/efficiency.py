@@ -7,6 +7,10 @@ A calibration of a chip holds:
 - h, the HBM fraction: the share of the published bandwidth the calls' bytes move at;
 - e, the matmul fraction: the share of the peak FLOP/s their FLOPs run at (one number: the
   measurements so far do not resolve a curve over M = rows x T);
+- optionally v, the matrix-vector fraction: the share of the bandwidth a call of one row and
+  one token (M = 1) moves its bytes at, where the chip runs those dots with another kernel
+  (XLA:CPU: Eigen's matrix-vector product at M = 1, YNNPACK's GEMM from M = 2, which streams
+  the weights about 1.45x slower: docs/performance.md); None: v = h;
 - the form: how a call's memory time m = bytes / (h x bandwidth) and compute time
   c = FLOPs / (e x peak) combine: max(m, c) + beta x min(m, c), beta 0 ('max': perfect
   overlap), 0.5 ('blend') or 1 ('additive': no overlap);
@@ -50,6 +54,7 @@ class Calibration:
       date, jax, shapes: when, under which jax version, at which shapes it was measured.
       fitted_on: the fitted points' names.
       unknown: what the fit could not identify, and what it assumed instead.
+      matvec_fraction: v (None: a call of M = 1 moves its bytes at h too).
     """
 
     chip: chips.Chip
@@ -62,13 +67,15 @@ class Calibration:
     shapes: str = ''
     fitted_on: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
+    matvec_fraction: float | None = None
 
     def __post_init__(self):
         if self.form not in FORMS:
             raise ValueError(f'form {self.form!r} is not one of {sorted(FORMS)}')
-        if not (0 < self.hbm_fraction and 0 < self.matmul_fraction):
-            raise ValueError(f'fractions h {self.hbm_fraction}, e {self.matmul_fraction}: '
-                             'give positive fractions of the peaks')  # fmt: skip
+        if not (0 < self.hbm_fraction and 0 < self.matmul_fraction
+                and 0 < (self.matvec_fraction or 1)):
+            raise ValueError(f'fractions h {self.hbm_fraction}, e {self.matmul_fraction}, v '
+                             f'{self.matvec_fraction}: give positive fractions of the peaks')
 
     def engine_s(self, mode: str) -> float:
         """The engine's own work of a round of `mode` ('' a bare forward: none)."""
@@ -79,7 +86,9 @@ class Calibration:
         (a call inside a round)."""
         c, beta = self.chip, FORMS[self.form]
         bandwidth = self.hbm_fraction * c.hbm_bandwidth
-        m = call.cost.bytes_accessed / bandwidth
+        matvec = self.matvec_fraction is not None and is_matvec(call)
+        stream = self.matvec_fraction * c.hbm_bandwidth if matvec else bandwidth
+        m = call.cost.bytes_accessed / stream
         compute = call.cost.flops / (self.matmul_fraction * c.peak_flops)
         laws = LAW_PASSES * call.rows * call.tokens * vocab * 4 / bandwidth
         return max(m, compute) + beta * min(m, compute) + laws
@@ -113,10 +122,17 @@ class Calibration:
 
     def describe(self) -> str:
         engine = ', '.join(f'{m} {s * 1e3:.2f} ms' for m, s in self.engine if s)
+        matvec = ('' if self.matvec_fraction is None else
+                  f' (at one row and token {self.matvec_fraction:.3f})')  # fmt: skip
         text = (f'calibrated on {self.chip.name} {self.date} (jax {self.jax}; {self.shapes}): '
-                f'{self.form}, HBM {self.hbm_fraction:.3f} of peak, matmul '
+                f'{self.form}, HBM {self.hbm_fraction:.3f} of peak{matvec}, matmul '
                 f'{self.matmul_fraction:.3f} of peak, engine work a round: {engine or "none"}')
         return text + ''.join(f'; {u}' for u in self.unknown)
+
+
+def is_matvec(call: roofline.Call) -> bool:
+    """A call of one row and one token (M = 1): its dots are matrix-vector products."""
+    return call.rows * call.tokens == 1
 
 
 def collective_seconds(chip: chips.Chip, plan: memory.Plan, calls: list[roofline.Call],

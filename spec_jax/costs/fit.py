@@ -13,7 +13,11 @@ is not guessed silently:
   (`Calibration.unknown`); h likewise needs a memory-heavy point;
 - a mode's engine work needs a fitted round of that mode, or a tested round whose work
   outside its calls was timed (`Point.engine_ms`, the accelerator bench's `outside_ms`:
-  their median); otherwise 0 is assumed and said.
+  their median); otherwise 0 is assumed and said;
+- with `matvec`, v (the bandwidth fraction of calls of M = 1: `efficiency.is_matvec`) needs
+  a fitted point whose memory time is mostly such calls and one whose is mostly the others;
+  then (h, e) and v are fitted in turn (`ROUNDS` passes: each a grid search with the other
+  held), else v = h is assumed and said.
 
 `held_out` predicts every point from a fit that leaves out the point itself and every point
 sharing one of its calls (`Point.shares_a_call`): leave-one-out over the fitted points, and
@@ -30,39 +34,48 @@ import math
 import numpy as np
 
 from spec_jax.costs import chips
-from spec_jax.costs.efficiency import FORMS, LAW_PASSES, ROUND_MODES, Calibration
+from spec_jax.costs.efficiency import FORMS, LAW_PASSES, ROUND_MODES, Calibration, is_matvec
 from spec_jax.costs.points import Point
 
 GRID = np.logspace(-2, 0, 161)  # Fractions of a peak, 0.01 to 1 (a step of 2.9 %).
 COMPUTE_SHARE = 0.25  # A call is compute-heavy (identifies e) from this FLOP/byte time ratio.
+ROUNDS = 3  # Passes of (h, e) then v when v is fitted (the third moves no fraction here).
 
 
-def _terms(chip: chips.Chip, p: Point) -> list[tuple[float, float, float, float]]:
-    """[(count, memory s, compute s, all-reduce s, laws s)] of a point's calls, the first
-    two and the laws (inside a round only) at the chip's peaks."""
+def _terms(chip: chips.Chip, p: Point) -> list[tuple[float, ...]]:
+    """[(count, memory s, compute s, all-reduce s, laws s, matvec)] of a point's calls, the
+    times at the chip's peaks, the laws inside a round only; matvec 1.0 for a call of M = 1."""
     out = []
     for call, count, vocab in p.calls():
         laws = LAW_PASSES * call.rows * call.tokens * vocab * 4 if p.mode else 0
         reduce = chip.all_reduce_seconds(call.all_reduce, call.model) or 0.0
         out.append((count, call.cost.bytes_accessed / chip.hbm_bandwidth,
-                    call.cost.flops / chip.peak_flops, reduce, laws / chip.hbm_bandwidth))
+                    call.cost.flops / chip.peak_flops, reduce, laws / chip.hbm_bandwidth,
+                    float(is_matvec(call))))  # fmt: skip
     return out
 
 
-def _predict(terms, h, e, beta):
-    """Seconds of a point's calls at fractions h, e (arrays broadcast), no engine work."""
+def _predict(terms, h, e, beta, v):
+    """Seconds of a point's calls at fractions h, e, v (arrays broadcast), no engine work."""
     total = 0.0
-    for count, m, c, fixed, laws in terms:
-        mt, ct = m / h, c / e
+    for count, m, c, fixed, laws, matvec in terms:
+        mt, ct = m / (v if matvec else h), c / e
         total = total + count * (np.maximum(mt, ct) + beta * np.minimum(mt, ct) + fixed
                                  + laws / h)  # fmt: skip
     return total
 
 
+def _share(terms, matvec: bool) -> float:
+    """The share of a point's memory time (at the peak) in calls of M = 1 (or the others)."""
+    total = sum(n * m for n, m, *_ in terms)
+    return sum(n * m for n, m, *_, mv in terms if bool(mv) == matvec) / total if total else 0.0
+
+
 def fit(chip: chips.Chip, points, form: str = 'additive', date: str = '', jax: str = '',
-        shapes: str = '', rounds=()) -> Calibration:  # fmt: skip
+        shapes: str = '', rounds=(), matvec: bool = False) -> Calibration:  # fmt: skip
     """The Calibration of `chip` fitted on `points`, with the engine work timed in `rounds`
-    (tested rounds with `engine_ms`) for modes no fitted point measures (module docstring).
+    (tested rounds with `engine_ms`) for modes no fitted point measures, and with `matvec`
+    its own fraction for calls of M = 1 where the points identify it (module docstring).
     ValueError for no points or an unknown form."""
     if form not in FORMS:
         raise ValueError(f'form {form!r} is not one of {sorted(FORMS)}')
@@ -83,9 +96,40 @@ def fit(chip: chips.Chip, points, form: str = 'additive', date: str = '', jax: s
         unknown.append('matmul fraction not identified (no compute-heavy point fitted): e = h '
                        'assumed' if knows_h else 'HBM fraction not identified (no memory-heavy '
                        'point fitted): h = e assumed')  # fmt: skip
+    knows_v = all(any(_share(t, side) > 0.5 for t in terms) for side in (True, False))
+    if matvec and not knows_v:
+        unknown.append('matrix-vector fraction not identified (no fitted point mostly of M = 1 '
+                       'calls, or none mostly of others): v = h assumed')  # fmt: skip
+    solve = lambda h, e, v: _solve(points, terms, h, e, beta, v, rounds)  # noqa: E731
+    loss, engine = solve(h, e, h)
+    pick = _picker(loss)
+    best_h, best_e, best_v = pick(h), pick(e), None
+    if matvec and knows_v:
+        for _ in range(ROUNDS):
+            loss_v, _ = solve(best_h, best_e, GRID)
+            best_v = float(GRID[np.argmin(loss_v)])
+            loss, engine = solve(h, e, best_v)
+            pick = _picker(loss)
+            best_h, best_e = pick(h), pick(e)
+    unknown += engine.pop('unknown')
+    return Calibration(chip, best_h, best_e, form,
+                       tuple((m, pick(k)) for m, k in engine.items()), date, jax, shapes,
+                       tuple(p.name for p in points), tuple(unknown), best_v)  # fmt: skip
+
+
+def _picker(loss):
+    """A function reading an array broadcast to `loss`'s shape at its minimum."""
+    best = np.unravel_index(np.argmin(loss), np.shape(loss))
+    return lambda a: float(np.broadcast_to(a, np.shape(loss))[best])
+
+
+def _solve(points, terms, h, e, beta, v, rounds):
+    """(summed squared relative error over `points`, {mode: engine work} and its 'unknown'
+    notes) at fractions h, e, v (arrays broadcast), each measured mode's engine work in
+    closed form."""
     y = np.array([p.ms / 1e3 for p in points])
-    pred = [_predict(t, h, e, beta) for t in terms]
-    engine = {}
+    pred = [_predict(t, h, e, beta, v) for t in terms]
+    engine, unknown = {}, []
     for mode in ROUND_MODES:
         idx = [i for i, p in enumerate(points) if p.mode == mode]
         timed = [p.engine_ms / 1e3 for p in rounds if p.mode == mode and p.engine_ms is not None]
@@ -103,11 +147,7 @@ def fit(chip: chips.Chip, points, form: str = 'additive', date: str = '', jax: s
         for i in idx:
             pred[i] = pred[i] + k
     loss = sum((pred[i] / y[i] - 1) ** 2 for i in range(len(points)))
-    best = np.unravel_index(np.argmin(loss), np.shape(loss))
-    pick = lambda a: float(np.broadcast_to(a, np.shape(loss))[best])  # noqa: E731
-    return Calibration(chip, pick(h), pick(e), form,
-                       tuple((m, pick(k)) for m, k in engine.items()), date, jax, shapes,
-                       tuple(p.name for p in points), tuple(unknown))  # fmt: skip
+    return loss, dict(engine, unknown=unknown)
 
 
 def seconds(cal: Calibration, p: Point) -> float:
@@ -115,7 +155,8 @@ def seconds(cal: Calibration, p: Point) -> float:
     return cal.calls_seconds(p.calls(), p.mode)
 
 
-def held_out(chip: chips.Chip, points, form: str = 'additive') -> list[dict]:
+def held_out(chip: chips.Chip, points, form: str = 'additive',
+             matvec: bool = False) -> list[dict]:  # fmt: skip
     """Per point: {name, role, mode, measured_ms, fitted (in the full calibration),
     in_sample_ms, in_sample_err (the full calibration's: its engine work timed in the tested
     rounds, the point's own included), held_out_ms, held_out_err (from the fit without
@@ -124,7 +165,7 @@ def held_out(chip: chips.Chip, points, form: str = 'additive') -> list[dict]:
     measured - 1."""
     fitted = [p for p in points if p.role == 'fit']
     timed = [p for p in points if p.role == 'test' and p.engine_ms is not None]
-    full = fit(chip, fitted, form, rounds=timed)
+    full = fit(chip, fitted, form, rounds=timed, matvec=matvec)
     rows = []
     for p in points:
         row = dict(name=p.name, role=p.role, mode=p.mode, measured_ms=p.ms, fitted=p in fitted,
@@ -133,7 +174,7 @@ def held_out(chip: chips.Chip, points, form: str = 'additive') -> list[dict]:
         row['in_sample_err'] = row['in_sample_ms'] / p.ms - 1
         others = [q for q in fitted if q is not p and not q.shares_a_call(p)]
         if not p.role.startswith('excluded') and others:
-            cal = fit(chip, others, form, rounds=[q for q in timed if q is not p])
+            cal = fit(chip, others, form, rounds=[q for q in timed if q is not p], matvec=matvec)
             row.update(held_out_ms=seconds(cal, p) * 1e3, held_out_fitted_on=cal.fitted_on,
                        held_out_unknown=cal.unknown)  # fmt: skip
             row['held_out_err'] = row['held_out_ms'] / p.ms - 1
@@ -141,11 +182,12 @@ def held_out(chip: chips.Chip, points, form: str = 'additive') -> list[dict]:
     return rows
 
 
-def compare_forms(chip: chips.Chip, points) -> dict[str, float]:
-    """{form: root-mean-square held-out relative error over the points held out}."""
+def compare_forms(chip: chips.Chip, points, matvec: bool = False) -> dict[str, float]:
+    """{form: root-mean-square held-out relative error over the points held out} (with
+    `matvec`: each form with its own fraction for calls of M = 1)."""
     out = {}
     for form in FORMS:
-        errs = [r['held_out_err'] for r in held_out(chip, points, form)
+        errs = [r['held_out_err'] for r in held_out(chip, points, form, matvec)
                 if r['held_out_err'] is not None]  # fmt: skip
         out[form] = math.sqrt(sum(x * x for x in errs) / len(errs)) if errs else math.nan
     return out

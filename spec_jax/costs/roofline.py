@@ -16,7 +16,9 @@ A round (`memory.Plan.width`, `Plan.draft_calls`): AR is the target over one tok
 chain round the target over A + 1 tokens and the draft's calls (a draft LM: one of 2
 tokens, then A - 1 of one; an EAGLE-3 head: its window, then A - 1 steps; n-grams and
 prompt lookup: none); a tree round the target over the M nodes and the head's window
-over the accepted path and its calls on each drafted level's frontier.
+over the accepted path and its calls on each drafted level's frontier. An EAGLE-3 head's
+window runs its layer over the window's tokens and keeps no logits; the first draft's law
+is its LM head at one token (`Eagle3Drafter.root_logits`): two calls (`head_window`).
 
 `round_calls` lists the calls one by one (the calibrated estimate times each:
 spec_jax/costs/calibration.py) with the bytes each all-reduces under tensor parallelism.
@@ -91,9 +93,25 @@ def round_calls(plan: memory.Plan) -> list[Call]:
         d = plan.draft
         calls += _calls('draft', d, memory.shapes(d), split, plan.draft_calls, d.num_layers,
                         item, **run)  # fmt: skip
-    if plan.head is not None:
-        shapes = memory.head_shapes(plan.head)
-        calls += _calls('head', plan.head, shapes, split, plan.draft_calls, 1, item, **run)
+    if plan.head is not None and plan.draft_calls:
+        window, *steps = plan.draft_calls
+        calls += head_window(plan.head, split, window, **run)
+        calls += _calls('head', plan.head, memory.head_shapes(plan.head), split, tuple(steps),
+                        1, item, **run)  # fmt: skip
+    return calls
+
+
+def head_window(head: e3.Eagle3Config, rules: sharding.ShardingRules, tokens: int,
+                logits: int = 1, **run) -> list[Call]:  # fmt: skip
+    """An EAGLE-3 head's window over `tokens` a row: its layer over them (no logits), then
+    its LM head at `logits` tokens (0: none, as when it follows an AR step). `run`: model,
+    rows, slots, item."""
+    shapes = memory.head_shapes(head)
+    body = {k: v for k, v in shapes.items() if k != 'lm_head_ud'}
+    calls = _calls('head', head, body, rules, (tokens,), 1, run['item'], **run)
+    if logits:
+        lm_head = {'lm_head_ud': shapes['lm_head_ud']}
+        calls += _calls('head', head, lm_head, rules, (logits,), 0, run['item'], **run)
     return calls
 
 

@@ -4,6 +4,7 @@ own prediction, the form is the one its held-out errors choose, a fit recovers k
 fractions and says what it cannot identify, and a tier's cost adds up its parts."""
 
 import ast
+import dataclasses
 import os
 
 import pytest
@@ -112,14 +113,17 @@ def test_the_form_is_the_one_its_held_out_errors_choose(h200):
 
 
 def test_the_cpu_is_a_chip_fitted_on_its_own_bench():
-    """This machine's bench (configs/bench_accel.py:cpu, 2026-12-06) read back as points:
-    its verify curve and AR loop fitted, its rounds tested without their target forwards
-    (timed alone in the same step: the same call), the form its held-out errors choose
-    (additive 0.50 RMS, blend 0.60, max 0.72: XLA:CPU is far from a roofline), and the
-    rounds' work outside their calls as the engine terms, said to be timed, not fitted."""
-    meta, pts = points.load('cpu_2026-12-06')
+    """This machine's bench (configs/bench_accel.py:cpu, 2026-12-07, 9 calls a point) read
+    back as points: its verify curve (batch 1 and 8, T 1 to 64) and AR loop fitted, its
+    rounds tested without their target forwards (timed alone in the same step: the same
+    call), the form and the matrix-vector fraction its held-out errors choose (with it:
+    additive 0.10 RMS, blend 0.14, max 0.23; without: 0.17, 0.24, 0.36), and the rounds'
+    work outside their calls as the engine terms, said to be timed, not fitted. The curve
+    steps at T 2 at batch 1 (XLA:CPU's matrix-vector product gives way to a GEMM): the
+    fit keeps the step within 10% where one bandwidth fraction for every call cannot."""
+    meta, pts = points.load('cpu_2026-12-07')
     cpu = chips.CHIPS['cpu']
-    rows = fit.held_out(cpu, pts, meta['form'])
+    rows = fit.held_out(cpu, pts, meta['form'], meta['matvec'])
     print('\n' + fit.table(rows))
     tested = [r for r in rows if r['role'] == 'test']
     assert sorted(r['mode'] for r in tested) == ['chain', 'tree']
@@ -128,13 +132,44 @@ def test_the_cpu_is_a_chip_fitted_on_its_own_bench():
         assert own in [p.name for p in pts] and own not in r['held_out_fitted_on'], own
         assert f'engine work of a {r["mode"]} round not measured: 0 assumed' in r[
             'held_out_unknown']  # Its own timed engine work is not used for it.  # fmt: skip
-    rms = fit.compare_forms(cpu, pts)
-    assert min(rms, key=rms.get) == meta['form'] == 'additive'
+    with_v, without = fit.compare_forms(cpu, pts, True), fit.compare_forms(cpu, pts, False)
+    assert meta['matvec'] and min(with_v.values()) < min(without.values())
+    assert min(with_v, key=with_v.get) == meta['form'] == 'additive'
     cal = calibration.calibration('cpu')
+    assert cal.matvec_fraction is not None and 'one row and token' in cal.describe()
+    step = {}
+    for use in (cal, dataclasses.replace(cal, matvec_fraction=None)):
+        one, two = (fit.seconds(use, p) for p in pts
+                    if p.name in ('forward T 1, batch 1, 1024 slots',
+                                  'forward T 2, batch 1, 1024 slots'))  # fmt: skip
+        step[use.matvec_fraction is None] = two / one
+    by = {p.name: p.ms for p in pts}
+    measured = by['forward T 2, batch 1, 1024 slots'] / by['forward T 1, batch 1, 1024 slots']
+    assert step[False] == pytest.approx(measured, rel=0.1) and step[True] < 1.1 < measured
     rounds = {p.mode: p.engine_ms / 1e3 for p in pts if p.role == 'test'}
     assert cal.engine_s('tree') == pytest.approx(rounds['tree'])
     assert cal.engine_s('chain') == pytest.approx(rounds['chain'])
     assert any('timed outside its calls' in u for u in cal.unknown)
+
+
+def test_a_fit_recovers_a_matrix_vector_fraction_where_the_points_identify_it():
+    """Points timed by a known calibration whose calls of one row and one token stream at
+    v 0.8 and the rest at h 0.4 (e 0.3): the fit with `matvec` gives back all three
+    within the grid's step; without a point mostly of such calls v is not identified,
+    v = h is assumed and said; without `matvec` none is fitted."""
+    target, _ = _llama_8b()
+    truth = calibration.Calibration(H200, 0.4, 0.3, 'additive', matvec_fraction=0.8)
+    shapes = [(1, 1), (1, 2), (8, 1), (8, 64), (1, 64)]
+    made = [points.point(f'b{b} T{t}', 1.0, '', target, b, 4096, t) for b, t in shapes]
+    timed = [points.Point(p.name, fit.seconds(truth, p) * 1e3, p.mode, p.parts) for p in made]
+    got = fit.fit(H200, timed, matvec=True)
+    assert (got.hbm_fraction, got.matmul_fraction, got.matvec_fraction) == pytest.approx(
+        (0.4, 0.3, 0.8), rel=0.03)  # fmt: skip
+    assert not any('fraction' in u for u in got.unknown)
+    blind = fit.fit(H200, timed[1:], matvec=True)
+    assert blind.matvec_fraction is None
+    assert any('matrix-vector fraction not identified' in u for u in blind.unknown)
+    assert fit.fit(H200, timed).matvec_fraction is None
 
 
 def test_a_fit_recovers_known_fractions_and_says_what_it_cannot_identify():
@@ -268,7 +303,7 @@ def test_the_aot_dry_run_prints_every_speedup_with_what_it_is(capsys):
     speedup = report['speedup_calibrated']['tree']
     assert f'predicted speedup {speedup:.2f}x (calibrated on h200)' in text
     assert speedup == pytest.approx(4 * 5.61 / 22.95, abs=0.01)
-    assert 'predicted round: upper bound 8.765 ms; 22.9' in text
+    assert 'predicted round: upper bound 8.753 ms; 22.9' in text
     aot.run(c, device='h100', dry_run=True)
     assert 'h100 uncalibrated (upper bound only)' in capsys.readouterr().out
 
