@@ -404,17 +404,23 @@ def test_sampled_rows_through_the_same_loop(models):
 
 
 def test_adaptive_loop_copies_neither_cache(models):
-    """The tiers' rounds (`engine.switch_rounds`) update the target's and the draft LM's
-    caches in place: no per-round copy of a cache layer's keys or values (the draft's layer
-    is the smaller). At batch 2: a cache of one row (batch 1, one KV head: this draft) is
-    copied in every draft step, by the fixed chain too (XLA:CPU duplicates the write for
-    the attention's squeezed read); the shipped drafts have 2 or more KV heads."""
+    """The tiers' rounds (`engine.switch_rounds`) update the target's cache and the draft
+    LM's or the EAGLE-3 head's in place: no per-round copy of a cache layer's keys or values
+    (the draft's layer is the smaller). At batch 2: a cache of one row (batch 1, one KV
+    head: this draft) is copied in every draft step, by the fixed chain too (XLA:CPU
+    duplicates the write for the attention's squeezed read); the shipped drafts have 2 or
+    more KV heads. The head's chain once returned its cache from before its steps, which
+    XLA copied every drafting round (this check failed on it)."""
     prompts_bp = jnp.asarray([[1, 2, 3, 0, 0, 0, 0, 0], [4, 5, 0, 0, 0, 0, 0, 0]], jnp.int32)
     args = (prompts_bp, jnp.array([3, 2], jnp.int32), jnp.array([20, 20], jnp.int32),
             jnp.arange(2, dtype=jnp.int32), jax.random.key(0))  # fmt: skip
     hlo = engine.decode_loop.lower(ENGINE, *models, *args).compile().as_text()
     draft = tiny.DRAFT
     assert loop_copies(hlo, draft.num_kv_heads * ENGINE.slots(8) * draft.head_dim // 2) == []
+    head = ENGINE.replace(drafter=Eagle3Drafter(tiny.HEAD))
+    hlo = engine.decode_loop.lower(head, models[0], tiny.head(models[0]), *args).compile()
+    small = tiny.HEAD.num_kv_heads * head.slots(8) * tiny.HEAD.head_dim // 2
+    assert loop_copies(hlo.as_text(), small) == []
 
 
 # ---- laws ------------------------------------------------------------------------------------

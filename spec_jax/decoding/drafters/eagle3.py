@@ -175,14 +175,16 @@ class Eagle3Drafter:
         root_bu = self.root_logits(params, state)
         carry = ((state.cache_k, state.cache_v, committed_b), state.hidden_bd, root_bu)
         steps = (keys_ab[:-1], forced_scan, jnp.arange(1, num_draft, dtype=jnp.int32))
-        (_, _, logits_bu), (x_ab, q_abv) = jax.lax.scan(step, carry, steps)
+        ((cache_k, cache_v, _), _, logits_bu), (x_ab, q_abv) = jax.lax.scan(step, carry, steps)
         # No forward for the last one.
         q_last_bv = self._probs(params, logits_bu, probs_fn)
         x_last_b, q_last_bv = draw(keys_ab[-1], q_last_bv, forced_last)
         x_ba = jnp.concatenate([x_ab.T, x_last_b[:, None]], 1)
         q_bav = jnp.concatenate([q_abv.transpose(1, 0, 2), q_last_bv[:, None]], 1)
-        # The steps' cache writes sit at or past C: the next window overwrites them.
-        return state, x_ba, q_bav
+        # The steps' cache writes sit at or past C, where no mask shows them and the next
+        # window overwrites them; kept, so the cache is updated in place (returning the
+        # cache from before the steps made XLA copy it every round).
+        return state.replace(cache_k=cache_k, cache_v=cache_v), x_ba, q_bav
 
     # --- trees (docs/engine.md, "Tree rounds"; docs/eagle3.md §4) ----------------------
 
