@@ -151,13 +151,15 @@ class SelfDrafter:
             return (cache.advance(1), logits_b1v[:, 0]), (x_b, q_bv)
 
         keys_ab = step_keys(key_b, num_draft)
-        (_, logits_bv), (x_ab, q_abv) = jax.lax.scan(
+        (cache, logits_bv), (x_ab, q_abv) = jax.lax.scan(
             step, (state.cache.set_lengths(committed_b + 1), state.logits_bv), keys_ab[:-1]
         )
         x_last_b, q_last_bv = draw(keys_ab[-1], probs_fn(logits_bv))
         x_ba = jnp.concatenate([x_ab.T, x_last_b[:, None]], 1)
         q_bav = jnp.concatenate([q_abv.transpose(1, 0, 2), q_last_bv[:, None]], 1)
-        return state, x_ba, q_bav  # The steps wrote past C: `observe` re-feeds them.
+        # The steps wrote past C (`observe` re-feeds them); their cache is kept, lengths
+        # as before, so XLA updates it in place instead of copying it every round.
+        return state.replace(cache=cache.set_lengths(state.cache.lengths)), x_ba, q_bav
 
     def propose_tree(
         self, params, state: SelfState, committed_b, shape: trees.TreeShape, key_b=None,
