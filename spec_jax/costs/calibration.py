@@ -148,16 +148,17 @@ class CostModel:
         calls = [(roofline.Call('draft', tokens, rows, c), 1.0, 0) for c in costs]
         return self.cal.calls_seconds(calls, '')
 
-    def follow_s(self, batch: int, context: int) -> float:
-        """Seconds of an EAGLE-3 head following an AR step (`Eagle3Drafter.follow`): its
-        layer over the one new token, without its draft-vocabulary head (the logits wait
-        for the next proposal: `Eagle3Drafter.root_logits`)."""
+    def follow_s(self, batch: int, context: int, tokens: int = 1) -> float:
+        """Seconds of an EAGLE-3 head following AR steps (`Eagle3Drafter.follow`): its layer
+        over `tokens` positions a row (one step's, or the W a buffering head runs at once),
+        without its draft-vocabulary head (the logits wait for the next proposal:
+        `Eagle3Drafter.root_logits`)."""
         if self.head is None:
             raise ValueError('follow_s prices an EAGLE-3 head: give for_chip(..., head=cfg)')
         rows = -(-batch // self.mesh[0])
         item = memory.dtype_bytes(self.target.dtype)  # Drafts run in the compute dtype.
-        calls = roofline.head_window(self.head, sharding.DRAFT_RULES, 1, 0, model=1, rows=rows,
-                                     slots=context, item=item)  # fmt: skip
+        calls = roofline.head_window(self.head, sharding.DRAFT_RULES, tokens, 0, model=1,
+                                     rows=rows, slots=context, item=item)  # fmt: skip
         return self.cal.calls_seconds([(c, 1.0, 0) for c in calls], '')
 
 

@@ -63,12 +63,15 @@ of its round (a tree tier's node law is the rule's `induced_tree_node`, as in an
 
 The AR tier runs AR's step and keeps the drafter following the text by `Drafter.follow`: a
 draft LM does nothing (its next proposal first catches its cache up over the tokens it
-missed, one forward per 16), an EAGLE-3 head or DFlash reads the step's taps (one window
-over one token), the target as its own drafter re-feeds two tokens; `relative` counts
-`follow` draft calls for it. The engine runs its drafter `deferred()`: a draft LM's prefill
-waits for its first proposal (the catch-up from slot 0, in wide chunks), so a run that
-never drafts (AR wins from the first round, as at a large batch or a long context) never
-pays it; its lag is the prompt until then, and the choice prices it like any catch-up.
+missed, one forward per 16), an EAGLE-3 head buffers the step's taps and runs one window
+over 16 positions when 16 are buffered or before it drafts (its lag: the buffered count),
+DFlash reads the step's taps (one window over one token), the target as its own drafter
+re-feeds two tokens; `relative` counts `follow` draft calls for it (an upper reading for
+a buffering head). The engine runs its drafter `deferred()`: a draft LM's prefill waits
+for its first proposal (the catch-up from slot 0, in wide chunks), so a run that never
+drafts (AR wins from the first round, as at a large batch or a long context) never pays
+it; its lag is the prompt until then, and the choice prices it like any catch-up; an
+EAGLE-3 head buffers (`Eagle3Drafter.follow_every`).
 """
 
 from __future__ import annotations

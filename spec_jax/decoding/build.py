@@ -166,18 +166,21 @@ def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
     `CHIP_BATCHES` and `slots` cache slots, no context term (the engine's attention reads
     every slot). Tier k > 0: a chain of k drafted by `kind` ('lm', 'eagle3'), or `tree`
     (tier i > 0 of tree mode's `shapes`: that tree);
-    tier 0: AR's step plus the drafter's `follow` (a head's layer over the one new token,
-    no logits: `CostModel.follow_s`; a draft LM nothing: it catches up when it next drafts,
-    priced per token as a forward over its widest prefill chunk)."""
+    tier 0: AR's step plus the drafter's `follow` as the adaptive engine runs it
+    (`deferred()`): a head's layer over the W positions it buffers, a W-th of it a step
+    (`CostModel.follow_s`, no logits; W 1 for a head that follows every step); a draft LM
+    nothing: it catches up when it next drafts. The catch-up a token: a draft LM's forward
+    over its widest prefill chunk, a buffering head's window, a token's share of each."""
     if kind not in ('lm', 'eagle3'):
         raise ValueError(f"spec.adaptive.costs='chip:{chip}' prices drafters 'lm' and "
                          f"'eagle3'; got {kind!r}")
     base = getattr(drafter, 'base', drafter)  # Prompt lookup prices its model drafter.
     model = calibration.for_chip(chip, target, **{'head' if kind == 'eagle3' else 'draft':
                                                   base.cfg})  # fmt: skip
+    every = max(getattr(base.deferred(), 'follow_every', 0), 1)
 
-    def follow(batch):  # The AR tier's drafter work (a head's layer over one token).
-        return model.follow_s(batch, slots) if FOLLOW_CALLS.get(kind, 1) else 0.0
+    def follow(batch):  # The AR tier's drafter work a step.
+        return model.follow_s(batch, slots, every) / every if FOLLOW_CALLS.get(kind, 1) else 0.0
 
     def tier(i, k):
         if not k:
@@ -192,6 +195,8 @@ def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
     if kind == 'lm':  # Its catch-up: a forward over its widest chunk, per token.
         width = PREFILL_CHUNKS[0]
         catch_up = [model.feed_s(b, width, slots) / width for b in CHIP_BATCHES]
+    elif every > 1:  # A buffering head's: its window over what it buffers, per token.
+        catch_up = [follow(b) for b in CHIP_BATCHES]
     return TierCosts.table(at, batch_n=CHIP_BATCHES, catch_up_n=catch_up)
 
 

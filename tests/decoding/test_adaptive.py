@@ -210,13 +210,16 @@ def test_chip_costs():
     assert (np.diff(base, axis=0) > 0).all() and (np.diff(base, axis=1) > 0).all()
     catch_up = np.asarray(got.costs.catch_up_n)  # A draft LM's catch-up: priced per token.
     assert (catch_up > 0).all() and (np.diff(catch_up) > 0).all()
-    # An EAGLE-3 head's AR tier: AR's step and the head's layer over the new token (its
-    # logits wait for the next proposal), the tiers above it its chains.
+    # An EAGLE-3 head's AR tier: AR's step and a 16th of the head's layer over the 16
+    # positions it buffers (its logits wait for the next proposal), which is also its
+    # catch-up a token; the tiers above it its chains.
     head = chip_tier_costs('h200', (0, 1), tiny.TARGET, Eagle3Drafter(tiny.HEAD), 'eagle3', 64)
     m = calibration.for_chip('h200', tiny.TARGET, head=tiny.HEAD)
-    np.testing.assert_allclose(np.asarray(head.base_kn)[0], [
-        m.round_s(calibration.Tier('ar'), b, 64) + m.follow_s(b, 64) for b in CHIP_BATCHES],
-        rtol=1e-6)  # fmt: skip
+    share = [m.follow_s(b, 64, 16) / 16 for b in CHIP_BATCHES]
+    assert all(s < m.follow_s(b, 64) for s, b in zip(share, CHIP_BATCHES))
+    np.testing.assert_allclose(np.asarray(head.base_kn)[0], np.add(
+        [m.round_s(calibration.Tier('ar'), b, 64) for b in CHIP_BATCHES], share), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(head.catch_up_n), share, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(head.base_kn)[1], [
         m.round_s(calibration.Tier.chain(1, 'eagle3'), b, 64) for b in CHIP_BATCHES], rtol=1e-6)
     with pytest.raises(ValueError, match='uncalibrated'):
@@ -275,6 +278,42 @@ def test_draft_lm_catches_up_over_the_rounds_it_followed(models):
     q_stale = lagging.propose(draft_params, stale, history, committed, key, a, jax.nn.softmax)[2]
     gap_b = np.abs(np.asarray(q_stale) - np.asarray(want_q)).max(axis=(1, 2))
     assert gap_b[0] < 2e-6 and (gap_b[1:] > 1e-3).all(), gap_b
+
+
+def test_a_buffering_head_drafts_what_a_following_head_drafts(models):
+    """An EAGLE-3 head that buffers AR steps (`follow_every` 4, the adaptive engine's kind)
+    and one that runs over every step draft the same after 6 steps (q within float
+    rounding, the same tokens), rows at different positions: the buffer ran once when
+    full (4) and once before the proposal (lag 2). Without that last run the buffering
+    head's q differ (the check can fail)."""
+    head_params = tiny.head(models[0])
+    bucket, slots, a, batch = 8, 48, 3, 3
+    rng = np.random.default_rng(3)
+    history = jnp.asarray(rng.integers(1, tiny.V, (batch, slots)), jnp.int32)
+    taps_shape = (batch, bucket, len(tiny.HEAD.taps), tiny.HEAD.target_width)
+    taps = jnp.asarray(rng.normal(size=(7, *taps_shape)), jnp.float32)  # Any taps will do.
+    prompt_len, key = jnp.array([3, 8, 5], jnp.int32), jax.random.split(jax.random.key(4), 3)
+    every, buffering = Eagle3Drafter(tiny.HEAD), Eagle3Drafter(tiny.HEAD).deferred()
+    assert buffering.follow_every == 16 and buffering.deferred() is buffering
+    buffering = dataclasses.replace(buffering, follow_every=4)
+    states = [d.init(head_params, history, prompt_len, bucket, taps[0]) for d in (every,
+                                                                                 buffering)]
+    committed = prompt_len
+    for step in range(1, 7):
+        start, committed = committed, committed + 1
+        states = [d.follow(head_params, st, history, start, committed, taps[step][:, :1])
+                  for d, st in zip((every, buffering), states)]  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(buffering.lag(states[1], committed)), 2)
+    np.testing.assert_array_equal(np.asarray(every.lag(states[0], committed)), 0)
+    (_, want_x, want_q), (_, x_ba, q_bav) = (
+        d.propose(head_params, st, history, committed, key, a, jax.nn.softmax)
+        for d, st in zip((every, buffering), states))  # fmt: skip
+    np.testing.assert_allclose(np.asarray(q_bav), np.asarray(want_q), atol=2e-6)
+    np.testing.assert_array_equal(np.asarray(x_ba), np.asarray(want_x))
+    skipped = states[1].replace(buffered=jnp.zeros((), jnp.int32))  # As if nothing buffered.
+    q_skip = buffering.propose(head_params, skipped, history, committed, key, a,
+                               jax.nn.softmax)[2]  # fmt: skip
+    assert np.abs(np.asarray(q_skip) - np.asarray(want_q)).max() > 1e-3
 
 
 def test_a_deferred_draft_lm_prefills_at_its_first_proposal(models):
@@ -356,6 +395,28 @@ def test_greedy_adaptive_equals_greedy_ar(models, greedy_ar):
     assert any(d < 3 * b for d, b in zip(rows['drafted'], rows['blocks']))
     # The prior and the weight are leaves too: a confident prior, same loop, same tokens.
     assert run(models, tiny.PROMPTS, prior=0.99, weight=50.0)[0] == greedy_ar['mixed']
+
+
+def test_greedy_adaptive_with_a_buffering_head_equals_greedy_ar(greedy_ar):
+    """An EAGLE-3 head buffering AR steps (3 at most) in an adaptive chain mixing AR and
+    drafting rounds (AR priced to win, a drafting round every third by exploration): AR's
+    tokens, and the same drafts accepted as a head that runs over each step (buffer of 1):
+    the buffered positions' entries are the ones the per-step windows write."""
+    target = tiny.target_params()
+    runs = []
+    for every in (1, 3):
+        eng = decoding.Engine(tiny.TARGET, tiny.DECODE,
+                              Eagle3Drafter(tiny.HEAD, follow_every=every), 3,
+                              adaptive=Adaptive(LOOP_TIERS, TierCosts.table([1.0, 1.9, 3.5]),
+                                                prior=0.3, explore=3, optimism=float('inf')))
+        runs.append(decoding.generate(eng, decoding.Params(target, tiny.head(target)),
+                                      tiny.PROMPTS))  # fmt: skip
+    for res in runs:
+        rows = res.stats['per_row']
+        assert res.tokens == greedy_ar['mixed']
+        assert 0 < sum(rows['drafted']) and all(d < b for d, b in zip(rows['drafted'],
+                                                                      rows['blocks']))
+    assert runs[0].stats['per_row']['accepted'] == runs[1].stats['per_row']['accepted']
 
 
 def test_ar_wins_then_the_engine_runs_ar_steps(models, greedy_ar):
