@@ -129,7 +129,8 @@ def priced_line(engines: dict, batch: int, tiers, costs: list[float],
     """The measured round seconds and catch-up beside the adaptive chain's own prices: each
     tier in units of AR's step both ways (a calibration fitted on another day is read by its
     ratios; where they part, the curve misprices this machine's drafting). `catch_up` None:
-    the drafter never lags (it follows every round), nothing to price."""
+    not measured (a drafter that never lags, or a head that buffers AR steps: its catch-up,
+    a 16-token window, is not its prefill), its price alone said."""
     table = engines[ADAPTIVE].adaptive.costs
     priced = np.asarray(table.seconds(batch, jnp.float32(0.0)))
     measured_ms = ', '.join(f'{1e3 * s:.1f} ms' for s in costs)
@@ -137,7 +138,10 @@ def priced_line(engines: dict, batch: int, tiers, costs: list[float],
     said = (f"measured seconds a round of tiers {tiers}: {measured_ms}; of AR's step "
             f'{of_ar[0]} measured, {of_ar[1]} priced')  # fmt: skip
     if catch_up is None:
-        return said + '; the drafter follows every round (no catch-up)'
+        price = float(table.catch_up(batch)) / priced[0]
+        return said + (f"; the drafter's catch-up {price:.4f} of an AR step a token priced, "
+                       'not measured' if price else '; the drafter follows every round '
+                       '(no catch-up)')  # fmt: skip
     per_token = [catch_up / costs[0], float(table.catch_up(batch)) / priced[0]]
     return (f"{said}; the draft's catch-up {1e6 * catch_up:.1f} us a token, of an AR step "
             f'{per_token[0]:.4f} measured, {per_token[1]:.4f} priced')
@@ -281,7 +285,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
             if c.measured_costs:
                 costs, catch_up = round_seconds(engines, params, batch_ids[:batch],
                                                 c.temperature, c.cost_calls)  # fmt: skip
-                catch_up = catch_up if c.drafter == 'lm' else None  # Only a draft LM lags.
+                catch_up = catch_up if c.drafter == 'lm' else None  # A draft LM's is its prefill.
                 said = priced_line(engines, batch, tiers, costs, catch_up)
                 print(f'batch {batch} {name}: {said} (medians of {c.cost_calls} calls)')
                 now = with_measured(engines, costs, catch_up or 0.0)

@@ -3,10 +3,12 @@ constructed timings, and its :tiny config end to end on one small workload each.
 
 import os
 import re
+import types
 
 import pytest
 
 from spec_jax import decoding
+from spec_jax.decoding.adaptive import TierCosts
 from spec_jax.jobs import bench, bench_adaptive, timing
 from spec_jax.jobs.runtime import load_config
 
@@ -74,6 +76,21 @@ def test_goals_say_met_or_not_for_each_workload_and_the_mix():
     assert ('batch 8 mixed, adaptive: above every fixed tier (AR too): too few to judge: its '
             '2 rounds on both sides of gamma 1') in met  # fmt: skip
     assert 'batch 1 mixed, adaptive: above every fixed tier (AR too): met' in met
+
+
+def test_the_priced_line_says_a_catch_up_it_did_not_measure():
+    """A drafter whose catch-up the bench does not measure (None) gets its price alone: a
+    buffering head's (priced per token), or none for one that follows every round."""
+    def engines(catch_up):
+        costs = TierCosts.table([0.02, 0.03], catch_up_n=catch_up)
+        return {bench_adaptive.ADAPTIVE: types.SimpleNamespace(
+            adaptive=types.SimpleNamespace(costs=costs))}  # fmt: skip
+
+    line = bench_adaptive.priced_line(engines(0.0004), 1, (0, 1), [0.022, 0.031], None)
+    assert line.endswith("of AR's step 1.00 / 1.41 measured, 1.00 / 1.50 priced; the drafter's "
+                         'catch-up 0.0200 of an AR step a token priced, not measured')
+    line = bench_adaptive.priced_line(engines(None), 1, (0, 1), [0.022, 0.031], None)
+    assert line.endswith('the drafter follows every round (no catch-up)')
 
 
 def test_headroom_is_each_workload_by_its_best_fixed_tier_over_the_best_one():
