@@ -39,7 +39,7 @@ from spec_jax.costs.points import Point
 
 GRID = np.logspace(-2, 0, 161)  # Fractions of a peak, 0.01 to 1 (a step of 2.9 %).
 COMPUTE_SHARE = 0.25  # A call is compute-heavy (identifies e) from this FLOP/byte time ratio.
-ROUNDS = 3  # Passes of (h, e) then v when v is fitted (the third moves no fraction here).
+ROUNDS = 3  # Passes of (h, e) then v when v is fitted (on the CPU's points the third moves none).
 
 
 def _terms(chip: chips.Chip, p: Point) -> list[tuple[float, ...]]:
@@ -101,20 +101,18 @@ def fit(chip: chips.Chip, points, form: str = 'additive', date: str = '', jax: s
         unknown.append('matrix-vector fraction not identified (no fitted point mostly of M = 1 '
                        'calls, or none mostly of others): v = h assumed')  # fmt: skip
     solve = lambda h, e, v: _solve(points, terms, h, e, beta, v, rounds)  # noqa: E731
-    loss, engine = solve(h, e, h)
+    loss, engine, assumed = solve(h, e, h)
     pick = _picker(loss)
     best_h, best_e, best_v = pick(h), pick(e), None
     if matvec and knows_v:
         for _ in range(ROUNDS):
-            loss_v, _ = solve(best_h, best_e, GRID)
-            best_v = float(GRID[np.argmin(loss_v)])
-            loss, engine = solve(h, e, best_v)
+            best_v = float(GRID[np.argmin(solve(best_h, best_e, GRID)[0])])
+            loss, engine, assumed = solve(h, e, best_v)
             pick = _picker(loss)
             best_h, best_e = pick(h), pick(e)
-    unknown += engine.pop('unknown')
     return Calibration(chip, best_h, best_e, form,
                        tuple((m, pick(k)) for m, k in engine.items()), date, jax, shapes,
-                       tuple(p.name for p in points), tuple(unknown), best_v)  # fmt: skip
+                       tuple(p.name for p in points), tuple(unknown + assumed), best_v)  # fmt: skip
 
 
 def _picker(loss):
@@ -124,9 +122,9 @@ def _picker(loss):
 
 
 def _solve(points, terms, h, e, beta, v, rounds):
-    """(summed squared relative error over `points`, {mode: engine work} and its 'unknown'
-    notes) at fractions h, e, v (arrays broadcast), each measured mode's engine work in
-    closed form."""
+    """(summed squared relative error over `points`, {mode: engine work}, what was assumed
+    for the modes not fitted) at fractions h, e, v (arrays broadcast), each measured mode's
+    engine work in closed form."""
     y = np.array([p.ms / 1e3 for p in points])
     pred = [_predict(t, h, e, beta, v) for t in terms]
     engine, unknown = {}, []
@@ -147,7 +145,7 @@ def _solve(points, terms, h, e, beta, v, rounds):
         for i in idx:
             pred[i] = pred[i] + k
     loss = sum((pred[i] / y[i] - 1) ** 2 for i in range(len(points)))
-    return loss, dict(engine, unknown=unknown)
+    return loss, engine, unknown
 
 
 def seconds(cal: Calibration, p: Point) -> float:
