@@ -73,7 +73,7 @@ class Calibration:
         if self.form not in FORMS:
             raise ValueError(f'form {self.form!r} is not one of {sorted(FORMS)}')
         if not (0 < self.hbm_fraction and 0 < self.matmul_fraction
-                and 0 < (self.matvec_fraction or 1)):
+                and (self.matvec_fraction is None or 0 < self.matvec_fraction)):
             raise ValueError(f'fractions h {self.hbm_fraction}, e {self.matmul_fraction}, v '
                              f'{self.matvec_fraction}: give positive fractions of the peaks')
 

@@ -89,7 +89,7 @@ def tree_round(
     start_b = s.committed_b
     if s.ranks is not None:  # An adaptive tree's acceptance per depth and rank (adaptive_trees.py).
         ranks = adaptive_trees.rank_counts(out.path, out.num_accepted, kids_bmc, live_b,
-                                     *s.ranks.shape[1:])  # fmt: skip
+                                           *s.ranks.shape[1:])  # fmt: skip
         s = s.replace(ranks=s.ranks + ranks)
     s = s.replace(key_b=key_b, stats=s.stats.update(path_result(out, kids_bmc), live_b, metered))
     s = s.commit(out.tokens, out.num_emitted, engine.decode.stop_tokens)

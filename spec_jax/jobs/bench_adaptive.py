@@ -140,21 +140,23 @@ def priced_line(engines: dict, batch: int, tiers, costs: list[float],
     if catch_up is None:
         price = float(table.catch_up(batch)) / priced[0]
         return said + (f"; the drafter's catch-up {price:.4f} of an AR step a token priced, "
-                       'not measured' if price else '; the drafter follows every round '
-                       '(no catch-up)')  # fmt: skip
+                       'not measured (the measured pricing keeps it)' if price else
+                       '; the drafter follows every round (no catch-up)')  # fmt: skip
     per_token = [catch_up / costs[0], float(table.catch_up(batch)) / priced[0]]
     return (f"{said}; the draft's catch-up {1e6 * catch_up:.1f} us a token, of an AR step "
             f'{per_token[0]:.4f} measured, {per_token[1]:.4f} priced')
 
 
-def with_measured(engines: dict, costs: list[float], catch_up: float = 0.0) -> dict:
+def with_measured(engines: dict, costs: list[float], catch_up: float | None = 0.0) -> dict:
     """`engines` and the adaptive chain again under the measured round costs and catch-up
     (this batch's, at every batch of the engine's own table: the same shapes, so it runs
-    the adaptive chain's compiled programs), as `ADAPTIVE + ' measured'`."""
+    the adaptive chain's compiled programs), as `ADAPTIVE + ' measured'`; `catch_up` None
+    (not measured: a buffering head's) keeps the engine's priced one."""
     sized = engines[ADAPTIVE].adaptive
     batch_n = np.asarray(sized.costs.batch_n).tolist()
+    kept = np.asarray(sized.costs.catch_up_n) if catch_up is None else catch_up
     table = TierCosts.table([[s] * len(batch_n) for s in costs], batch_n=batch_n,
-                            catch_up_n=catch_up)  # fmt: skip
+                            catch_up_n=kept)  # fmt: skip
     measured = dataclasses.replace(sized, costs=table)
     return dict(engines, **{f'{ADAPTIVE} measured': engines[ADAPTIVE].replace(
         adaptive=measured)})  # fmt: skip
@@ -288,7 +290,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
                 catch_up = catch_up if c.drafter == 'lm' else None  # A draft LM's is its prefill.
                 said = priced_line(engines, batch, tiers, costs, catch_up)
                 print(f'batch {batch} {name}: {said} (medians of {c.cost_calls} calls)')
-                now = with_measured(engines, costs, catch_up or 0.0)
+                now = with_measured(engines, costs, catch_up)
             times = bench_chain.interleaved_runs(now, params, batch_ids, c.temperature, batch,
                                                  c.rounds)  # fmt: skip
             rows[batch, name] = compare(times, c.rounds)

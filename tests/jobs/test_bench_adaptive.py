@@ -8,7 +8,7 @@ import types
 import pytest
 
 from spec_jax import decoding
-from spec_jax.decoding.adaptive import TierCosts
+from spec_jax.decoding.adaptive import Adaptive, TierCosts
 from spec_jax.jobs import bench, bench_adaptive, timing
 from spec_jax.jobs.runtime import load_config
 
@@ -88,9 +88,18 @@ def test_the_priced_line_says_a_catch_up_it_did_not_measure():
 
     line = bench_adaptive.priced_line(engines(0.0004), 1, (0, 1), [0.022, 0.031], None)
     assert line.endswith("of AR's step 1.00 / 1.41 measured, 1.00 / 1.50 priced; the drafter's "
-                         'catch-up 0.0200 of an AR step a token priced, not measured')
+                         'catch-up 0.0200 of an AR step a token priced, not measured (the '
+                         'measured pricing keeps it)')
     line = bench_adaptive.priced_line(engines(None), 1, (0, 1), [0.022, 0.031], None)
     assert line.endswith('the drafter follows every round (no catch-up)')
+    sized = Adaptive((0, 1), TierCosts.table([0.02, 0.03], catch_up_n=0.0004))
+    fake = {bench_adaptive.ADAPTIVE: types.SimpleNamespace(adaptive=sized,
+                                                           replace=lambda adaptive: adaptive)}
+    for measured, want in ((None, 0.0004), (0.0001, 0.0001)):  # Kept where not measured.
+        got = bench_adaptive.with_measured(fake, [0.022, 0.031], measured)
+        table = got[f'{bench_adaptive.ADAPTIVE} measured'].costs
+        assert float(table.catch_up(1)) == pytest.approx(want)
+        assert float(table.seconds(1, 0.0)[1]) == pytest.approx(0.031)
 
 
 def test_headroom_is_each_workload_by_its_best_fixed_tier_over_the_best_one():

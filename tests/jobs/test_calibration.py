@@ -170,6 +170,8 @@ def test_a_fit_recovers_a_matrix_vector_fraction_where_the_points_identify_it():
     assert blind.matvec_fraction is None
     assert any('matrix-vector fraction not identified' in u for u in blind.unknown)
     assert fit.fit(H200, timed).matvec_fraction is None
+    with pytest.raises(ValueError, match='give positive fractions'):
+        calibration.Calibration(H200, 0.4, 0.3, matvec_fraction=0.0)
 
 
 def test_a_fit_recovers_known_fractions_and_says_what_it_cannot_identify():
