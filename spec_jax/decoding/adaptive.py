@@ -37,7 +37,7 @@ of an AR step.
 The choice: the tier whose rounds, run from here to the end, would finish the batch
 soonest (`finish_seconds`, plus, for a drafting tier, the drafter's catch-up once: its lag
 (`Drafter.lag`, the most over the rows: the catch-up feeds the batch until its last row is
-caught up, done rows too) times `TierCosts.catch_up`; ties to the shorter tier). The loop
+caught up, done rows too) priced by `TierCosts.catch_up`; ties to the shorter tier). The loop
 ends with its slowest row, so tokens a fast row gains early do not shorten it: a row's
 rounds to finish are about room / mean + z sd (the spread of its tokens a round), the
 batch's the most over its live rows, z the expected largest of n standard normals. At one
@@ -48,10 +48,14 @@ token) or a large batch (a compute-bound forward) can make AR the best tier; the
 round is AR's step.
 
 Exploration. Once AR wins, no depth is examined and the counts freeze. Every `explore`-th
-round (by the batch's round count) runs the tier one above the choice instead, while that
-tier would win under an acceptance `optimism` standard errors above the estimate (the
-batch's counts: per depth, per depth and rank for trees), so a run that started badly can
-climb back and one that has seen enough stops paying to look; 0 turns it off.
+round (by the batch's round count) may run the tier one above the choice instead: when the
+look pays for itself (`look_pays`): the time it would save were the acceptance `optimism`
+standard errors above the estimate (the batch's counts: per depth, per depth and rank for
+trees), weighed by that reading's one-sided chance (5% at 1.645), against what the look
+costs if it is not (the drafter's catch-up, the round's time beyond the choice's for the
+same progress), weighed by the rest. A run that started badly can climb back, one that has
+seen enough stops paying to look, and a look whose catch-up dwarfs what it could find (a
+draft LM's deferred prefill over a long prompt) is not taken; 0 turns it off.
 
 Lossless stays lossless: the tier is a function of the carry before the round (earlier
 rounds' verdicts, lengths, limits), never of the round's own drafts or verdicts, and each
@@ -71,7 +75,8 @@ a buffering head). The engine runs its drafter `deferred()`: a draft LM's prefil
 for its first proposal (the catch-up from slot 0, in wide chunks), so a run that never
 drafts (AR wins from the first round, as at a large batch or a long context) never pays
 it; its lag is the prompt until then, and the choice prices it like any catch-up; an
-EAGLE-3 head buffers (`Eagle3Drafter.follow_every`).
+EAGLE-3 head buffers (`Eagle3Drafter.follow_every`), and its catch-up is priced as the
+window's unused positions (`TierCosts`).
 """
 
 from __future__ import annotations
@@ -97,32 +102,44 @@ class TierCosts:
       base_kn: [K, N] seconds of a round of tier k at context 0.
       per_token_kn: [K, N] seconds added per context token.
       catch_up_n: [N] seconds per token a lagging drafter feeds before it drafts (a draft
-        LM after AR rounds, or whose prefill was deferred: `Drafter.lag`), a row each.
+        LM after AR rounds, or whose prefill was deferred: `Drafter.lag`), a row each;
+        negative where the AR tier's price already owes them (a buffering head: below).
+      catch_up_base_n: [N] seconds any catch-up costs besides (its one forward or window).
+        A catch-up of `lag` > 0 tokens costs max(0, base + lag x per token): a draft LM's
+        is a `catch_up`-wide forward plus its widest chunk's price a token (an upper
+        reading); a head buffering W positions runs one window whatever it holds, and the
+        AR tier's price already pays a W-th of a window a step, so drafting at lag L costs
+        what the window's unused W - L positions waste: base a window, per token -1/W of it
+        (at L = W, none: that flush was due).
     """
 
     batch_n: jax.Array
     base_kn: jax.Array
     per_token_kn: jax.Array
     catch_up_n: jax.Array
+    catch_up_base_n: jax.Array
 
     @classmethod
     def table(cls, base_kn, per_token_kn=None, batch_n: Sequence[int] = (1,),
-              catch_up_n=None) -> TierCosts:  # fmt: skip
+              catch_up_n=None, catch_up_base_n=None) -> TierCosts:  # fmt: skip
         """From nested lists ([K] or [K, N]); per_token_kn None: no context term;
-        catch_up_n ([N] or a number) None: catching up is free."""
+        catch_up_n and catch_up_base_n ([N] or a number) None: 0."""
         base = np.asarray(base_kn, np.float32).reshape(len(base_kn), -1)
         per = np.zeros_like(base) if per_token_kn is None else np.asarray(per_token_kn, np.float32)
         batch = np.asarray(batch_n, np.float32)
         per = per.reshape(base.shape)
-        catch = np.full(batch.shape, 0.0 if catch_up_n is None else catch_up_n, np.float32)
+        catch, least = (np.full(batch.shape, 0.0 if v is None else v, np.float32)
+                        for v in (catch_up_n, catch_up_base_n))
         if base.shape[1] != batch.shape[0] or (np.diff(batch) <= 0).any():
             raise ValueError(f'tier costs: {base.shape[1]} columns for batch sizes '
                              f'{batch.tolist()}: give one column per ascending batch size')
-        if not (base > 0).all() or (per < 0).any() or (catch < 0).any():
+        if (not (base > 0).all() or (per < 0).any() or (least < 0).any()
+                or (least + catch < 0).any()):
             raise ValueError(f'tier costs {base.tolist()} / per token {per.tolist()} / catch-up '
-                             f'{catch.tolist()}: give seconds > 0 per round and >= 0 per '
-                             'context token and per caught-up token')
-        return cls(batch, base, per, catch)
+                             f'{catch.tolist()} a token + {least.tolist()}: give seconds > 0 '
+                             'per round, >= 0 per context token, a catch-up base >= 0 and a '
+                             "one-token catch-up >= 0 (base + a token's)")
+        return cls(batch, base, per, catch, least)
 
     @classmethod
     def relative(
@@ -149,13 +166,18 @@ class TierCosts:
         at = jax.vmap(lambda row: jnp.interp(float(batch), self.batch_n, row))
         return at(self.base_kn) + context * at(self.per_token_kn)
 
-    def catch_up(self, batch: int) -> jax.Array:
-        """Seconds per token a lagging drafter feeds at `batch` rows (a scalar)."""
-        return jnp.interp(float(batch), self.batch_n, self.catch_up_n)
+    def catch_up(self, batch: int, lag: jax.Array) -> jax.Array:
+        """Seconds a drafter lagging `lag` tokens (the most over the rows: the catch-up
+        feeds every row) spends catching up before it drafts, at `batch` rows."""
+        per, least = (jnp.interp(float(batch), self.batch_n, v)
+                      for v in (self.catch_up_n, self.catch_up_base_n))
+        return jnp.where(lag > 0, jnp.maximum(least + lag * per, 0.0), 0.0)
 
 
 jax.tree_util.register_dataclass(
-    TierCosts, data_fields=['batch_n', 'base_kn', 'per_token_kn', 'catch_up_n'], meta_fields=[]
+    TierCosts,
+    data_fields=['batch_n', 'base_kn', 'per_token_kn', 'catch_up_n', 'catch_up_base_n'],
+    meta_fields=[],
 )
 
 
@@ -254,9 +276,10 @@ class Adaptive:
       costs: `TierCosts` with one row per tier.
       prior: acceptance assumed at depth 1 before any round (deeper: the depth above).
       weight: rounds the prior (and, per row, the pooled rate) counts as.
-      explore: every explore-th round runs the tier above the choice (0: never) while
-        it would win under an acceptance `optimism` standard errors above the estimate
-        (the default 1.645: one-sided 95%; inf: whenever due).
+      explore: every explore-th round runs the tier above the choice (0: never) when the
+        look pays (`look_pays`) at an acceptance `optimism` standard errors above the
+        estimate (the default 1.645: one-sided 95%; inf: whenever the tier above would
+        finish sooner at acceptance 1).
       trees: tree mode's tier trees (`tree_tiers`), ascending in nodes, the last the
         engine's tree (the `Engine` sets (tree,) when empty).
     """
@@ -345,13 +368,33 @@ class Adaptive:
         seconds_k = self.costs.seconds(batch, context)
         lag = 0 if lag_b is None else jnp.max(lag_b)  # The catch-up feeds every row.
         drafts_k = jnp.asarray(self.tiers) > 0
-        catch_up_k = jnp.where(drafts_k, lag * self.costs.catch_up(batch), 0.0)
-        k = choose(finish_seconds(moments, live_b, room_b, seconds_k) + catch_up_k)
+        catch_up_k = jnp.where(drafts_k, self.costs.catch_up(batch, lag), 0.0)
+        finish_k = finish_seconds(moments, live_b, room_b, seconds_k)
+        k = choose(finish_k + catch_up_k)
         up = jnp.minimum(k + 1, len(self.tiers) - 1)
         hopeful_k = finish_seconds(high, live_b, room_b, seconds_k) + catch_up_k
         every = jnp.asarray(self.explore, jnp.int32)
         due = (every > 0) & ((jnp.max(st.blocks) + 1) % jnp.maximum(every, 1) == 0)
-        return jnp.where(due & (hopeful_k[up] < hopeful_k[k]), up, k)
+        pays = look_pays(finish_k, hopeful_k, seconds_k, catch_up_k, k, up, self.optimism)
+        return jnp.where(due & pays, up, k)
+
+
+def look_pays(finish_k, hopeful_k, seconds_k, catch_up_k, k, up, z) -> jax.Array:
+    """Whether a round of tier `up` instead of the choice `k` is worth its price (a bool).
+
+    Two readings of the acceptance: the estimate, and `hopeful` z standard errors above
+    it, as likely as Phi(-z) (0.05 at 1.645) or more. If the truth is the hopeful one, the
+    look finds it and the run saves `hopeful_k[k] - hopeful_k[up]` seconds (the tiers'
+    finish at that acceptance, catch-up included); if not, the look wasted its price:
+    up's catch-up beyond k's, and its round's seconds beyond what tier k needs for the
+    same progress (a round of tier j brings the end 1 / rounds_j nearer: seconds_up (1 -
+    finish_k / finish_up)). It pays when Phi(-z) saving > (1 - Phi(-z)) price; z inf: when
+    up finishes sooner at acceptance 1 (the look as a test's switch)."""
+    saving = hopeful_k[k] - hopeful_k[up]
+    progress = jnp.where(finish_k[up] > 0, finish_k[k] / jnp.maximum(finish_k[up], 1e-30), 1.0)
+    price = catch_up_k[up] - catch_up_k[k] + seconds_k[up] * (1.0 - progress)
+    tail = jax.scipy.special.ndtr(-jnp.asarray(z, jnp.float32))
+    return jnp.where(jnp.isinf(z), saving > 0, (up != k) & (tail * saving > (1 - tail) * price))
 
 
 jax.tree_util.register_dataclass(

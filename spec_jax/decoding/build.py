@@ -169,8 +169,9 @@ def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
     tier 0: AR's step plus the drafter's `follow` as the adaptive engine runs it
     (`deferred()`): a head's layer over the W positions it buffers, a W-th of it a step
     (`CostModel.follow_s`, no logits; W 1 for a head that follows every step); a draft LM
-    nothing: it catches up when it next drafts. The catch-up a token: a draft LM's forward
-    over its widest prefill chunk, a buffering head's window, a token's share of each."""
+    nothing: it catches up when it next drafts. The catch-up (`TierCosts`): a draft LM's
+    `catch_up`-wide forward plus its widest prefill chunk's price a token; a buffering
+    head's window less a W-th of it a lagging position (the AR tier already pays that)."""
     if kind not in ('lm', 'eagle3'):
         raise ValueError(f"spec.adaptive.costs='chip:{chip}' prices drafters 'lm' and "
                          f"'eagle3'; got {kind!r}")
@@ -191,13 +192,15 @@ def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
 
     at = [[model.round_s(tier(i, k), b, slots) + (0.0 if k else follow(b)) for b in CHIP_BATCHES]
           for i, k in enumerate(tiers)]  # fmt: skip
-    catch_up = None
-    if kind == 'lm':  # Its catch-up: a forward over its widest chunk, per token.
+    per = least = None
+    if kind == 'lm':
         width = PREFILL_CHUNKS[0]
-        catch_up = [model.feed_s(b, width, slots) / width for b in CHIP_BATCHES]
-    elif every > 1:  # A buffering head's: its window over what it buffers, per token.
-        catch_up = [follow(b) for b in CHIP_BATCHES]
-    return TierCosts.table(at, batch_n=CHIP_BATCHES, catch_up_n=catch_up)
+        per = [model.feed_s(b, width, slots) / width for b in CHIP_BATCHES]
+        least = [model.feed_s(b, base.catch_up, slots) for b in CHIP_BATCHES]
+    elif every > 1:
+        per = [-follow(b) for b in CHIP_BATCHES]
+        least = [every * follow(b) for b in CHIP_BATCHES]
+    return TierCosts.table(at, batch_n=CHIP_BATCHES, catch_up_n=per, catch_up_base_n=least)
 
 
 def platform_chip() -> str:

@@ -137,26 +137,29 @@ def priced_line(engines: dict, batch: int, tiers, costs: list[float],
     of_ar = [' / '.join(f'{x / v[0]:.2f}' for x in v) for v in (costs, priced)]
     said = (f"measured seconds a round of tiers {tiers}: {measured_ms}; of AR's step "
             f'{of_ar[0]} measured, {of_ar[1]} priced')  # fmt: skip
+    per, least = (float(np.interp(batch, table.batch_n, v)) / priced[0]
+                  for v in (table.catch_up_n, table.catch_up_base_n))
+    price = f'{least:.3f} of an AR step a catch-up {per:+.4f} a token'
     if catch_up is None:
-        price = float(table.catch_up(batch)) / priced[0]
-        return said + (f"; the drafter's catch-up {price:.4f} of an AR step a token priced, "
-                       'not measured (the measured pricing keeps it)' if price else
+        return said + (f"; the drafter's catch-up priced {price}, not measured (the measured "
+                       'pricing keeps it)' if per or least else
                        '; the drafter follows every round (no catch-up)')  # fmt: skip
-    per_token = [catch_up / costs[0], float(table.catch_up(batch)) / priced[0]]
     return (f"{said}; the draft's catch-up {1e6 * catch_up:.1f} us a token, of an AR step "
-            f'{per_token[0]:.4f} measured, {per_token[1]:.4f} priced')
+            f'{catch_up / costs[0]:.4f} measured; priced {price}')
 
 
 def with_measured(engines: dict, costs: list[float], catch_up: float | None = 0.0) -> dict:
     """`engines` and the adaptive chain again under the measured round costs and catch-up
-    (this batch's, at every batch of the engine's own table: the same shapes, so it runs
-    the adaptive chain's compiled programs), as `ADAPTIVE + ' measured'`; `catch_up` None
-    (not measured: a buffering head's) keeps the engine's priced one."""
+    a token (this batch's, at every batch of the engine's own table: the same shapes, so it
+    runs the adaptive chain's compiled programs), as `ADAPTIVE + ' measured'`; `catch_up`
+    None (not measured: a buffering head's) keeps the engine's priced one a token; the
+    priced base of a catch-up (its one forward or window) is kept either way."""
     sized = engines[ADAPTIVE].adaptive
     batch_n = np.asarray(sized.costs.batch_n).tolist()
     kept = np.asarray(sized.costs.catch_up_n) if catch_up is None else catch_up
     table = TierCosts.table([[s] * len(batch_n) for s in costs], batch_n=batch_n,
-                            catch_up_n=kept)  # fmt: skip
+                            catch_up_n=kept, catch_up_base_n=np.asarray(
+                                sized.costs.catch_up_base_n))  # fmt: skip
     measured = dataclasses.replace(sized, costs=table)
     return dict(engines, **{f'{ADAPTIVE} measured': engines[ADAPTIVE].replace(
         adaptive=measured)})  # fmt: skip

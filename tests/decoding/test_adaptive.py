@@ -138,11 +138,13 @@ def fake_state(committed, blocks=0, accepted=0, reached=0):
 def test_tier_from_the_run_and_its_context():
     """`Adaptive.tier` on a state: 40 of 50 examined accepted at each depth (with the prior
     0.8 the estimate is 0.8) gives length 2 at context 1,000 and AR at 4,000; with
-    nothing seen it follows the prior (0.2: AR); every 4th round explores one tier up while
-    the tier up would win at an acceptance 1.645 standard errors above the estimate: with
-    nothing seen (0.2 + 1.645 x 0.2 = 0.53: 85 s for AR's 100), not after 10 of 50
-    accepted at every depth (0.2 + 1.645 x 0.054 = 0.29: tier 1 100.8 s), again after 14
-    (0.274, AR chosen; 0.374: tier 1 94.6 s)."""
+    nothing seen it follows the prior (0.2: AR); every 4th round looks one tier up when
+    the look pays (`look_pays`: 5% of the time it would save at an acceptance 1.645
+    standard errors up against 95% of its price): with nothing seen (0.2 + 1.645 x 0.2 =
+    0.53: tier 1 finishes in 85.0 s for AR's 100; the look's price 1.3 (1 - 100 / 108.3) =
+    0.1 s: 0.75 > 0.095), not after 10 of 50 accepted at every depth (0.29: tier 1 100.8 s,
+    no saving), again after 14 (0.280 AR chosen, tier 1 101.6 s; 0.380: 94.2 s, 0.29 >
+    0.019)."""
     long = TierCosts.table([1.0, 1.3, 1.6, 2.4], [0.0, 2e-4, 4e-4, 8e-4])
     run = Adaptive(TIERS, long, prior=0.8, weight=4.0, explore=0)
     assert int(run.tier(fake_state(1000, 9, 40, 50))) == 2
@@ -158,20 +160,30 @@ def test_the_choice_prices_the_drafters_catch_up():
     """A drafting tier first pays the drafter's lag (`Drafter.lag`) at the catch-up price:
     one row, room 100, acceptance 0.8 at context 1,000 finishes in 100 s by AR and 81.97 s
     by length 2 (100 / 2.44 rounds of 2.0 s), the best; at 0.01 s a token a lag of 1,700
-    (+17 s) still drafts, one of 1,900 (+19 s: 100.97 s; length 1 102.3 s) runs AR. A look
-    pays it too: round 4's exploration (length 1 at the optimistic 0.53: 85 s against AR's
-    100, as in the test above) is taken at a lag of 100 at 0.1 s a token (95 s), not 200."""
+    (+17 s) still drafts, one of 1,900 (+19 s: 100.97 s; length 1 102.3 s) runs AR, and
+    so does one of 1,700 when any catch-up costs 2 s besides (+19 s; 1,500: +17 s drafts).
+    A look pays it too, and is taken only when it pays: round 4's (length 1 at the
+    optimistic 0.53: 85.0 s against AR's 100, as in the test above) at 0.1 s a token is
+    taken at a lag of 6 (0.05 x 14.4 s saved > 0.95 x (0.6 + 0.1) s), not at 7 (0.05 x
+    14.3 < 0.95 x 0.8), where the rule before it (look while the tier above wins at the
+    hopeful reading) looked up to a lag of 149."""
     long = TierCosts.table([1.0, 1.3, 1.6, 2.4], [0.0, 2e-4, 4e-4, 8e-4], catch_up_n=0.01)
     run = Adaptive(TIERS, long, prior=0.8, weight=4.0, explore=0)
     state = fake_state(1000, 9, 40, 50)
     assert int(run.tier(state)) == 2
     assert int(run.tier(state, jnp.array([1700]))) == 2
     assert int(run.tier(state, jnp.array([1900]))) == 0
+    based = dataclasses.replace(run, costs=dataclasses.replace(
+        long, catch_up_base_n=jnp.array([2.0])))  # fmt: skip
+    assert int(based.tier(state, jnp.array([1500]))) == 2
+    assert int(based.tier(state, jnp.array([1700]))) == 0
     low = Adaptive(TIERS, TierCosts.table([1.0, 1.3, 1.6, 2.4], catch_up_n=0.1), prior=0.2,
                    explore=4)  # fmt: skip
     due = fake_state(10, blocks=3)
-    assert int(low.tier(due)) == 1 and int(low.tier(due, jnp.array([100]))) == 1
-    assert int(low.tier(due, jnp.array([200]))) == 0
+    assert int(low.tier(due)) == 1 and int(low.tier(due, jnp.array([6]))) == 1
+    assert int(low.tier(due, jnp.array([7]))) == 0
+    hopeful = dataclasses.replace(low, optimism=float('inf'))  # The look whenever it may win.
+    assert int(hopeful.tier(due, jnp.array([7]))) == 1
 
 
 def test_settings_are_checked():
@@ -208,18 +220,25 @@ def test_chip_costs():
     base = np.asarray(got.costs.base_kn)
     assert base.shape == (3, len(CHIP_BATCHES))
     assert (np.diff(base, axis=0) > 0).all() and (np.diff(base, axis=1) > 0).all()
-    catch_up = np.asarray(got.costs.catch_up_n)  # A draft LM's catch-up: priced per token.
-    assert (catch_up > 0).all() and (np.diff(catch_up) > 0).all()
+    # A draft LM's catch-up: a 16-wide forward (`LMDrafter.catch_up`), then a token's share
+    # of its widest prefill chunk a token.
+    catch_up, least = (np.asarray(v) for v in (got.costs.catch_up_n, got.costs.catch_up_base_n))
+    assert (catch_up > 0).all() and (np.diff(catch_up) > 0).all() and (least > catch_up).all()
+    lm = calibration.for_chip('h200', tiny.TARGET, draft=tiny.DRAFT)
+    np.testing.assert_allclose(least, [lm.feed_s(b, 16, 64) for b in CHIP_BATCHES], rtol=1e-6)
     # An EAGLE-3 head's AR tier: AR's step and a 16th of the head's layer over the 16
-    # positions it buffers (its logits wait for the next proposal), which is also its
-    # catch-up a token; the tiers above it its chains.
+    # positions it buffers (its logits wait for the next proposal); its catch-up at lag L
+    # the window less L 16ths of it (the AR tier paid those); the tiers above it its chains.
     head = chip_tier_costs('h200', (0, 1), tiny.TARGET, Eagle3Drafter(tiny.HEAD), 'eagle3', 64)
     m = calibration.for_chip('h200', tiny.TARGET, head=tiny.HEAD)
     share = [m.follow_s(b, 64, 16) / 16 for b in CHIP_BATCHES]
     assert all(s < m.follow_s(b, 64) for s, b in zip(share, CHIP_BATCHES))
     np.testing.assert_allclose(np.asarray(head.base_kn)[0], np.add(
         [m.round_s(calibration.Tier('ar'), b, 64) for b in CHIP_BATCHES], share), rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(head.catch_up_n), share, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(head.catch_up_n), np.negative(share), rtol=1e-6)
+    np.testing.assert_allclose([float(head.catch_up(b, jnp.int32(lag))) for b, lag in
+                                ((1, 1), (8, 12), (8, 16), (8, 0))],
+                               [15 * share[0], 4 * share[3], 0.0, 0.0], rtol=1e-5, atol=1e-12)
     np.testing.assert_allclose(np.asarray(head.base_kn)[1], [
         m.round_s(calibration.Tier.chain(1, 'eagle3'), b, 64) for b in CHIP_BATCHES], rtol=1e-6)
     with pytest.raises(ValueError, match='uncalibrated'):

@@ -80,25 +80,30 @@ def test_goals_say_met_or_not_for_each_workload_and_the_mix():
 
 def test_the_priced_line_says_a_catch_up_it_did_not_measure():
     """A drafter whose catch-up the bench does not measure (None) gets its price alone: a
-    buffering head's (priced per token), or none for one that follows every round."""
-    def engines(catch_up):
-        costs = TierCosts.table([0.02, 0.03], catch_up_n=catch_up)
+    buffering head's (a window less a token's share of it), or none for one that follows
+    every round; the measured pricing keeps the priced base either way."""
+    def engines(catch_up, base=None):
+        costs = TierCosts.table([0.02, 0.03], catch_up_n=catch_up, catch_up_base_n=base)
         return {bench_adaptive.ADAPTIVE: types.SimpleNamespace(
             adaptive=types.SimpleNamespace(costs=costs))}  # fmt: skip
 
-    line = bench_adaptive.priced_line(engines(0.0004), 1, (0, 1), [0.022, 0.031], None)
+    line = bench_adaptive.priced_line(engines(-0.0004, 0.0064), 1, (0, 1), [0.022, 0.031], None)
     assert line.endswith("of AR's step 1.00 / 1.41 measured, 1.00 / 1.50 priced; the drafter's "
-                         'catch-up 0.0200 of an AR step a token priced, not measured (the '
-                         'measured pricing keeps it)')
+                         'catch-up priced 0.320 of an AR step a catch-up -0.0200 a token, not '
+                         'measured (the measured pricing keeps it)')
     line = bench_adaptive.priced_line(engines(None), 1, (0, 1), [0.022, 0.031], None)
     assert line.endswith('the drafter follows every round (no catch-up)')
-    sized = Adaptive((0, 1), TierCosts.table([0.02, 0.03], catch_up_n=0.0004))
+    line = bench_adaptive.priced_line(engines(0.0004, 0.002), 1, (0, 1), [0.022, 0.031], 0.0002)
+    assert line.endswith("the draft's catch-up 200.0 us a token, of an AR step 0.0091 measured; "
+                         'priced 0.100 of an AR step a catch-up +0.0200 a token')
+    sized = Adaptive((0, 1), TierCosts.table([0.02, 0.03], catch_up_n=0.0004,
+                                             catch_up_base_n=0.002))  # fmt: skip
     fake = {bench_adaptive.ADAPTIVE: types.SimpleNamespace(adaptive=sized,
                                                            replace=lambda adaptive: adaptive)}
     for measured, want in ((None, 0.0004), (0.0001, 0.0001)):  # Kept where not measured.
         got = bench_adaptive.with_measured(fake, [0.022, 0.031], measured)
         table = got[f'{bench_adaptive.ADAPTIVE} measured'].costs
-        assert float(table.catch_up(1)) == pytest.approx(want)
+        assert float(table.catch_up(1, 10)) == pytest.approx(0.002 + 10 * want)
         assert float(table.seconds(1, 0.0)[1]) == pytest.approx(0.031)
 
 
