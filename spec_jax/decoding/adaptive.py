@@ -301,6 +301,27 @@ class Adaptive:
         """The rank counts' width: the widest tier tree's branch."""
         return max((t.branch for t in self.trees), default=1)
 
+    def warmed(self, per_row: dict) -> Adaptive:
+        """These settings with the prior learned from an earlier batch of the same job (its
+        `Result.stats['per_row']`): the depth-1 acceptance its rows saw, pooled (tree mode:
+        the top candidate's under the geometric prior, 1 - (1 - a)^(1 / width), a the
+        rate any candidate was taken), in [0.01, 0.99]; unchanged where that batch drafted
+        nothing. A job's next batch then starts from what its drafter was seen to accept
+        instead of a guess (a draft LM's first drafting round pays its deferred prefill:
+        at the 0.7 default its first round on 1,500-token articles drafted, on a CPU where
+        AR was the best tier there); `weight` stays, so a new batch's counts still move
+        it. Prior and weight are leaves: the compiled loop is reused. Greedy tokens do not
+        change; sampled ones follow the same law with other draws (the tiers a row runs
+        decide which noise its tokens read, as the batch's other rows already do)."""
+        accepted = np.asarray(per_row['accepted_at_position'], np.float64).sum(0)
+        reached = np.asarray(per_row['reached_at_position'], np.float64).sum(0)
+        if not reached.size or reached[0] <= 0:
+            return self
+        rate = accepted[0] / reached[0]
+        if self.trees:
+            rate = 1.0 - (1.0 - rate) ** (1.0 / self.width)
+        return dataclasses.replace(self, prior=float(np.clip(rate, 0.01, 0.99)))
+
     @classmethod
     def parse_tiers(cls, text: str, num_draft: int) -> tuple[int, ...]:
         """'auto': 0 and the powers of two below num_draft, then num_draft; else '0,1,3'."""

@@ -110,22 +110,32 @@ def speed_ids(c: ml_collections.ConfigDict, tok, per_set: int):
 def interleaved_runs(engines: dict, params, ids, temperature, batch, rounds) -> dict:
     """Every engine over `ids` in groups of `batch` at `temperature`: each group run once
     untimed first (`warm_up`: every program compiled and executed at its shapes), then
-    `rounds` interleaved rounds; {name: [(seconds, tokens, results) per round]}."""
+    `rounds` interleaved rounds; {name: [(seconds, tokens, results) per round]}. Within a
+    round an adaptive engine carries its prior from group to group, as a job would
+    (`Adaptive.warmed`), starting each round from its own."""
     sampler = Sampler(temperature=temperature)
     groups = [ids[i : i + batch] for i in range(0, len(ids), batch)]
-    runners = {
-        name: partial(decoding.generate, engine.replace(sampler=sampler), params)
-        for name, engine in engines.items()
-    }
-    warm_up({(name, k): partial(run_group, g, seed=0) for name, run_group in runners.items()
-             for k, g in enumerate(groups)})  # fmt: skip
-    times = {name: [] for name in runners}
+    engines = {name: engine.replace(sampler=sampler) for name, engine in engines.items()}
+    warm_up({(name, k): partial(decoding.generate, engine, params, g, seed=0)
+             for name, engine in engines.items() for k, g in enumerate(groups)})  # fmt: skip
+    times = {name: [] for name in engines}
     for r in range(rounds):
-        for name, run_group in runners.items():
-            results = [run_group(g, seed=r + 1) for g in groups]
+        for name, engine in engines.items():
+            results = []
+            for g in groups:
+                results.append(decoding.generate(engine, params, g, seed=r + 1))
+                engine = carried(engine, results[-1])
             tokens = sum(res.num_tokens for res in results)
             times[name].append((sum(res.seconds for res in results), tokens, results))
     return times
+
+
+def carried(engine, result):
+    """`engine` for a job's next batch: an adaptive engine's prior from `result`'s
+    acceptance (`Adaptive.warmed`); any other unchanged."""
+    if engine.adaptive is None:
+        return engine
+    return engine.replace(adaptive=engine.adaptive.warmed(result.stats['per_row']))
 
 
 def summarize_runs(temperature, batch, times, num_draft: int) -> dict:

@@ -96,7 +96,9 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
         pad = c.batch_size - len(ids) if len(batches) > 1 else 0
         limits = [c.max_new_tokens] * len(ids) + [1] * pad
         # Each prompt's noise is a function of the run's seed and its index in the prompt
-        # list, so a resumed or re-batched run gives the same text for it.
+        # list, so a resumed or re-batched run gives the same text for it (an adaptive
+        # engine's sampled text only where its rounds' tiers repeat: they are chosen from
+        # the batch's acceptance; greedy text always).
         result = decoding.generate(
             built.engine,
             built.params,

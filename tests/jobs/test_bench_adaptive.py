@@ -141,8 +141,8 @@ def test_the_tiny_bench_runs_every_workload_and_reports_the_goals(tmp_path, caps
     b = decoding.adaptive_config()
     priced = f'1.00 / {1 + 2 * b.verify + 2 * b.draft:.2f} priced'
     assert re.search(rf"of AR's step 1\.00 / \d+\.\d\d measured, {priced}; the draft's "
-                     rf'catch-up \d+\.\d us a token, of an AR step \d\.\d{{4}} measured, '
-                     rf'{b.catch_up:.4f} priced', out)  # fmt: skip
+                     rf'catch-up \d+\.\d us a token, of an AR step \d\.\d{{4}} measured; '
+                     rf'priced 0.000 of an AR step a catch-up \+{b.catch_up:.4f} a token', out)
     for row in report['rows'].values():
         assert set(row['tokens_per_s']) == {'ar', 'gamma 2', 'adaptive', 'adaptive measured'}
         assert all(v > 0 for v in row['tokens_per_s'].values())
