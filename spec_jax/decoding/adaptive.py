@@ -308,7 +308,7 @@ class Adaptive:
         rate any candidate was taken), in [0.01, 0.99]; unchanged where that batch drafted
         nothing. A job's next batch then starts from what its drafter was seen to accept
         instead of a guess (a draft LM's first drafting round pays its deferred prefill:
-        at the 0.7 default its first round on 1,500-token articles drafted, on a CPU where
+        at the 0.7 default its first round on a 769-token article drafted, on a CPU where
         AR was the best tier there); `weight` stays, so a new batch's counts still move
         it. Prior and weight are leaves: the compiled loop is reused. Greedy tokens do not
         change; sampled ones follow the same law with other draws (the tiers a row runs
@@ -404,9 +404,10 @@ def look_pays(finish_k, hopeful_k, seconds_k, catch_up_k, k, up, z) -> jax.Array
     """Whether a round of tier `up` instead of the choice `k` is worth its price (a bool).
 
     Two readings of the acceptance: the estimate, and `hopeful` z standard errors above
-    it, as likely as Phi(-z) (0.05 at 1.645) or more. If the truth is the hopeful one, the
-    look finds it and the run saves `hopeful_k[k] - hopeful_k[up]` seconds (the tiers'
-    finish at that acceptance, catch-up included); if not, the look wasted its price:
+    it; the truth is at or above the hopeful one with chance Phi(-z) (0.05 at 1.645). If
+    it is, the look finds it and the run saves at least `hopeful_k[k] - hopeful_k[up]`
+    seconds (the tiers' finish at that acceptance, catch-up included; the saving grows
+    with the acceptance, so this is a lower reading); if not, the look wasted its price:
     up's catch-up beyond k's, and its round's seconds beyond what tier k needs for the
     same progress (a round of tier j brings the end 1 / rounds_j nearer: seconds_up (1 -
     finish_k / finish_up)). It pays when Phi(-z) saving > (1 - Phi(-z)) price; z inf: when

@@ -9,8 +9,10 @@ import pytest
 
 from spec_jax import decoding
 from spec_jax.decoding.adaptive import Adaptive, TierCosts
-from spec_jax.jobs import bench, bench_adaptive, timing
+from spec_jax.decoding.drafters import LMDrafter
+from spec_jax.jobs import bench, bench_adaptive, bench_chain, timing
 from spec_jax.jobs.runtime import load_config
+from spec_jax.testing import tiny
 
 CONFIGS = os.path.join(os.path.dirname(__file__), '..', '..', 'configs')
 
@@ -105,6 +107,19 @@ def test_the_priced_line_says_a_catch_up_it_did_not_measure():
         table = got[f'{bench_adaptive.ADAPTIVE} measured'].costs
         assert float(table.catch_up(1, 10)) == pytest.approx(0.002 + 10 * want)
         assert float(table.seconds(1, 0.0)[1]) == pytest.approx(0.031)
+
+
+def test_a_round_carries_the_adaptive_prior_from_group_to_group():
+    """`bench_chain.carried`: an adaptive engine's next group starts from the prior the last
+    one saw (1 of 4 taken at depth 1: 0.25); any other engine is the same engine."""
+    seen = types.SimpleNamespace(stats=dict(per_row=dict(
+        accepted_at_position=[[1, 0]], reached_at_position=[[4, 1]])))  # fmt: skip
+    eng = decoding.Engine(tiny.TARGET, tiny.DECODE, LMDrafter(tiny.DRAFT), 2,
+                          adaptive=Adaptive((0, 1, 2), TierCosts.table([1.0, 1.3, 1.6])))
+    assert eng.adaptive.prior == 0.7
+    assert bench_chain.carried(eng, seen).adaptive.prior == pytest.approx(0.25)
+    ar = decoding.Engine(tiny.TARGET, tiny.DECODE)
+    assert bench_chain.carried(ar, seen) is ar
 
 
 def test_headroom_is_each_workload_by_its_best_fixed_tier_over_the_best_one():
