@@ -146,8 +146,10 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
             catch_up=0.003,
             prior=0.7,  # Acceptance assumed at depth 1 before any round.
             weight=4.0,  # Rounds the prior (and per row the batch's rate) counts as.
-            explore=16,  # Every explore-th round runs the tier above the choice (0: never)
-            optimism=1.645,  # while it wins at acceptance this many standard errors up.
+            # Every explore-th round runs the tier above the choice (0: never) when the look
+            # pays for itself at an acceptance `optimism` standard errors up (adaptive.py).
+            explore=16,
+            optimism=1.645,
         )
     )
 
