@@ -91,6 +91,8 @@ import numpy as np
 from spec_jax.decoding import adaptive_trees
 from spec_jax.decoding.trees import TreeShape
 
+# A prior is kept within these (`Adaptive.warmed`, `drafters.measured.prior`): never sure.
+PRIOR_RANGE = (0.01, 0.99)
 
 @dataclasses.dataclass(frozen=True)
 class TierCosts:
@@ -305,7 +307,7 @@ class Adaptive:
         """These settings with the prior learned from an earlier batch of the same job (its
         `Result.stats['per_row']`): the depth-1 acceptance its rows saw, pooled (tree mode:
         the top candidate's under the geometric prior, 1 - (1 - a)^(1 / width), a the
-        rate any candidate was taken), in [0.01, 0.99]; unchanged where that batch drafted
+        rate any candidate was taken), in `PRIOR_RANGE`; unchanged where that batch drafted
         nothing. A job's next batch then starts from what its drafter was seen to accept
         instead of a guess (a draft LM's first drafting round pays its deferred prefill:
         at the 0.7 default its first round on a 769-token article drafted, on a CPU where
@@ -320,7 +322,7 @@ class Adaptive:
         rate = accepted[0] / reached[0]
         if self.trees:
             rate = 1.0 - (1.0 - rate) ** (1.0 / self.width)
-        return dataclasses.replace(self, prior=float(np.clip(rate, 0.01, 0.99)))
+        return dataclasses.replace(self, prior=float(np.clip(rate, *PRIOR_RANGE)))
 
     @classmethod
     def parse_tiers(cls, text: str, num_draft: int) -> tuple[int, ...]:

@@ -22,6 +22,7 @@ from spec_jax import checkpoints, rules, sharding
 from spec_jax.costs import calibration, chips
 from spec_jax.decoding import drafters, tree_budget, trees
 from spec_jax.decoding.adaptive import Adaptive, TierCosts, tree_tiers
+from spec_jax.decoding.drafters import measured as measured_prior
 from spec_jax.decoding.drafters.lm import PREFILL_CHUNKS
 from spec_jax.decoding.engine import MODES, Engine
 from spec_jax.decoding.host import Params
@@ -144,7 +145,12 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
             # costs price it themselves (this CPU measured 0.0015 of an AR step at batch 1,
             # 0.0044 at batch 8).
             catch_up=0.003,
-            prior=0.7,  # Acceptance assumed at depth 1 before any round.
+            # Acceptance assumed at depth 1 before any round: with prior_from 'drafter', what
+            # the drafter was measured to accept (its directory's acceptance.json at this
+            # lookup: decoding/drafters/measured.py, configs/bench_prior.py) where it has
+            # one, else `prior`; '' always `prior`.
+            prior=0.7,
+            prior_from='drafter',
             weight=4.0,  # Rounds the prior (and per row the batch's rate) counts as.
             # Every explore-th round runs the tier above the choice (0: never) when the look
             # pays for itself at an acceptance `optimism` standard errors up (adaptive.py).
@@ -216,12 +222,14 @@ def platform_chip() -> str:
 
 
 def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int, chip_costs=None,
-                tree: trees.TreeShape | None = None,
-                follow: int = 1) -> Adaptive | None:  # fmt: skip
+                tree: trees.TreeShape | None = None, follow: int = 1,
+                measured: tuple[float, str] | None = None) -> Adaptive | None:  # fmt: skip
     """The engine's `Adaptive` from an adaptive block (None when `tiers` is ''); `chip_costs`
     (chip, tiers[, shapes]) -> TierCosts reads 'chip:NAME' costs (`build`: `chip_tier_costs`);
     `tree`: tree mode's tree (its tiers: `adaptive.tree_tiers`); `follow`: the AR tier's
-    draft calls in the relative model (`FOLLOW_CALLS`)."""
+    draft calls in the relative model (`FOLLOW_CALLS`); `measured`: the drafter's measured
+    prior and its source (`drafters.measured.prior`), the prior where `prior_from` is
+    'drafter' (printed, with where it came from)."""
     if not c.tiers:
         return None
     if mode == 'ar':
@@ -246,7 +254,18 @@ def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int, chip_co
             raise ValueError(f'spec.adaptive.costs={c.costs!r}, per_token={c.per_token!r}: '
                              f'give one number per tier {tiers}')
         costs = TierCosts.table(base, per, catch_up_n=c.catch_up)
-    return Adaptive(tiers, costs, c.prior, c.weight, c.explore, c.optimism, shapes)
+    prior = c.prior
+    source = c.get('prior_from', 'drafter')
+    if source not in ('drafter', ''):
+        raise ValueError(f"spec.adaptive.prior_from={source!r}: give 'drafter' (its measured "
+                         "acceptance where it has one) or '' (spec.adaptive.prior)")
+    if source and measured is not None:
+        prior = measured[0]
+        print(f'adaptive prior {prior:.3f}, measured: {measured[1]}')
+    elif source:
+        print(f'adaptive prior {prior} (spec.adaptive.prior): the drafter has no measured '
+              f'acceptance ({measured_prior.FILE}) at this lookup')
+    return Adaptive(tiers, costs, prior, c.weight, c.explore, c.optimism, shapes)
 
 
 def spec_config(mode: str = 'ar', draft: str = '') -> ml_collections.ConfigDict:
@@ -350,7 +369,9 @@ def build(c: ml_collections.ConfigDict) -> Built:
         bool(s.meter_distortion),
         tree,
         adaptive_of(s.adaptive, s.mode, num_draft, chip_costs, tree,
-                    FOLLOW_CALLS.get(s.drafter, 1)) if 'adaptive' in s else None,
+                    FOLLOW_CALLS.get(s.drafter, 1),
+                    measured_prior.prior(s.draft, s.drafter, s.lookup))
+        if 'adaptive' in s and s.adaptive.tiers else None,
     )
     engine.check()
     params = Params(target.params, sharding.shard(draft.params, mesh, draft.drafter.rules))

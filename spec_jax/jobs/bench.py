@@ -8,6 +8,8 @@
   rules    verify_chain against the target forward (spec_jax.jobs.bench_rules)
   accel    a preset's real shapes on an accelerator in minutes, beside the predictions
            (spec_jax.jobs.bench_accel)
+  prior    a drafter's acceptance on held-out prompts, written beside it: the adaptive
+           engine's first prior (spec_jax.jobs.bench_prior)
 
 Every comparison runs interleaved in one process (rounds of A, B, C, A, B, C, ...) and
 reports medians: this machine's timings move by +-30 % between runs, ratios within one
@@ -29,6 +31,7 @@ from spec_jax.jobs import (
     bench_adaptive,
     bench_chain,
     bench_mesh,
+    bench_prior,
     bench_rules,
     bench_tree,
     runtime,
@@ -161,6 +164,7 @@ BENCHES = {
     'mesh': bench_mesh.run,
     'rules': bench_rules.run,
     'accel': bench_accel.run,
+    'prior': bench_prior.run,
 }
 
 

@@ -6,6 +6,7 @@ eagle3.py   `Eagle3Drafter`: an EAGLE-3 head on the target's feature taps
 lookup.py   `NgramDrafter` (prompt lookup) and `PromptLookup` (lookup, then a model)
 self_draft.py  `SelfDrafter`: the target as its own draft (q = p), chains and top-k trees
 dflash.py   `DFlashDrafter`: a DFlash block drafter (chains; DDTree trees)
+measured.py what a drafter was measured to accept (its acceptance.json): the adaptive prior
 """
 
 from __future__ import annotations
