@@ -31,6 +31,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.ngram = 3
     c.lookup = 0 if tiny else 2  # Prompt lookup first (MBPP's code repeats its prompt).
     c.rule = 'lossless'
+    # The adaptive chain's first prior: 'drafter' what the drafter was measured to accept on
+    # held-out prompts (its acceptance.json: configs/bench_prior.py) where it has one, else
+    # spec.adaptive.prior's 0.7; '' always 0.7.
+    c.prior_from = 'drafter'
     c.tiers = '0,1,2,4'  # Draft lengths; 0 is AR's step. The fixed chains: 1, 2, 4.
     # The tiers' round costs: 'auto' the platform's calibrated chip ('cpu' here:
     # spec_jax/costs, from this machine's bench); '' the relative model.

@@ -39,6 +39,7 @@ import numpy as np
 
 from spec_jax import checkpoints, decoding, rules
 from spec_jax.decoding import drafters
+from spec_jax.decoding.drafters import measured
 from spec_jax.decoding.adaptive import TierCosts
 from spec_jax.decoding.build import FOLLOW_CALLS, adaptive_of, chip_tier_costs
 from spec_jax.eval import tasks as tasks_lib
@@ -62,7 +63,8 @@ def workload_ids(c: ml_collections.ConfigDict, tok) -> dict[str, list]:
 
 def engines_of(c: ml_collections.ConfigDict, target, dec):
     """AR, a chain at each fixed length of `c.tiers` (0 is AR's) and the adaptive chain
-    (its tier costs from `c.costs`: a chip's calibration, or the relative model)."""
+    (its tier costs from `c.costs`: a chip's calibration, or the relative model; its prior
+    the drafter's measured acceptance where `c.prior_from` is 'drafter' and it has one)."""
     made = drafters.make(c.drafter, target, c.draft, ngram=c.ngram, lookup=c.lookup,
                          dtype=c.dtype, seed=c.seed)  # fmt: skip
     tiers = tuple(int(v) for v in c.tiers.split(','))
@@ -71,6 +73,7 @@ def engines_of(c: ml_collections.ConfigDict, target, dec):
                          "as '0,1,2,4'")  # fmt: skip
     rule, top = rules.make(c.rule), tiers[-1]
     block = decoding.adaptive_config(c.tiers, c.costs)
+    block.prior_from = c.get('prior_from', 'drafter')
 
     def chip_costs(chip, tier_list, shapes=()):
         del shapes
@@ -80,7 +83,8 @@ def engines_of(c: ml_collections.ConfigDict, target, dec):
     engines = {'ar': decoding.Engine(target.cfg, dec)}
     for k in tiers[1:]:
         engines[f'gamma {k}'] = decoding.Engine(target.cfg, dec, made.drafter, k, rule)
-    adaptive = adaptive_of(block, 'chain', top, chip_costs, follow=FOLLOW_CALLS.get(c.drafter, 1))
+    adaptive = adaptive_of(block, 'chain', top, chip_costs, follow=FOLLOW_CALLS.get(c.drafter, 1),
+                           measured=measured.prior(c.draft, c.drafter, c.lookup))  # fmt: skip
     engines[ADAPTIVE] = decoding.Engine(target.cfg, dec, made.drafter, top, rule,
                                         adaptive=adaptive)  # fmt: skip
     engines[ADAPTIVE].check()
