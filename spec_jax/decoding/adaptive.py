@@ -47,6 +47,11 @@ in mean tokens per second to pay. A long context (attention grows with each veri
 token) or a large batch (a compute-bound forward) can make AR the best tier; then the
 round is AR's step.
 
+The prior. Before a row has been seen it leans on `prior`, the depth-1 acceptance assumed
+(deeper depths borrow the depth above): the build reads it from the drafter's measured
+acceptance on held-out prompts where its directory has one (decoding/drafters/measured.py),
+and a job's later batches from what its earlier ones saw (`Adaptive.warmed`).
+
 Exploration. Once AR wins, no depth is examined and the counts freeze. Every `explore`-th
 round (by the batch's round count) may run the tier one above the choice instead: when the
 look pays for itself (`look_pays`): the time it would save were the acceptance `optimism`
@@ -70,13 +75,13 @@ draft LM does nothing (its next proposal first catches its cache up over the tok
 missed, one forward per 16), an EAGLE-3 head buffers the step's taps and runs one window
 over 16 positions when 16 are buffered or before it drafts (its lag: the buffered count),
 DFlash reads the step's taps (one window over one token), the target as its own drafter
-re-feeds two tokens; `relative` counts `follow` draft calls for it (an upper reading for
-a buffering head). The engine runs its drafter `deferred()`: a draft LM's prefill waits
-for its first proposal (the catch-up from slot 0, in wide chunks), so a run that never
-drafts (AR wins from the first round, as at a large batch or a long context) never pays
-it; its lag is the prompt until then, and the choice prices it like any catch-up; an
-EAGLE-3 head buffers (`Eagle3Drafter.follow_every`), and its catch-up is priced as the
-window's unused positions (`TierCosts`).
+re-feeds two tokens; `relative` counts `follow` draft calls a step for it (a buffering
+head: its window's share, `decoding.build.FOLLOW_CALLS`). The engine runs its drafter
+`deferred()`: a draft LM's prefill waits for its first proposal (the catch-up from slot
+0, in wide chunks), so a run that never drafts (AR wins from the first round, as at a
+large batch or a long context) never pays it; its lag is the prompt until then, and the
+choice prices it like any catch-up; an EAGLE-3 head buffers (`Eagle3Drafter.follow_every`),
+and its catch-up is priced as the window's unused positions (`TierCosts`).
 """
 
 from __future__ import annotations
@@ -146,22 +151,30 @@ class TierCosts:
     @classmethod
     def relative(
         cls, tiers: Sequence[int], verify: float = 0.18, draft: float = 0.15,
-        context: float = 0.0, trees: Sequence[TreeShape] = (), follow: int = 1,
-        catch_up: float = 0.0,
+        context: float = 0.0, trees: Sequence[TreeShape] = (), follow: float = 1.0,
+        catch_up: float = 0.0, buffer: int = 0,
     ) -> TierCosts:  # fmt: skip
         """A model in units of an AR step at context 0: tier k costs 1 + verify k (the
-        target over k + 1 tokens) + draft k (k draft calls; the AR tier `follow` calls,
-        its drafter's `Drafter.follow`: 1 for a head, 0 for a draft LM), plus context
-        (k + 1) per context token (attention), and `catch_up` per token a lagging drafter
-        feeds. With `trees` (tree mode, tiers 0 and each tree's nodes M): k = M - 1
-        verified and the tree's drafted levels as its calls."""
+        target over k + 1 tokens) + draft k (k draft calls; the AR tier `follow` calls a
+        step, its drafter's `Drafter.follow`: 1 for a drafter that runs every step, 0 for a
+        draft LM, a window's share for a buffering head), plus context (k + 1) per context
+        token (attention), and `catch_up` per token a lagging drafter feeds. `buffer` W > 0
+        (a head that buffers W steps and runs one window over them, a W-th of it a step in
+        `follow`): drafting at a lag of L pays the window's unused W - L positions (a
+        base of W follow draft, less follow draft a token; `catch_up` unused), as
+        `chip_tier_costs` prices it. With `trees` (tree mode, tiers 0 and each tree's
+        nodes M): k = M - 1 verified and the tree's drafted levels as its calls."""
         if trees:
             calls = [follow, *(t.levels_drafted for t in trees)]
         else:
             calls = [k or follow for k in tiers]
         verified = [0, *(t.nodes - 1 for t in trees)] if trees else list(tiers)
         base = [1.0 + verify * k + draft * n for k, n in zip(verified, calls)]
-        return cls.table(base, [context * (k + 1) for k in verified], catch_up_n=catch_up)
+        per_token = [context * (k + 1) for k in verified]
+        if buffer:
+            return cls.table(base, per_token, catch_up_n=-draft * follow,
+                             catch_up_base_n=buffer * draft * follow)  # fmt: skip
+        return cls.table(base, per_token, catch_up_n=catch_up)
 
     def seconds(self, batch: int, context: jax.Array) -> jax.Array:
         """[K] seconds of a round of each tier at `batch` rows and `context` tokens."""

@@ -23,6 +23,7 @@ from spec_jax.costs import calibration, chips
 from spec_jax.decoding import drafters, tree_budget, trees
 from spec_jax.decoding.adaptive import Adaptive, TierCosts, tree_tiers
 from spec_jax.decoding.drafters import measured as measured_prior
+from spec_jax.decoding.drafters.eagle3 import FOLLOW_EVERY
 from spec_jax.decoding.drafters.lm import PREFILL_CHUNKS
 from spec_jax.decoding.engine import MODES, Engine
 from spec_jax.decoding.host import Params
@@ -135,8 +136,8 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
             per_token='',  # Seconds each tier's round adds per context token ('' = 0).
             # The relative model (units of an AR step): tier k costs 1 + verify k +
             # draft k, plus context (k + 1) per context token (a tree of M nodes: k = M - 1
-            # verified, its drafted levels as draft calls); the AR tier adds draft once for
-            # a drafter that reads the target's taps (not a draft LM: FOLLOW_CALLS).
+            # verified, its drafted levels as draft calls); the AR tier adds its drafter's
+            # follow (a draft LM none, a buffering head its window's share: FOLLOW_CALLS).
             verify=0.18,
             draft=0.15,
             context=0.0,
@@ -162,10 +163,18 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
 
 # Batch sizes a chip's tier costs are read at (the loop interpolates at its own).
 CHIP_BATCHES = (1, 2, 4, 8, 16, 32, 64)
-# Draft calls of the adaptive AR tier's `Drafter.follow` by spec.drafter (default 1: a
-# head or DFlash reads the round's taps, the target itself re-feeds two tokens); a draft LM
-# makes none (it catches up when it next drafts).
-FOLLOW_CALLS = {'lm': 0}
+# A buffering head's window over its FOLLOW_EVERY positions in draft calls (one-token steps
+# with the draft vocabulary's logits), for the relative model: the shipped head's 16-wide
+# window took 2.8 ms at batch 1 and 14.2 at batch 8 on this CPU, one token's window (no
+# logits) 1.3 and 3.3, and its logits (576 x 8,192) about as many FLOPs as the rest of a
+# step: about 1 and 2 draft calls; 2, the upper one.
+HEAD_WINDOW_CALLS = 2.0
+# Draft calls a step of the adaptive AR tier's `Drafter.follow` by spec.drafter, for the
+# relative model (default 1: DFlash reads the step's taps, the target itself re-feeds two
+# tokens); a draft LM makes none (it catches up when it next drafts); an EAGLE-3 head
+# buffers (`BUFFERS`): its window's share a step.
+FOLLOW_CALLS = {'lm': 0.0, 'eagle3': HEAD_WINDOW_CALLS / FOLLOW_EVERY}
+BUFFERS = {'eagle3': FOLLOW_EVERY}  # Steps a drafter's `deferred()` follow buffers.
 
 
 def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
@@ -189,7 +198,7 @@ def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
     every = max(getattr(base.deferred(), 'follow_every', 0), 1)
 
     def follow(batch):  # The AR tier's drafter work a step.
-        return model.follow_s(batch, slots, every) / every if FOLLOW_CALLS.get(kind, 1) else 0.0
+        return model.follow_s(batch, slots, every) / every if FOLLOW_CALLS.get(kind, 1.0) else 0.0
 
     def tier(i, k):
         if not k:
@@ -222,14 +231,14 @@ def platform_chip() -> str:
 
 
 def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int, chip_costs=None,
-                tree: trees.TreeShape | None = None, follow: int = 1,
+                tree: trees.TreeShape | None = None, drafter: str = '',
                 measured: tuple[float, str] | None = None) -> Adaptive | None:  # fmt: skip
     """The engine's `Adaptive` from an adaptive block (None when `tiers` is ''); `chip_costs`
     (chip, tiers[, shapes]) -> TierCosts reads 'chip:NAME' costs (`build`: `chip_tier_costs`);
-    `tree`: tree mode's tree (its tiers: `adaptive.tree_tiers`); `follow`: the AR tier's
-    draft calls in the relative model (`FOLLOW_CALLS`); `measured`: the drafter's measured
-    prior and its source (`drafters.measured.prior`), the prior where `prior_from` is
-    'drafter' (printed, with where it came from)."""
+    `tree`: tree mode's tree (its tiers: `adaptive.tree_tiers`); `drafter`: spec.drafter,
+    the AR tier's follow in the relative model (`FOLLOW_CALLS`, `BUFFERS`); `measured`:
+    the drafter's measured prior and its source (`drafters.measured.prior`), the prior
+    where `prior_from` is 'drafter' (printed, with where it came from)."""
     if not c.tiers:
         return None
     if mode == 'ar':
@@ -238,8 +247,9 @@ def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int, chip_co
     shapes = () if tree is None else tree_tiers(tree, c.tiers)
     tiers = (0, *(t.nodes for t in shapes)) if shapes else Adaptive.parse_tiers(c.tiers, num_draft)
     if not c.costs:
-        costs = TierCosts.relative(tiers, c.verify, c.draft, c.context, shapes, follow,
-                                   c.catch_up)  # fmt: skip
+        costs = TierCosts.relative(tiers, c.verify, c.draft, c.context, shapes,
+                                   FOLLOW_CALLS.get(drafter, 1.0), c.catch_up,
+                                   BUFFERS.get(drafter, 0))  # fmt: skip
     elif (c.costs == 'auto' or c.costs.startswith('chip:')) and chip_costs is not None:
         name = platform_chip() if c.costs == 'auto' else c.costs[5:]
         costs = chip_costs(name, tiers, shapes) if shapes else chip_costs(name, tiers)
@@ -369,8 +379,7 @@ def build(c: ml_collections.ConfigDict) -> Built:
         bool(s.meter_distortion),
         tree,
         adaptive_of(s.adaptive, s.mode, num_draft, chip_costs, tree,
-                    FOLLOW_CALLS.get(s.drafter, 1),
-                    measured_prior.prior(s.draft, s.drafter, s.lookup))
+                    s.drafter, measured_prior.prior(s.draft, s.drafter, s.lookup))
         if 'adaptive' in s and s.adaptive.tiers else None,
     )
     engine.check()

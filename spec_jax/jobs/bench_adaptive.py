@@ -39,9 +39,9 @@ import numpy as np
 
 from spec_jax import checkpoints, decoding, rules
 from spec_jax.decoding import drafters
-from spec_jax.decoding.drafters import measured
 from spec_jax.decoding.adaptive import TierCosts
-from spec_jax.decoding.build import FOLLOW_CALLS, adaptive_of, chip_tier_costs
+from spec_jax.decoding.build import adaptive_of, chip_tier_costs
+from spec_jax.decoding.drafters import measured
 from spec_jax.eval import tasks as tasks_lib
 from spec_jax.jobs import bench_chain, speed_report
 from spec_jax.jobs.timing import WARMED
@@ -83,8 +83,8 @@ def engines_of(c: ml_collections.ConfigDict, target, dec):
     engines = {'ar': decoding.Engine(target.cfg, dec)}
     for k in tiers[1:]:
         engines[f'gamma {k}'] = decoding.Engine(target.cfg, dec, made.drafter, k, rule)
-    adaptive = adaptive_of(block, 'chain', top, chip_costs, follow=FOLLOW_CALLS.get(c.drafter, 1),
-                           measured=measured.prior(c.draft, c.drafter, c.lookup))  # fmt: skip
+    adaptive = adaptive_of(block, 'chain', top, chip_costs, drafter=c.drafter,
+                           measured=measured.prior(c.draft, c.drafter, c.lookup))
     engines[ADAPTIVE] = decoding.Engine(target.cfg, dec, made.drafter, top, rule,
                                         adaptive=adaptive)  # fmt: skip
     engines[ADAPTIVE].check()

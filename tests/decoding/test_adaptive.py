@@ -230,6 +230,24 @@ def test_settings_are_checked():
                         adaptive=Adaptive((0, 2, 4), TierCosts.table([1.0, 1.5, 2.0])))
 
 
+def test_the_relative_model_prices_a_buffering_head_by_its_window():
+    """The relative model (units of an AR step), by hand at verify 0.2, draft 0.1: a draft
+    LM's AR tier pays nothing and its catch-up 0.003 a token; a head buffering 16 steps
+    pays its window (2 draft calls) a 16th a step, and drafting at a lag of L the window's
+    unused 16 - L positions; a drafter that follows every step a draft call."""
+    c = adaptive_config(tiers='0,1,2')
+    c.verify, c.draft, c.catch_up = 0.2, 0.1, 0.003
+    lm, head, other = (adaptive_of(c, 'chain', 2, drafter=d).costs
+                       for d in ('lm', 'eagle3', 'dflash'))  # fmt: skip
+    np.testing.assert_allclose(np.asarray(lm.base_kn)[:, 0], [1.0, 1.3, 1.6], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(head.base_kn)[:, 0], [1.0125, 1.3, 1.6], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(other.base_kn)[:, 0], [1.1, 1.3, 1.6], rtol=1e-6)
+    assert float(lm.catch_up(1, jnp.int32(100))) == pytest.approx(0.3)
+    np.testing.assert_allclose([float(head.catch_up(1, jnp.int32(lag))) for lag in (1, 12, 16)],
+                               [0.1875, 0.05, 0.0], atol=1e-7)  # fmt: skip
+    assert float(other.catch_up(1, jnp.int32(5))) == pytest.approx(5 * 0.003)
+
+
 def test_chip_costs():
     """'chip:h200' reads the calibrated model (spec_jax.costs): a round costs more with
     each tier (more tokens verified, more draft calls; AR's step alone: the draft LM follows

@@ -53,7 +53,8 @@ def test_the_build_starts_an_adaptive_engine_from_the_measured_prior(tmp_path, c
     head = e3.Eagle3Head(cfg, e3.init_params(cfg, jax.random.PRNGKey(0)), d2t, t2d)
     eagle_formats.save_head(str(tmp_path), head, 'official', 'float32')
     c = generate.default_config(tiny=True)
-    c.spec.mode, c.spec.drafter, c.spec.draft, c.spec.num_draft = 'chain', 'eagle3', str(tmp_path), 2
+    s = c.spec
+    s.mode, s.drafter, s.draft, s.num_draft = 'chain', 'eagle3', str(tmp_path), 2
     c.spec.adaptive.tiers = 'auto'
     assert decoding.build(c).engine.adaptive.prior == 0.7  # No acceptance.json yet.
     assert 'the drafter has no measured acceptance' in capsys.readouterr().out

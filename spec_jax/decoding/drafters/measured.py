@@ -70,8 +70,9 @@ def describe(path: str, card: dict, lookup: int) -> str:
     """One line: what was measured, on what, at which commit."""
     m = card['measured']
     record = card['by_lookup'][str(lookup)]
+    sets = ', '.join(m.get('sets', ()))
     return (f'{path}: depth-1 acceptance {record["depth_1"]:.3f} behind lookup {lookup} '
-            f'with target {card.get("target")}, {m.get("prompts")} held-out prompts of {", ".join(m.get("sets", ()))} (from '
-            f'prompt {int(m.get("start", 0)) + 1} of each), chain of {m.get("chain")}, '
+            f'with target {card.get("target")}, {m.get("prompts")} held-out prompts of {sets} '
+            f'(from prompt {int(m.get("start", 0)) + 1} of each), chain of {m.get("chain")}, '
             f'{m.get("rule")} rule at T {m.get("temperature")}, measured at commit '
             f'{str(card.get("commit", "unknown"))[:12]}')
