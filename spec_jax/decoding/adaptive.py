@@ -72,16 +72,16 @@ of its round (a tree tier's node law is the rule's `induced_tree_node`, as in an
 
 The AR tier runs AR's step and keeps the drafter following the text by `Drafter.follow`: a
 draft LM does nothing (its next proposal first catches its cache up over the tokens it
-missed, one forward per 16), an EAGLE-3 head buffers the step's taps and runs one window
-over 16 positions when 16 are buffered or before it drafts (its lag: the buffered count),
+missed, one forward per 16), an EAGLE-3 head buffers the step's taps (up to 256) and runs
+16-wide windows over them before it drafts (its lag: the buffered count),
 DFlash reads the step's taps (one window over one token), the target as its own drafter
-re-feeds two tokens; `relative` counts `follow` draft calls a step for it (a buffering
-head: its window's share, `decoding.build.FOLLOW_CALLS`). The engine runs its drafter
+re-feeds two tokens; `relative` counts `follow` draft calls a step for it
+(`decoding.build.FOLLOW_CALLS`). The engine runs its drafter
 `deferred()`: a draft LM's prefill waits for its first proposal (the catch-up from slot
 0, in wide chunks), so a run that never drafts (AR wins from the first round, as at a
 large batch or a long context) never pays it; its lag is the prompt until then, and the
-choice prices it like any catch-up; an EAGLE-3 head buffers (`Eagle3Drafter.follow_every`),
-and its catch-up is priced as the window's unused positions (`TierCosts`).
+choice prices it like any catch-up; an EAGLE-3 head buffers (`Eagle3Drafter.capacity`),
+and its catch-up is priced as its windows (`TierCosts`, `decoding.build.head_follow`).
 """
 
 from __future__ import annotations
@@ -110,14 +110,16 @@ class TierCosts:
       per_token_kn: [K, N] seconds added per context token.
       catch_up_n: [N] seconds per token a lagging drafter feeds before it drafts (a draft
         LM after AR rounds, or whose prefill was deferred: `Drafter.lag`), a row each;
-        negative where the AR tier's price already owes them (a buffering head: below).
+        negative where the AR tier's price already owes them (a head that runs a window
+        whenever W are buffered: below).
       catch_up_base_n: [N] seconds any catch-up costs besides (its one forward or window).
         A catch-up of `lag` > 0 tokens costs max(0, base + lag x per token): a draft LM's
         is a `catch_up`-wide forward plus its widest chunk's price a token (an upper
-        reading); a head buffering W positions runs one window whatever it holds, and the
-        AR tier's price already pays a W-th of a window a step, so drafting at lag L costs
-        what the window's unused W - L positions waste: base a window, per token -1/W of it
-        (at L = W, none: that flush was due).
+        reading); a head that buffers until it drafts runs ceil(L / W) W-wide windows:
+        base a window, per token a W-th of one (an upper reading by at most a window);
+        one that runs a window whenever W are buffered has the AR tier pay a W-th of it a
+        step, so drafting at lag L costs what the window's unused W - L positions waste:
+        base a window, per token -1/W of it (`decoding.build.head_follow`).
     """
 
     batch_n: jax.Array
@@ -152,29 +154,23 @@ class TierCosts:
     def relative(
         cls, tiers: Sequence[int], verify: float = 0.18, draft: float = 0.15,
         context: float = 0.0, trees: Sequence[TreeShape] = (), follow: float = 1.0,
-        catch_up: float = 0.0, buffer: int = 0,
+        catch_up: float = 0.0, catch_up_base: float = 0.0,
     ) -> TierCosts:  # fmt: skip
         """A model in units of an AR step at context 0: tier k costs 1 + verify k (the
         target over k + 1 tokens) + draft k (k draft calls; the AR tier `follow` calls a
         step, its drafter's `Drafter.follow`: 1 for a drafter that runs every step, 0 for a
-        draft LM, a window's share for a buffering head), plus context (k + 1) per context
-        token (attention), and `catch_up` per token a lagging drafter feeds. `buffer` W > 0
-        (a head that buffers W steps and runs one window over them, a W-th of it a step in
-        `follow`): drafting at a lag of L pays the window's unused W - L positions (a
-        base of W follow draft, less follow draft a token; `catch_up` unused), as
-        `chip_tier_costs` prices it. With `trees` (tree mode, tiers 0 and each tree's
-        nodes M): k = M - 1 verified and the tree's drafted levels as its calls."""
+        draft LM or a head that buffers until it drafts), plus context (k + 1) per context
+        token (attention), and a catch-up of `catch_up_base` + `catch_up` a token a
+        lagging drafter feeds. With `trees` (tree mode, tiers 0 and each tree's nodes M):
+        k = M - 1 verified and the tree's drafted levels as its calls."""
         if trees:
             calls = [follow, *(t.levels_drafted for t in trees)]
         else:
             calls = [k or follow for k in tiers]
         verified = [0, *(t.nodes - 1 for t in trees)] if trees else list(tiers)
         base = [1.0 + verify * k + draft * n for k, n in zip(verified, calls)]
-        per_token = [context * (k + 1) for k in verified]
-        if buffer:
-            return cls.table(base, per_token, catch_up_n=-draft * follow,
-                             catch_up_base_n=buffer * draft * follow)  # fmt: skip
-        return cls.table(base, per_token, catch_up_n=catch_up)
+        return cls.table(base, [context * (k + 1) for k in verified], catch_up_n=catch_up,
+                         catch_up_base_n=catch_up_base)  # fmt: skip
 
     def seconds(self, batch: int, context: jax.Array) -> jax.Array:
         """[K] seconds of a round of each tier at `batch` rows and `context` tokens."""

@@ -137,13 +137,14 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
             # The relative model (units of an AR step): tier k costs 1 + verify k +
             # draft k, plus context (k + 1) per context token (a tree of M nodes: k = M - 1
             # verified, its drafted levels as draft calls); the AR tier adds its drafter's
-            # follow (a draft LM none, a buffering head its window's share: FOLLOW_CALLS).
+            # follow (none for a draft LM or a buffering head: FOLLOW_CALLS).
             verify=0.18,
             draft=0.15,
             context=0.0,
             # Per token a lagging draft LM feeds before it drafts (after AR rounds; its
-            # deferred prefill), in the costs' units; other drafters never lag, 'chip:'
-            # costs price it themselves (this CPU measured 0.0015 of an AR step at batch 1,
+            # deferred prefill), in the costs' units; a buffering head's catch-up is its
+            # windows (HEAD_WINDOW_CALLS), other drafters never lag; 'chip:' costs price it
+            # themselves (this CPU measured 0.0015 of an AR step at batch 1,
             # 0.0044 at batch 8).
             catch_up=0.003,
             # Acceptance assumed at depth 1 before any round: with prior_from 'drafter', what
@@ -169,12 +170,13 @@ CHIP_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 # logits) 1.3 and 3.3, and its logits (576 x 8,192) about as many FLOPs as the rest of a
 # step: about 1 and 2 draft calls; 2, the upper one.
 HEAD_WINDOW_CALLS = 2.0
-# Draft calls a step of the adaptive AR tier's `Drafter.follow` by spec.drafter, for the
-# relative model (default 1: DFlash reads the step's taps, the target itself re-feeds two
-# tokens); a draft LM makes none (it catches up when it next drafts); an EAGLE-3 head
-# buffers (`BUFFERS`): its window's share a step.
-FOLLOW_CALLS = {'lm': 0.0, 'eagle3': HEAD_WINDOW_CALLS / FOLLOW_EVERY}
-BUFFERS = {'eagle3': FOLLOW_EVERY}  # Steps a drafter's `deferred()` follow buffers.
+# Draft calls a step of the adaptive AR tier's `Drafter.follow` by spec.drafter (default 1:
+# DFlash reads the step's taps, the target itself re-feeds two tokens); a draft LM makes
+# none (it catches up when it next drafts), nor does an EAGLE-3 head, which buffers its
+# taps (`Eagle3Drafter.capacity`) and runs over them in `WINDOWS`-wide windows before it
+# next drafts (or, unpriced, when its capacity is full: `head_follow`).
+FOLLOW_CALLS = {'lm': 0.0, 'eagle3': 0.0}
+WINDOWS = {'eagle3': FOLLOW_EVERY}
 
 
 def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
@@ -182,23 +184,19 @@ def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
     """`tiers`' round costs from `chip`'s calibrated model (`costs.calibration`) at
     `CHIP_BATCHES` and `slots` cache slots, no context term (the engine's attention reads
     every slot). Tier k > 0: a chain of k drafted by `kind` ('lm', 'eagle3'), or `tree`
-    (tier i > 0 of tree mode's `shapes`: that tree);
-    tier 0: AR's step plus the drafter's `follow` as the adaptive engine runs it
-    (`deferred()`): a head's layer over the W positions it buffers, a W-th of it a step
-    (`CostModel.follow_s`, no logits; W 1 for a head that follows every step); a draft LM
-    nothing: it catches up when it next drafts. The catch-up (`TierCosts`): a draft LM's
-    `catch_up`-wide forward plus its widest prefill chunk's price a token; a buffering
-    head's window less a W-th of it a lagging position (the AR tier already pays that)."""
+    (tier i > 0 of tree mode's `shapes`: that tree); tier 0: AR's step plus the drafter's
+    `follow` as the adaptive engine runs it (`deferred()`; `head_follow` for a head); a
+    draft LM nothing: it catches up when it next drafts. The catch-up (`TierCosts`): a
+    draft LM's `catch_up`-wide forward plus its widest prefill chunk's price a token; a
+    head's as `head_follow` says."""
     if kind not in ('lm', 'eagle3'):
         raise ValueError(f"spec.adaptive.costs='chip:{chip}' prices drafters 'lm' and "
                          f"'eagle3'; got {kind!r}")
     base = getattr(drafter, 'base', drafter)  # Prompt lookup prices its model drafter.
     model = calibration.for_chip(chip, target, **{'head' if kind == 'eagle3' else 'draft':
                                                   base.cfg})  # fmt: skip
-    every = max(getattr(base.deferred(), 'follow_every', 0), 1)
-
-    def follow(batch):  # The AR tier's drafter work a step.
-        return model.follow_s(batch, slots, every) / every if FOLLOW_CALLS.get(kind, 1.0) else 0.0
+    head = [head_follow(model, base.deferred(), b, slots) for b in CHIP_BATCHES] if (
+        kind == 'eagle3') else [(0.0, None, None)] * len(CHIP_BATCHES)  # fmt: skip
 
     def tier(i, k):
         if not k:
@@ -207,17 +205,36 @@ def chip_tier_costs(chip: str, tiers, target, drafter, kind: str, slots: int,
             return calibration.Tier.tree(shapes[i - 1])
         return calibration.Tier.chain(k, kind) if tree is None else calibration.Tier.tree(tree)
 
-    at = [[model.round_s(tier(i, k), b, slots) + (0.0 if k else follow(b)) for b in CHIP_BATCHES]
-          for i, k in enumerate(tiers)]  # fmt: skip
+    at = [[model.round_s(tier(i, k), b, slots) + (0.0 if k else step) for b, (step, _, _)
+           in zip(CHIP_BATCHES, head)] for i, k in enumerate(tiers)]  # fmt: skip
     per = least = None
     if kind == 'lm':
         width = PREFILL_CHUNKS[0]
         per = [model.feed_s(b, width, slots) / width for b in CHIP_BATCHES]
         least = [model.feed_s(b, base.catch_up, slots) for b in CHIP_BATCHES]
-    elif every > 1:
-        per = [-follow(b) for b in CHIP_BATCHES]
-        least = [every * follow(b) for b in CHIP_BATCHES]
+    elif head[0][1] is not None:
+        least, per = [h[1] for h in head], [h[2] for h in head]
     return TierCosts.table(at, batch_n=CHIP_BATCHES, catch_up_n=per, catch_up_base_n=least)
+
+
+def head_follow(model, head, batch: int, slots: int):
+    """(seconds a step of the AR tier, catch-up base, catch-up a token) of an EAGLE-3 head
+    `head` following AR steps (`Eagle3Drafter.follow`), from its layer over W positions
+    without logits (`CostModel.follow_s`, W its `follow_every`): one that runs every step
+    pays its one-token window a step and never lags (None, None); one that runs a window
+    when W are buffered pays a W-th of it a step, and drafting at a lag of L the window's
+    unused W - L positions (base a window, less a W-th of it a token: the AR tier paid
+    those); one that buffers more than W (`capacity`, the adaptive engine's lazy head)
+    pays nothing a step and, drafting at a lag of L, ceil(L / W) windows (priced a window
+    plus a W-th of one a token, an upper reading by at most a window; a run of more than
+    `capacity` AR steps pays the windows then too, not priced)."""
+    w = max(head.follow_every, 1)
+    window = model.follow_s(batch, slots, w)
+    if w == 1:
+        return window, None, None
+    if head.buffer > w:
+        return 0.0, window, window / w
+    return window / w, window, -window / w
 
 
 def platform_chip() -> str:
@@ -236,7 +253,7 @@ def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int, chip_co
     """The engine's `Adaptive` from an adaptive block (None when `tiers` is ''); `chip_costs`
     (chip, tiers[, shapes]) -> TierCosts reads 'chip:NAME' costs (`build`: `chip_tier_costs`);
     `tree`: tree mode's tree (its tiers: `adaptive.tree_tiers`); `drafter`: spec.drafter,
-    the AR tier's follow in the relative model (`FOLLOW_CALLS`, `BUFFERS`); `measured`:
+    the AR tier's follow in the relative model (`FOLLOW_CALLS`, `WINDOWS`); `measured`:
     the drafter's measured prior and its source (`drafters.measured.prior`), the prior
     where `prior_from` is 'drafter' (printed, with where it came from)."""
     if not c.tiers:
@@ -247,9 +264,12 @@ def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int, chip_co
     shapes = () if tree is None else tree_tiers(tree, c.tiers)
     tiers = (0, *(t.nodes for t in shapes)) if shapes else Adaptive.parse_tiers(c.tiers, num_draft)
     if not c.costs:
+        per, least = c.catch_up, 0.0
+        if drafter in WINDOWS:  # Drafting at a lag of L: ceil(L / W) windows, an upper reading.
+            least = HEAD_WINDOW_CALLS * c.draft
+            per = least / WINDOWS[drafter]
         costs = TierCosts.relative(tiers, c.verify, c.draft, c.context, shapes,
-                                   FOLLOW_CALLS.get(drafter, 1.0), c.catch_up,
-                                   BUFFERS.get(drafter, 0))  # fmt: skip
+                                   FOLLOW_CALLS.get(drafter, 1.0), per, least)  # fmt: skip
     elif (c.costs == 'auto' or c.costs.startswith('chip:')) and chip_costs is not None:
         name = platform_chip() if c.costs == 'auto' else c.costs[5:]
         costs = chip_costs(name, tiers, shapes) if shapes else chip_costs(name, tiers)

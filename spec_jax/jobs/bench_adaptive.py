@@ -98,11 +98,11 @@ def round_seconds(engines: dict, params, group, temperature: float,
     warm-up), then `calls` times, the engines interleaved; a call's seconds after its
     prefill over its rounds (the batch's longest row: the loop runs until every row is
     done), the median of the calls. A profiled step-cost table, as DSpark's; the adaptive
-    engine's AR tier also runs its drafter's `follow` (nothing for a draft LM, a head's
-    buffer and a 16th of its window over 16 positions), which AR's step here does not
-    pay. Each tier at least the one below it (`monotone`). The catch-up: the first
-    drafting tier's prefill over AR's (the drafter's prefill), over the longest prompt's
-    tokens (medians; 0 when not above AR's)."""
+    engine's AR tier also runs its drafter's `follow` (a draft LM nothing, a head its
+    buffer's writes), which AR's step here does not pay. Each tier at least the one below
+    it (`monotone`). The catch-up: the first drafting tier's prefill over AR's (the
+    drafter's prefill), over the longest prompt's tokens (medians; 0 when not above
+    AR's)."""
     sampler = Sampler(temperature=temperature)
     fixed = [e.replace(sampler=sampler) for n, e in engines.items() if not n.startswith(ADAPTIVE)]
 

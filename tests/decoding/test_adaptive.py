@@ -230,22 +230,22 @@ def test_settings_are_checked():
                         adaptive=Adaptive((0, 2, 4), TierCosts.table([1.0, 1.5, 2.0])))
 
 
-def test_the_relative_model_prices_a_buffering_head_by_its_window():
+def test_the_relative_model_prices_a_buffering_head_by_its_windows():
     """The relative model (units of an AR step), by hand at verify 0.2, draft 0.1: a draft
-    LM's AR tier pays nothing and its catch-up 0.003 a token; a head buffering 16 steps
-    pays its window (2 draft calls) a 16th a step, and drafting at a lag of L the window's
-    unused 16 - L positions; a drafter that follows every step a draft call."""
+    LM's AR tier pays nothing and its catch-up 0.003 a token; a head that buffers until it
+    drafts pays nothing a step either, and drafting at a lag of L ceil(L / 16) windows of 2
+    draft calls, priced 0.2 + 0.2 L / 16 (an upper reading by at most a window); a drafter
+    that follows every step a draft call."""
     c = adaptive_config(tiers='0,1,2')
     c.verify, c.draft, c.catch_up = 0.2, 0.1, 0.003
     lm, head, other = (adaptive_of(c, 'chain', 2, drafter=d).costs
                        for d in ('lm', 'eagle3', 'dflash'))  # fmt: skip
-    np.testing.assert_allclose(np.asarray(lm.base_kn)[:, 0], [1.0, 1.3, 1.6], rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(head.base_kn)[:, 0], [1.0125, 1.3, 1.6], rtol=1e-6)
+    for costs in (lm, head):
+        np.testing.assert_allclose(np.asarray(costs.base_kn)[:, 0], [1.0, 1.3, 1.6], rtol=1e-6)
     np.testing.assert_allclose(np.asarray(other.base_kn)[:, 0], [1.1, 1.3, 1.6], rtol=1e-6)
     assert float(lm.catch_up(1, jnp.int32(100))) == pytest.approx(0.3)
-    np.testing.assert_allclose([float(head.catch_up(1, jnp.int32(lag))) for lag in (1, 12, 16)],
-                               [0.1875, 0.05, 0.0], atol=1e-7)  # fmt: skip
-    assert float(other.catch_up(1, jnp.int32(5))) == pytest.approx(5 * 0.003)
+    np.testing.assert_allclose([float(head.catch_up(1, jnp.int32(lag))) for lag in (0, 1, 16, 40)],
+                               [0.0, 0.2125, 0.4, 0.7], rtol=1e-6)  # fmt: skip
 
 
 def test_chip_costs():
@@ -264,17 +264,26 @@ def test_chip_costs():
     assert (catch_up > 0).all() and (np.diff(catch_up) > 0).all() and (least > catch_up).all()
     lm = calibration.for_chip('h200', tiny.TARGET, draft=tiny.DRAFT)
     np.testing.assert_allclose(least, [lm.feed_s(b, 16, 64) for b in CHIP_BATCHES], rtol=1e-6)
-    # An EAGLE-3 head's AR tier: AR's step and a 16th of the head's layer over the 16
-    # positions it buffers (its logits wait for the next proposal); its catch-up at lag L
-    # the window less L 16ths of it (the AR tier paid those); the tiers above it its chains.
+    # An EAGLE-3 head as the adaptive engine runs it (`deferred()`: 16-wide windows over up
+    # to 256 buffered positions): AR's step alone (it runs nothing until it drafts), and a
+    # catch-up at lag L of ceil(L / 16) windows of its layer (no logits), priced a window
+    # plus a 16th of one a token; the tiers above it its chains.
     head = chip_tier_costs('h200', (0, 1), tiny.TARGET, Eagle3Drafter(tiny.HEAD), 'eagle3', 64)
     m = calibration.for_chip('h200', tiny.TARGET, head=tiny.HEAD)
     share = [m.follow_s(b, 64, 16) / 16 for b in CHIP_BATCHES]
     assert all(s < m.follow_s(b, 64) for s, b in zip(share, CHIP_BATCHES))
-    np.testing.assert_allclose(np.asarray(head.base_kn)[0], np.add(
-        [m.round_s(calibration.Tier('ar'), b, 64) for b in CHIP_BATCHES], share), rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(head.catch_up_n), np.negative(share), rtol=1e-6)
+    ar = [m.round_s(calibration.Tier('ar'), b, 64) for b in CHIP_BATCHES]
+    np.testing.assert_allclose(np.asarray(head.base_kn)[0], ar, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(head.catch_up_n), share, rtol=1e-6)
     np.testing.assert_allclose([float(head.catch_up(b, jnp.int32(lag))) for b, lag in
+                                ((1, 1), (8, 12), (8, 16), (8, 0))],
+                               [17 * share[0], 28 * share[3], 32 * share[3], 0.0], rtol=1e-5)
+    # One that runs a window whenever 16 are buffered: a 16th of it a step, and at lag L
+    # the window less L 16ths of it (the AR tier paid those).
+    full = chip_tier_costs('h200', (0, 1), tiny.TARGET,
+                           Eagle3Drafter(tiny.HEAD, follow_every=16), 'eagle3', 64)
+    np.testing.assert_allclose(np.asarray(full.base_kn)[0], np.add(ar, share), rtol=1e-6)
+    np.testing.assert_allclose([float(full.catch_up(b, jnp.int32(lag))) for b, lag in
                                 ((1, 1), (8, 12), (8, 16), (8, 0))],
                                [15 * share[0], 4 * share[3], 0.0, 0.0], rtol=1e-5, atol=1e-12)
     np.testing.assert_allclose(np.asarray(head.base_kn)[1], [
@@ -337,12 +346,15 @@ def test_draft_lm_catches_up_over_the_rounds_it_followed(models):
     assert gap_b[0] < 2e-6 and (gap_b[1:] > 1e-3).all(), gap_b
 
 
-def test_a_buffering_head_drafts_what_a_following_head_drafts(models):
-    """An EAGLE-3 head that buffers AR steps (`follow_every` 4, the adaptive engine's kind)
-    and one that runs over every step draft the same after 6 steps (q within float
-    rounding, the same tokens), rows at different positions: the buffer ran once when
-    full (4) and once before the proposal (lag 2). Without that last run the buffering
-    head's q differ (the check can fail)."""
+@pytest.mark.parametrize('window, capacity, lag', [(4, 0, 2), (2, 8, 6)])
+def test_a_buffering_head_drafts_what_a_following_head_drafts(models, window, capacity, lag):
+    """An EAGLE-3 head that buffers AR steps (the adaptive engine's kind) and one that runs
+    over every step draft the same after 6 steps (q within float rounding, the same
+    tokens), rows at different positions: with 4-wide windows and room for 4, the buffer
+    ran once when full and once before the proposal (lag 2); with 2-wide windows and room
+    for 8 (the lazy head: `deferred()` has 16 and 256), never before the proposal, which
+    ran 3 windows over the 6 (lag 6). Without that last run the buffering head's q differ
+    (the check can fail)."""
     head_params = tiny.head(models[0])
     bucket, slots, a, batch = 8, 48, 3, 3
     rng = np.random.default_rng(3)
@@ -352,7 +364,8 @@ def test_a_buffering_head_drafts_what_a_following_head_drafts(models):
     prompt_len, key = jnp.array([3, 8, 5], jnp.int32), jax.random.split(jax.random.key(4), 3)
     every, buffering = Eagle3Drafter(tiny.HEAD), Eagle3Drafter(tiny.HEAD).deferred()
     assert buffering.follow_every == 16 and buffering.deferred() is buffering
-    buffering = dataclasses.replace(buffering, follow_every=4)
+    assert buffering.capacity == 256
+    buffering = dataclasses.replace(buffering, follow_every=window, capacity=capacity)
     states = [d.init(head_params, history, prompt_len, bucket, taps[0]) for d in (every,
                                                                                  buffering)]
     committed = prompt_len
@@ -360,7 +373,7 @@ def test_a_buffering_head_drafts_what_a_following_head_drafts(models):
         start, committed = committed, committed + 1
         states = [d.follow(head_params, st, history, start, committed, taps[step][:, :1])
                   for d, st in zip((every, buffering), states)]  # fmt: skip
-    np.testing.assert_array_equal(np.asarray(buffering.lag(states[1], committed)), 2)
+    np.testing.assert_array_equal(np.asarray(buffering.lag(states[1], committed)), lag)
     np.testing.assert_array_equal(np.asarray(every.lag(states[0], committed)), 0)
     (_, want_x, want_q), (_, x_ba, q_bav) = (
         d.propose(head_params, st, history, committed, key, a, jax.nn.softmax)
@@ -455,15 +468,16 @@ def test_greedy_adaptive_equals_greedy_ar(models, greedy_ar):
 
 
 def test_greedy_adaptive_with_a_buffering_head_equals_greedy_ar(greedy_ar):
-    """An EAGLE-3 head buffering AR steps (3 at most) in an adaptive chain mixing AR and
-    drafting rounds (AR priced to win, a drafting round every third by exploration): AR's
-    tokens, and the same drafts accepted as a head that runs over each step (buffer of 1):
-    the buffered positions' entries are the ones the per-step windows write."""
+    """An EAGLE-3 head buffering AR steps (8 at most, run over in one-position windows:
+    as many as it lags) in an adaptive chain mixing AR and drafting rounds (AR priced to
+    win, a drafting round every third by exploration): AR's tokens, and the same drafts
+    accepted as a head that runs over each step (buffer of 1): the buffered positions'
+    entries are the ones the per-step windows write."""
     target = tiny.target_params()
     runs = []
-    for every in (1, 3):
+    for every, capacity in ((1, 0), (1, 8)):
         eng = decoding.Engine(tiny.TARGET, tiny.DECODE,
-                              Eagle3Drafter(tiny.HEAD, follow_every=every), 3,
+                              Eagle3Drafter(tiny.HEAD, follow_every=every, capacity=capacity), 3,
                               adaptive=Adaptive(LOOP_TIERS, TierCosts.table([1.0, 1.9, 3.5]),
                                                 prior=0.3, explore=3, optimism=float('inf')))
         runs.append(decoding.generate(eng, decoding.Params(target, tiny.head(target)),

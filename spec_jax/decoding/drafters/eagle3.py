@@ -23,8 +23,11 @@ from spec_jax.decoding.drafters.base import (
 from spec_jax.models import eagle3 as e3
 from spec_jax.models.cache import attention_mask, empty_layer, tree_mask
 
-# Positions the adaptive engine's head buffers while following AR steps (`follow_every`).
+# The adaptive engine's head while following AR steps: the width of each window it runs over
+# buffered positions (`follow_every`), and how many it buffers before it must (`capacity`):
+# a run of at most LAZY_CAPACITY AR steps costs the head nothing until it drafts.
 FOLLOW_EVERY = 16
+LAZY_CAPACITY = 256
 
 
 @struct.dataclass
@@ -40,8 +43,8 @@ class Eagle3State:
         (`Eagle3Drafter.root_logits`), so a round that follows without drafting skips the
         head's largest matmul.
       taps_bwed, tokens_bw: the target's taps and the next tokens of the positions AR
-        steps committed that the head has not yet run over, W of them at most
-        (`Eagle3Drafter.follow_every`; W = 0 when it follows every step).
+        steps committed that the head has not yet run over, `Eagle3Drafter.capacity` of
+        them at most (0 when it follows every step).
       first_b: each row's first buffered position.
       buffered: how many are buffered (int32, one count: an AR step commits one token in
         every live row).
@@ -73,13 +76,17 @@ class Eagle3Drafter:
     scattered into V (`OUTSIDE_DRAFT_VOCAB` elsewhere), so q is a law over V.
 
     Following AR steps (`follow`, the adaptive engine's AR tier): with `follow_every` W > 0
-    the head buffers each step's taps and runs one window over W positions when W are
-    buffered, or before it next drafts (`lag`: the buffered count, priced as a catch-up),
-    instead of a window over one token every step (the shipped head at 1,600 slots on this
-    CPU: a 16-token window 2.8 ms against 1.3 for one token at batch 1, 14.2 against 3.3 at
-    batch 8: a step's share 0.17 and 0.89 ms). The entries are the ones the one-token windows write:
-    each position's entry sees the same earlier entries. `deferred()` (what the adaptive
-    engine runs) sets W = `FOLLOW_EVERY`.
+    the head buffers each step's taps, up to `capacity` positions (a multiple of W; 0:
+    W), and runs over them in W-wide windows when the buffer is full or before it next
+    drafts (`lag`: the buffered count, priced as a catch-up), instead of a window over one
+    token every step (the shipped head at 1,600 slots on this CPU: a 16-token window 2.8
+    ms against 1.3 for one token at batch 1, 14.2 against 3.3 at batch 8). The entries
+    are the ones the one-token windows write: each position's entry sees the same earlier
+    entries. `deferred()` (what the adaptive engine runs) sets W = `FOLLOW_EVERY` and the
+    capacity `LAZY_CAPACITY`: a run that stays with AR's step pays the head nothing until
+    it drafts or has buffered that many (memory: B x capacity x the taps, 14 MB at batch 8
+    for the shipped head in fp32, 50 MB for Llama-3.1-8B's in bf16), as a draft LM leaves
+    its cache behind until it drafts; the work is the same windows, done later or never.
 
     Params: {'head': head params, 'embed_vd': the target's input embeddings, 'draft_ids_u':
     the target id of each draft id} (`params_for`). On a mesh its cache rows split by
@@ -89,7 +96,19 @@ class Eagle3Drafter:
     cfg: e3.Eagle3Config
     rules: sharding.ShardingRules = sharding.DRAFT_RULES
     follow_every: int = 0
+    capacity: int = 0
     narrows: ClassVar[bool] = False
+
+    def __post_init__(self):
+        w, c = self.follow_every, self.capacity
+        if w < 0 or c < 0 or (c and (not w or c % w)):
+            raise ValueError(f'Eagle3Drafter follow_every={w}, capacity={c}: give follow_every '
+                             '>= 0 and a capacity of 0 (follow_every) or a multiple of it')
+
+    @property
+    def buffer(self) -> int:
+        """Positions the follow buffers at most (0: it runs every step)."""
+        return self.capacity or self.follow_every
 
     @property
     def tap_layers(self) -> tuple[int, ...]:
@@ -143,7 +162,7 @@ class Eagle3Drafter:
 
     def init(self, params, history_bs, prompt_len_b, bucket: int, taps_bped=None):
         batch, slots = history_bs.shape
-        cfg, w = self.cfg, self.follow_every
+        cfg, w = self.cfg, self.buffer
         zeros = empty_layer(
             batch, cfg.num_kv_heads, slots, cfg.head_dim, jnp.dtype(cfg.dtype), self.rules
         )
@@ -162,8 +181,8 @@ class Eagle3Drafter:
         return self._window(params, state, tokens_bt, taps_bted, start_b, committed_b)
 
     def follow(self, params, state, history_bs, start_b, committed_b, taps_bted):
-        """`observe` after an AR step; with `follow_every` W the step's taps are buffered
-        and the head runs over the W buffered positions when the buffer is full."""
+        """`observe` after an AR step; with `follow_every` the step's taps are buffered
+        and the head runs over the buffered positions when the buffer is full."""
         if not self.follow_every:
             return self.observe(params, state, history_bs, start_b, committed_b, taps_bted)
         n = state.buffered
@@ -174,29 +193,39 @@ class Eagle3Drafter:
             first_b=jnp.where(n == 0, start_b, state.first_b),
             buffered=n + 1,
         )  # fmt: skip
-        return self._flush(params, state, committed_b, state.buffered == self.follow_every)
+        return self._flush(params, state, committed_b, state.buffered == self.buffer)
 
     def _flush(self, params, state, committed_b, when) -> Eagle3State:
-        """The head over the buffered positions, when `when` (a while loop of 0 or 1 trips,
-        not `lax.cond`: XLA:CPU copies every buffer a conditional's branch updates, here
-        the head's cache). Its W-wide window writes entries past the buffered ones at or
-        past C, where no mask shows them and the next window overwrites them."""
-        if not self.follow_every:  # Nothing is ever buffered.
+        """The head over the buffered positions, when `when`: W-wide windows in order, as
+        many as cover them (a while loop of 0 or more trips, not `lax.cond`: XLA:CPU
+        copies every buffer a conditional's branch updates, here the head's cache). The
+        last window writes entries past the buffered ones at or past C, where no mask
+        shows them and the next window overwrites them; its output at C - 1 is kept."""
+        w = self.follow_every
+        if not w:  # Nothing is ever buffered.
             return state
+        windows = jnp.where(when, (state.buffered + w - 1) // w, 0)
 
         def run(carry):
-            s, _ = carry
-            s = self._window(params, s, s.tokens_bw, s.taps_bwed, s.first_b, committed_b)
-            return s.replace(buffered=jnp.zeros_like(s.buffered)), jnp.bool_(False)
+            s, i = carry
+            at = i * w
+            s = self._window(params, s, jax.lax.dynamic_slice_in_dim(s.tokens_bw, at, w, 1),
+                             jax.lax.dynamic_slice_in_dim(s.taps_bwed, at, w, 1),
+                             s.first_b + at, committed_b)  # fmt: skip
+            return s, i + 1
 
-        return jax.lax.while_loop(lambda carry: carry[1], run, (state, when))[0]
+        state, _ = jax.lax.while_loop(lambda carry: carry[1] < windows, run,
+                                      (state, jnp.zeros((), jnp.int32)))  # fmt: skip
+        return state.replace(buffered=jnp.where(when, 0, state.buffered))
 
     def lag(self, state, committed_b) -> jax.Array:
         """[B] the positions buffered since the head last ran (`follow_every`)."""
         return jnp.broadcast_to(state.buffered, committed_b.shape)
 
     def deferred(self) -> Eagle3Drafter:
-        return self if self.follow_every else dataclasses.replace(self, follow_every=FOLLOW_EVERY)
+        if self.follow_every:
+            return self
+        return dataclasses.replace(self, follow_every=FOLLOW_EVERY, capacity=LAZY_CAPACITY)
 
     def _probs(self, params, logits_bu, probs_fn):
         batch = logits_bu.shape[0]
