@@ -54,7 +54,8 @@ def held_out(c: ml_collections.ConfigDict, tok) -> list[tuple[str, list[int]]]:
 
 def counts(results, names: list[str]) -> dict:
     """The counts per draft position over every row of `results` (in the order of `names`,
-    the rows' sets), pooled and per set: {'accepted', 'reached'} each [A]."""
+    the rows' sets): {'all': (accepted [A], reached [A]), 'by_set': {set: (accepted,
+    reached)}}."""
     per_row = [r.stats['per_row'] for r in results]
     acc = np.concatenate([np.asarray(p['accepted_at_position'], np.int64) for p in per_row])
     seen = np.concatenate([np.asarray(p['reached_at_position'], np.int64) for p in per_row])
