@@ -18,10 +18,12 @@ shrunk toward the batch: rows in one batch differ (a prompt that copies its inpu
 far more than one that reasons), and the round's tokens are the sum over its live rows, so
 each row's own estimate is what the sum needs; few counts lean on the pooled one:
 
-    pooled_d = (sum_b acc_bd + w pooled_{d-1}) / (sum_b reached_bd + w),  pooled_0 = prior
+    pooled_d = (sum_b acc_bd + w anchor_d) / (sum_b reached_bd + w)
     alpha_bd = (acc_bd + w pooled_d) / (reached_bd + w)
 
-(w = `weight`, in rounds; an unseen depth borrows the depth above it). A tier of k drafts
+(w = `weight`, in rounds; anchor_1 the prior's first rate, anchor_d pooled_{d-1} shifted
+by the prior's log-odds step from depth d - 1 to d: an unseen depth borrows the depth above
+it, risen as the prior's profile rises: decoding/adaptive_prior.py). A tier of k drafts
 emits, for a live row with room for r more tokens, sum_{d=0}^{min(k, r-1)} prod_{j<=d}
 alpha_bj tokens in expectation (d = 0 the bonus or AR's one; a lossless, greedy or lossy
 round alike), and its second moment (`expected_tokens`).
@@ -47,10 +49,11 @@ in mean tokens per second to pay. A long context (attention grows with each veri
 token) or a large batch (a compute-bound forward) can make AR the best tier; then the
 round is AR's step.
 
-The prior. Before a row has been seen it leans on `prior`, the depth-1 acceptance assumed
-(deeper depths borrow the depth above): the build reads it from the drafter's measured
-acceptance on held-out prompts where its directory has one (decoding/drafters/measured.py),
-and a job's later batches from what its earlier ones saw (`Adaptive.warmed`).
+The prior. Before a row has been seen it leans on `prior`, the acceptance assumed per depth
+(a profile; one rate: every depth toward the depth above): the build reads it from the
+drafter's measured acceptance on held-out prompts where its directory has one
+(decoding/drafters/measured.py), and a job's later batches from what its earlier ones saw
+(`Adaptive.warmed`).
 
 Exploration. Once AR wins, no depth is examined and the counts freeze. Every `explore`-th
 round (by the batch's round count) may run the tier one above the choice instead: when the
@@ -93,11 +96,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spec_jax.decoding import adaptive_trees
+from spec_jax.decoding import adaptive_prior, adaptive_trees
 from spec_jax.decoding.trees import TreeShape
 
-# A prior is kept within these (`Adaptive.warmed`, `drafters.measured.prior`): never sure.
-PRIOR_RANGE = (0.01, 0.99)
 
 @dataclasses.dataclass(frozen=True)
 class TierCosts:
@@ -194,12 +195,15 @@ jax.tree_util.register_dataclass(
 
 def acceptance(accepted_ba, reached_ba, prior, weight) -> jax.Array:
     """Each row's conditional acceptance per draft position [B, A] from the run's counts,
-    shrunk toward the batch's pooled rate, which shrinks toward the depth above (module
-    docstring; depth 1 toward `prior`)."""
+    shrunk toward the batch's pooled rate, which shrinks toward the depth above shifted by
+    the prior's profile (module docstring, `adaptive_prior`; depth 1 toward the prior's
+    first rate)."""
     acc_ba, seen_ba = accepted_ba.astype(jnp.float32), reached_ba.astype(jnp.float32)
-    pooled, above = [], prior
+    prior_p = jnp.atleast_1d(jnp.asarray(prior, jnp.float32))
+    pooled, above = [], prior_p[0]
     for d in range(acc_ba.shape[1]):
-        above = (acc_ba[:, d].sum() + weight * above) / (seen_ba[:, d].sum() + weight)
+        hold = above if d == 0 else adaptive_prior.anchor(above, prior_p, d)
+        above = (acc_ba[:, d].sum() + weight * hold) / (seen_ba[:, d].sum() + weight)
         pooled.append(above)
     pooled_a = jnp.stack(pooled) if pooled else jnp.zeros((0,), jnp.float32)
     return (acc_ba + weight * pooled_a) / (seen_ba + weight)
@@ -285,7 +289,9 @@ class Adaptive:
       tiers: ascending distinct draft lengths, each a compiled round (0: an AR step); the
         largest is the engine's `num_draft`. Tree mode: 0, then each tree's node budget.
       costs: `TierCosts` with one row per tier.
-      prior: acceptance assumed at depth 1 before any round (deeper: the depth above).
+      prior: acceptance assumed before any round: a rate, or [P] rates for depths 1..P
+        (`adaptive_prior`: deeper depths anchor on the depth above, shifted by the
+        profile's log-odds steps; past P unshifted).
       weight: rounds the prior (and, per row, the pooled rate) counts as.
       explore: every explore-th round runs the tier above the choice (0: never) when the
         look pays (`look_pays`) at an acceptance `optimism` standard errors above the
@@ -297,7 +303,7 @@ class Adaptive:
 
     tiers: tuple[int, ...]
     costs: TierCosts
-    prior: float = 0.7
+    prior: float | np.ndarray = 0.7
     weight: float = 4.0
     explore: int = 16
     optimism: float = 1.645
@@ -314,24 +320,26 @@ class Adaptive:
 
     def warmed(self, per_row: dict) -> Adaptive:
         """These settings with the prior learned from an earlier batch of the same job (its
-        `Result.stats['per_row']`): the depth-1 acceptance its rows saw, pooled (tree mode:
-        the top candidate's under the geometric prior, 1 - (1 - a)^(1 / width), a the
-        rate any candidate was taken), in `PRIOR_RANGE`; unchanged where that batch drafted
-        nothing. A job's next batch then starts from what its drafter was seen to accept
-        instead of a guess (a draft LM's first drafting round pays its deferred prefill:
-        at the 0.7 default its first round on a 769-token article drafted, on a CPU where
-        AR was the best tier there); `weight` stays, so a new batch's counts still move
-        it. Prior and weight are leaves: the compiled loop is reused. Greedy tokens do not
-        change; sampled ones follow the same law with other draws (the tiers a row runs
-        decide which noise its tokens read, as the batch's other rows already do)."""
+        `Result.stats['per_row']`): the acceptance its rows saw at each of the prior's depths,
+        pooled and shrunk toward the old prior's anchors (`adaptive_prior.learned`; tree
+        mode: the top candidate's under the geometric prior, 1 - (1 - a)^(1 / width), a the
+        rate any candidate was taken), in its shape (a rate stays a rate) and `PRIOR_RANGE`;
+        unchanged where that batch drafted nothing. A job's next batch then starts from what
+        its drafter was seen to accept instead of a guess (a draft LM's first drafting round
+        pays its deferred prefill: at the 0.7 default its first round on a 769-token article
+        drafted, on a CPU where AR was the best tier there); `weight` stays, so a new
+        batch's counts still move it. Prior and weight are leaves: the compiled loop is
+        reused. Greedy tokens do not change; sampled ones follow the same law with other
+        draws (the tiers a row runs decide which noise its tokens read, as the batch's other
+        rows already do)."""
         accepted = np.asarray(per_row['accepted_at_position'], np.float64).sum(0)
         reached = np.asarray(per_row['reached_at_position'], np.float64).sum(0)
         if not reached.size or reached[0] <= 0:
             return self
-        rate = accepted[0] / reached[0]
-        if self.trees:
-            rate = 1.0 - (1.0 - rate) ** (1.0 / self.width)
-        return dataclasses.replace(self, prior=float(np.clip(rate, *PRIOR_RANGE)))
+        rates = adaptive_prior.learned(self.prior, accepted, reached, float(self.weight),
+                                       self.width if self.trees else 1)
+        prior = float(rates[0]) if np.ndim(self.prior) == 0 else rates
+        return dataclasses.replace(self, prior=prior)
 
     @classmethod
     def parse_tiers(cls, text: str, num_draft: int) -> tuple[int, ...]:
@@ -360,11 +368,10 @@ class Adaptive:
         rows = np.shape(self.costs.base_kn)[0]
         if rows != len(t):
             raise ValueError(f'adaptive costs have {rows} rows for tiers {t}: one per tier')
-        if (not 0 < float(self.prior) < 1 or float(self.weight) <= 0 or int(self.explore) < 0
-                or not float(self.optimism) >= 0):
-            raise ValueError(f'adaptive prior {self.prior} (in (0, 1)), weight {self.weight} '
-                             f'(> 0), explore {self.explore} (>= 0), optimism '
-                             f'{self.optimism} (>= 0)')
+        adaptive_prior.profile(self.prior)
+        if float(self.weight) <= 0 or int(self.explore) < 0 or not float(self.optimism) >= 0:
+            raise ValueError(f'adaptive weight {self.weight} (> 0), explore {self.explore} '
+                             f'(>= 0), optimism {self.optimism} (>= 0)')
 
     def _check_trees(self, tree: TreeShape) -> None:
         nodes = (0, *(s.nodes for s in self.trees))

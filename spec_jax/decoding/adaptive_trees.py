@@ -6,7 +6,8 @@ A tree's expected tokens need the acceptance of each rank, not only the top one:
 those that accepted that child (`rank_counts`, from the round's `TreeResult.path`). Per
 batch, not per row: a row's tree rounds are few and spread over C ranks. The estimate
 p_dk = P(the target's token at depth d is the head's k-th candidate | its parent was
-accepted) is shrunk toward the depth above (depth 1 toward prior (1 - prior)^k), `weight`
+accepted) is shrunk toward the depth above, shifted by the prior's profile (depth 1 toward
+p (1 - p)^k, p the prior's first rate), `weight`
 rounds each (`rank_acceptance`). A node's chance of being on the accepted path is the
 product of its ranks' p along its path; a tier's tokens are, per live row, 1 plus the sum
 over its nodes no deeper than the row's room - 1 (`tree_tokens`; a dynamic tree keeps the
@@ -19,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spec_jax.decoding import adaptive_prior
 from spec_jax.decoding.trees import TreeShape
 
 
@@ -40,13 +42,17 @@ def rank_counts(path_bt, num_accepted_b, kids_bmc, live_b, depth: int, width: in
 
 def rank_acceptance(counts_2dc, prior, weight) -> jax.Array:
     """P(the target's token at drafted depth d is the head's k-th candidate | its parent
-    was accepted) [D, C], the batch's counts shrunk toward the depth above (depth 1 toward
-    the geometric prior(1 - prior)^k), `weight` rounds each; each depth's total at most 1."""
+    was accepted) [D, C], the batch's counts shrunk toward the depth above shifted by the
+    prior's profile in log-odds, every rank alike (`adaptive_prior.anchor`; depth 1 toward
+    the geometric p (1 - p)^k, p the prior's first rate), `weight` rounds each; each depth's
+    total at most 1."""
     acc_dc, seen_dc = counts_2dc[0], counts_2dc[1]
-    above = prior * (1.0 - prior) ** jnp.arange(acc_dc.shape[1], dtype=jnp.float32)
+    prior_p = jnp.atleast_1d(jnp.asarray(prior, jnp.float32))
+    above = prior_p[0] * (1.0 - prior_p[0]) ** jnp.arange(acc_dc.shape[1], dtype=jnp.float32)
     rows = []
     for d in range(acc_dc.shape[0]):
-        above = (acc_dc[d] + weight * above) / (seen_dc[d] + weight)
+        hold = above if d == 0 else adaptive_prior.anchor(above, prior_p, d)
+        above = (acc_dc[d] + weight * hold) / (seen_dc[d] + weight)
         above = above / jnp.maximum(above.sum(), 1.0)
         rows.append(above)
     return jnp.stack(rows)

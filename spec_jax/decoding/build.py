@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import jax
 import ml_collections
+import numpy as np
 
 from spec_jax import checkpoints, rules, sharding
 from spec_jax.costs import calibration, chips
@@ -147,10 +148,10 @@ def adaptive_config(tiers: str = '', costs: str = '') -> ml_collections.ConfigDi
             # themselves (this CPU measured 0.0015 of an AR step at batch 1,
             # 0.0044 at batch 8).
             catch_up=0.003,
-            # Acceptance assumed at depth 1 before any round: with prior_from 'drafter', what
-            # the drafter was measured to accept (its directory's acceptance.json at this
-            # lookup: decoding/drafters/measured.py, configs/bench_prior.py) where it has
-            # one, else `prior`; '' always `prior`.
+            # Acceptance assumed before any round: with prior_from 'drafter', what the
+            # drafter was measured to accept per depth (its directory's acceptance.json at
+            # this lookup: decoding/drafters/measured.py, configs/bench_prior.py) where it
+            # has one, else `prior` at every depth; '' always `prior`.
             prior=0.7,
             prior_from='drafter',
             weight=4.0,  # Rounds the prior (and per row the batch's rate) counts as.
@@ -249,7 +250,8 @@ def platform_chip() -> str:
 
 def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int, chip_costs=None,
                 tree: trees.TreeShape | None = None, drafter: str = '',
-                measured: tuple[float, str] | None = None) -> Adaptive | None:  # fmt: skip
+                measured: tuple[tuple[float, ...], str] | None = None,
+                ) -> Adaptive | None:  # fmt: skip
     """The engine's `Adaptive` from an adaptive block (None when `tiers` is ''); `chip_costs`
     (chip, tiers[, shapes]) -> TierCosts reads 'chip:NAME' costs (`build`: `chip_tier_costs`);
     `tree`: tree mode's tree (its tiers: `adaptive.tree_tiers`); `drafter`: spec.drafter,
@@ -290,8 +292,10 @@ def adaptive_of(c: ml_collections.ConfigDict, mode: str, num_draft: int, chip_co
         raise ValueError(f"spec.adaptive.prior_from={source!r}: give 'drafter' (its measured "
                          "acceptance where it has one) or '' (spec.adaptive.prior)")
     if source and measured is not None:
-        prior = measured[0]
-        print(f'adaptive prior {prior:.3f}, measured: {measured[1]}')
+        prior = np.asarray(measured[0], np.float32)
+        depths = 'depth 1' if prior.size == 1 else f'depths 1-{prior.size}'
+        print(f'adaptive prior {", ".join(f"{r:.3f}" for r in measured[0])} ({depths}), '
+              f'measured: {measured[1]}')
     elif source:
         print(f'adaptive prior {prior} (spec.adaptive.prior): the drafter has no measured '
               f'acceptance ({measured_prior.FILE}) at this lookup')

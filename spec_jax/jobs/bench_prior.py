@@ -1,7 +1,7 @@
 """A drafter's acceptance measured on held-out prompts, written beside it: the adaptive prior.
 
-An adaptive engine starts from `spec.adaptive.prior`, a depth-1 acceptance assumed before it
-has seen a round; with `prior_from='drafter'` it reads what this bench wrote instead
+An adaptive engine starts from `spec.adaptive.prior`, an acceptance assumed before it has
+seen a round; with `prior_from='drafter'` it reads what this bench wrote instead, per depth
 (decoding/drafters/measured.py). Per prompt-lookup setting of `c.lookups`, the chain engine
 at a fixed draft length `c.chain` (every depth examined whenever the one above it accepts)
 decodes `c.prompts_per_set` speed-set prompts of each of `c.sets`, from prompt `c.start` on

@@ -188,22 +188,23 @@ def test_the_choice_prices_the_drafters_catch_up():
 
 def test_a_job_carries_its_prior_to_its_next_batch():
     """`Adaptive.warmed`: the prior from an earlier batch's depth-1 counts, pooled over its
-    rows (4 of 6 taken: 2/3; tree mode, width 2: 1 - (1/3)^(1/2) = 0.4226, the top
-    candidate's rate under the geometric prior), unchanged after a batch that drafted
-    nothing. It decides the next batch's first round: one row, room 100, context 10, a
-    100-token lag at 0.01 s a token: at the 0.7 default a chain of 2 (100 / 2.19 rounds of
-    1.6 s: 73.1 s, + 1 s catch-up) beats AR's 100 s; after a batch that took 1 of 10 (0.1),
-    AR (a chain of 1: 100 / 1.1 x 1.3 = 118 s)."""
+    rows and shrunk toward the prior as the engine reads them (4 of 6 taken, weight 4 at
+    0.7: (4 + 2.8) / 10 = 0.68; tree mode, width 2: the top candidate's rate under the
+    geometric prior, 1 - (1/3)^(1/2) = 0.4226, shrunk: 0.5336), unchanged after a batch that
+    drafted nothing. It decides the next batch's first round: one row, room 100, context
+    10, a 100-token lag at 0.01 s a token: at the 0.7 default a chain of 2 (100 / 2.19
+    rounds of 1.6 s: 73.1 s, + 1 s catch-up) beats AR's 100 s; after a batch that took 1 of
+    10 ((1 + 2.8) / 14 = 0.271), AR (a chain of 1: 100 / 1.271 x 1.3 + 1 = 103 s)."""
     per_row = dict(accepted_at_position=[[3, 1], [1, 0]], reached_at_position=[[4, 3], [2, 1]])
     cold = Adaptive(TIERS, TierCosts.table([1.0, 1.3, 1.6, 2.4], catch_up_n=0.01), explore=0)
-    assert cold.warmed(per_row).prior == pytest.approx(2 / 3)
+    assert cold.warmed(per_row).prior == pytest.approx(0.68)
     tree = Adaptive((0, 3, 8), COSTS, trees=(TreeShape(3, 2, 2), TreeShape(8, 4, 2)))
-    assert tree.warmed(per_row).prior == pytest.approx(1 - (1 / 3) ** 0.5)
+    assert tree.warmed(per_row).prior == pytest.approx((6 * (1 - (1 / 3) ** 0.5) + 2.8) / 10)
     assert cold.warmed(dict(accepted_at_position=[[0, 0]], reached_at_position=[[0, 0]])) == cold
     fresh, lag = fake_state(10), jnp.array([100])
     assert int(cold.tier(fresh, lag)) == 2
     low = cold.warmed(dict(accepted_at_position=[[1]], reached_at_position=[[10]]))
-    assert low.prior == pytest.approx(0.1) and int(low.tier(fresh, lag)) == 0
+    assert low.prior == pytest.approx(3.8 / 14) and int(low.tier(fresh, lag)) == 0
 
 
 def test_settings_are_checked():

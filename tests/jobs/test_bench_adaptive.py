@@ -111,13 +111,14 @@ def test_the_priced_line_says_a_catch_up_it_did_not_measure():
 
 def test_a_round_carries_the_adaptive_prior_from_group_to_group():
     """`bench_chain.carried`: an adaptive engine's next group starts from the prior the last
-    one saw (1 of 4 taken at depth 1: 0.25); any other engine is the same engine."""
+    one saw (1 of 4 taken at depth 1, shrunk toward 0.7 by 4 rounds: 3.8 / 8); any other
+    engine is the same engine."""
     seen = types.SimpleNamespace(stats=dict(per_row=dict(
         accepted_at_position=[[1, 0]], reached_at_position=[[4, 1]])))  # fmt: skip
     eng = decoding.Engine(tiny.TARGET, tiny.DECODE, LMDrafter(tiny.DRAFT), 2,
                           adaptive=Adaptive((0, 1, 2), TierCosts.table([1.0, 1.3, 1.6])))
     assert eng.adaptive.prior == 0.7
-    assert bench_chain.carried(eng, seen).adaptive.prior == pytest.approx(0.25)
+    assert bench_chain.carried(eng, seen).adaptive.prior == pytest.approx(3.8 / 8)
     ar = decoding.Engine(tiny.TARGET, tiny.DECODE)
     assert bench_chain.carried(ar, seen) is ar
 
