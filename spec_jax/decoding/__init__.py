@@ -16,9 +16,9 @@ Modules: engine (the loop and its rounds), tree_rounds (a tree round), verificat
 rule or its matched baseline), trees (tree shapes, selection, ancestor masks), tree_budget
 (a tree sized for the chip and the batch), adaptive (draft lengths and trees chosen
 online; adaptive_trees: a tree tier's tokens; adaptive_prior: the acceptance assumed per
-depth before a round is seen), state (settings, the carry, commit), stats (counters and summaries), host (generate, chat), build
-(config blocks -> engine), drafters/ (the Drafter protocol and proposers), batching,
-code_room. docs/engine.md describes the design.
+depth before a round is seen), state (settings, the carry, commit), stats (counters and
+summaries), host (generate, chat), build (config blocks -> engine), drafters/ (the Drafter
+protocol and proposers), batching, code_room. docs/engine.md describes the design.
 """
 
 from spec_jax.decoding import drafters

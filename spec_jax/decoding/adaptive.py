@@ -75,8 +75,9 @@ of its round (a tree tier's node law is the rule's `induced_tree_node`, as in an
 
 The AR tier runs AR's step and keeps the drafter following the text by `Drafter.follow`: a
 draft LM does nothing (its next proposal first catches its cache up over the tokens it
-missed, one forward per 16), an EAGLE-3 head buffers the step's taps (up to 256) and runs
-16-wide windows over them before it drafts (its lag: the buffered count),
+missed, one forward per 16), an EAGLE-3 head buffers the step's taps (with its prompt's where the
+bucket fits: up to 512 positions) and runs 16-wide windows over them before it drafts (its
+lag: each row's buffered count),
 DFlash reads the step's taps (one window over one token), the target as its own drafter
 re-feeds two tokens; `relative` counts `follow` draft calls a step for it
 (`decoding.build.FOLLOW_CALLS`). The engine runs its drafter

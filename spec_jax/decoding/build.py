@@ -227,8 +227,9 @@ def head_follow(model, head, batch: int, slots: int):
     unused W - L positions (base a window, less a W-th of it a token: the AR tier paid
     those); one that buffers more than W (`capacity`, the adaptive engine's lazy head)
     pays nothing a step and, drafting at a lag of L, ceil(L / W) windows (priced a window
-    plus a W-th of one a token, an upper reading by at most a window; a run of more than
-    `capacity` AR steps pays the windows then too, not priced)."""
+    plus a W-th of one a token, an upper reading by at most a window; its lag counts a
+    buffered prompt; a run whose prompt and AR steps pass `capacity` positions pays the
+    windows then too, not priced)."""
     w = max(head.follow_every, 1)
     window = model.follow_s(batch, slots, w)
     if w == 1:

@@ -347,14 +347,17 @@ def test_draft_lm_catches_up_over_the_rounds_it_followed(models):
     assert gap_b[0] < 2e-6 and (gap_b[1:] > 1e-3).all(), gap_b
 
 
-@pytest.mark.parametrize('window, capacity, lag', [(4, 0, 2), (2, 8, 6)])
+@pytest.mark.parametrize('window, capacity, lag',
+                         [(4, 0, 2), (2, 8, 6), (2, 16, [9, 14, 11])])  # fmt: skip
 def test_a_buffering_head_drafts_what_a_following_head_drafts(models, window, capacity, lag):
     """An EAGLE-3 head that buffers AR steps (the adaptive engine's kind) and one that runs
     over every step draft the same after 6 steps (q within float rounding, the same
     tokens), rows at different positions: with 4-wide windows and room for 4, the buffer
     ran once when full and once before the proposal (lag 2); with 2-wide windows and room
-    for 8 (the lazy head: `deferred()` has 16 and 256), never before the proposal, which
-    ran 3 windows over the 6 (lag 6). Without that last run the buffering head's q differ
+    for 8 (the lazy head: `deferred()` has 16 and 512; the prompt bucket of 8 does not fit
+    below 8), never before the proposal, which ran 3 windows over the 6 (lag 6); with room
+    for 16 the prompts too (lengths 3, 8, 5: lags 9, 14, 11, 7 windows, rows' last
+    positions in different windows). Without that last run the buffering head's q differ
     (the check can fail)."""
     head_params = tiny.head(models[0])
     bucket, slots, a, batch = 8, 48, 3, 3
@@ -365,7 +368,7 @@ def test_a_buffering_head_drafts_what_a_following_head_drafts(models, window, ca
     prompt_len, key = jnp.array([3, 8, 5], jnp.int32), jax.random.split(jax.random.key(4), 3)
     every, buffering = Eagle3Drafter(tiny.HEAD), Eagle3Drafter(tiny.HEAD).deferred()
     assert buffering.follow_every == 16 and buffering.deferred() is buffering
-    assert buffering.capacity == 256
+    assert buffering.capacity == 512
     buffering = dataclasses.replace(buffering, follow_every=window, capacity=capacity)
     states = [d.init(head_params, history, prompt_len, bucket, taps[0]) for d in (every,
                                                                                  buffering)]
@@ -381,7 +384,7 @@ def test_a_buffering_head_drafts_what_a_following_head_drafts(models, window, ca
         for d, st in zip((every, buffering), states))  # fmt: skip
     np.testing.assert_allclose(np.asarray(q_bav), np.asarray(want_q), atol=2e-6)
     np.testing.assert_array_equal(np.asarray(x_ba), np.asarray(want_x))
-    skipped = states[1].replace(buffered=jnp.zeros((), jnp.int32))  # As if nothing buffered.
+    skipped = states[1].replace(buffered_b=jnp.zeros(batch, jnp.int32))  # Nothing buffered.
     q_skip = buffering.propose(head_params, skipped, history, committed, key, a,
                                jax.nn.softmax)[2]  # fmt: skip
     assert np.abs(np.asarray(q_skip) - np.asarray(want_q)).max() > 1e-3
@@ -469,14 +472,15 @@ def test_greedy_adaptive_equals_greedy_ar(models, greedy_ar):
 
 
 def test_greedy_adaptive_with_a_buffering_head_equals_greedy_ar(greedy_ar):
-    """An EAGLE-3 head buffering AR steps (8 at most, run over in one-position windows:
-    as many as it lags) in an adaptive chain mixing AR and drafting rounds (AR priced to
-    win, a drafting round every third by exploration): AR's tokens, and the same drafts
-    accepted as a head that runs over each step (buffer of 1): the buffered positions'
-    entries are the ones the per-step windows write."""
+    """An EAGLE-3 head buffering its prompt and AR steps (32 at most, run over in 2-wide
+    windows, as many as cover the row that lags most: prompts of 3, 9 and 1 tokens) in an
+    adaptive chain mixing AR and drafting rounds (AR priced to win, a drafting round every
+    third by exploration): AR's tokens, and the same drafts accepted as a head that runs
+    over each step (buffer of 1): the buffered positions' entries are the ones the
+    per-step windows write."""
     target = tiny.target_params()
     runs = []
-    for every, capacity in ((1, 0), (1, 8)):
+    for every, capacity in ((1, 0), (2, 32)):
         eng = decoding.Engine(tiny.TARGET, tiny.DECODE,
                               Eagle3Drafter(tiny.HEAD, follow_every=every, capacity=capacity), 3,
                               adaptive=Adaptive(LOOP_TIERS, TierCosts.table([1.0, 1.9, 3.5]),

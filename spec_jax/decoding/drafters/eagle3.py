@@ -25,9 +25,10 @@ from spec_jax.models.cache import attention_mask, empty_layer, tree_mask
 
 # The adaptive engine's head while following AR steps: the width of each window it runs over
 # buffered positions (`follow_every`), and how many it buffers before it must (`capacity`):
-# a run of at most LAZY_CAPACITY AR steps costs the head nothing until it drafts.
+# a prompt and AR steps of LAZY_CAPACITY positions in all cost the head nothing until it
+# drafts.
 FOLLOW_EVERY = 16
-LAZY_CAPACITY = 256
+LAZY_CAPACITY = 512
 
 
 @struct.dataclass
@@ -42,12 +43,13 @@ class Eagle3State:
         its logits there, the law of x_1, are computed when a proposal needs them
         (`Eagle3Drafter.root_logits`), so a round that follows without drafting skips the
         head's largest matmul.
-      taps_bwed, tokens_bw: the target's taps and the next tokens of the positions AR
-        steps committed that the head has not yet run over, `Eagle3Drafter.capacity` of
-        them at most (0 when it follows every step).
+      taps_bwed, tokens_bw: the target's taps and the next tokens of the positions the
+        head has not yet run over (a buffered prompt, then AR steps' positions), row b's
+        first `buffered_b[b]` of them, `Eagle3Drafter.capacity` at most (0 when it follows
+        every step).
       first_b: each row's first buffered position.
-      buffered: how many are buffered (int32, one count: an AR step commits one token in
-        every live row).
+      buffered_b: how many each row has buffered (int32 [B]: rows' prompts differ in
+        length; an AR step adds one to every row).
     """
 
     cache_k: jax.Array
@@ -56,7 +58,7 @@ class Eagle3State:
     taps_bwed: jax.Array
     tokens_bw: jax.Array
     first_b: jax.Array
-    buffered: jax.Array
+    buffered_b: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,9 +86,13 @@ class Eagle3Drafter:
     are the ones the one-token windows write: each position's entry sees the same earlier
     entries. `deferred()` (what the adaptive engine runs) sets W = `FOLLOW_EVERY` and the
     capacity `LAZY_CAPACITY`: a run that stays with AR's step pays the head nothing until
-    it drafts or has buffered that many (memory: B x capacity x the taps, 14 MB at batch 8
-    for the shipped head in fp32, 50 MB for Llama-3.1-8B's in bf16), as a draft LM leaves
+    it drafts or has buffered that many (memory: B x capacity x the taps, 28 MB at batch 8
+    for the shipped head in fp32, 100 MB for Llama-3.1-8B's in bf16), as a draft LM leaves
     its cache behind until it drafts; the work is the same windows, done later or never.
+    Its prompt too: where the prompt bucket fits the capacity, `init` buffers the prompt's
+    taps instead of running the head over them (the prompt's window was ~4% of the prefill
+    at batch 8 on this CPU: the head is one layer beside the target's 30), so a run that
+    never drafts never runs the head; a longer prompt is run over at `init`.
 
     Params: {'head': head params, 'embed_vd': the target's input embeddings, 'draft_ids_u':
     the target id of each draft id} (`params_for`). On a mesh its cache rows split by
@@ -138,8 +144,11 @@ class Eagle3Drafter:
         at committed_b - 1 (no logits: `root_logits` when a proposal needs them); the
         buffer is left as it was."""
         t, slots = tokens_bt.shape[1], state.cache_k.shape[1]
-        # A finished row can have committed nothing this round: any in-range index will do.
-        last_b1 = jnp.clip(committed_b - 1 - start_b, 0, t - 1)[:, None]
+        # A row whose C - 1 is not in the window keeps its output (a finished row that
+        # committed nothing this round; a row with fewer buffered than the batch's most).
+        last_b = committed_b - 1 - start_b
+        inside_b = (last_b >= 0) & (last_b < t)
+        last_b1 = jnp.clip(last_b, 0, t - 1)[:, None]
         none_b0 = jnp.zeros((tokens_bt.shape[0], 0), jnp.int32)  # Logits at no position.
         _, hidden_btd, (cache_k, cache_v, _) = e3.eagle3_forward(
             self.cfg,
@@ -153,6 +162,7 @@ class Eagle3Drafter:
             rules=self.rules,
         )
         hidden_bd = jnp.take_along_axis(hidden_btd, last_b1[:, :, None], 1)[:, 0]
+        hidden_bd = jnp.where(inside_b[:, None], hidden_bd, state.hidden_bd)
         return state.replace(cache_k=cache_k, cache_v=cache_v, hidden_bd=hidden_bd)
 
     def root_logits(self, params, state: Eagle3State) -> jax.Array:
@@ -171,8 +181,15 @@ class Eagle3Drafter:
         empty = Eagle3State(
             zeros, zeros, jnp.zeros((batch, cfg.width), jnp.dtype(cfg.dtype)),
             jnp.zeros((batch, w, *taps_bped.shape[2:]), taps_bped.dtype),
-            jnp.zeros((batch, w), jnp.int32), start_b, jnp.zeros((), jnp.int32),
+            jnp.zeros((batch, w), jnp.int32), start_b, jnp.zeros((batch,), jnp.int32),
         )  # fmt: skip
+        if self.capacity > self.follow_every and bucket < self.capacity:
+            # Lazy: the prompt's positions buffered, run over before the head first drafts.
+            return empty.replace(
+                taps_bwed=empty.taps_bwed.at[:, :bucket].set(taps_bped),
+                tokens_bw=empty.tokens_bw.at[:, :bucket].set(tokens_bp),
+                buffered_b=prompt_len_b.astype(jnp.int32),
+            )  # fmt: skip
         return self._window(params, empty, tokens_bp, taps_bped, start_b, prompt_len_b)
 
     def observe(self, params, state, history_bs, start_b, committed_b, taps_bted):
@@ -185,26 +202,27 @@ class Eagle3Drafter:
         and the head runs over the buffered positions when the buffer is full."""
         if not self.follow_every:
             return self.observe(params, state, history_bs, start_b, committed_b, taps_bted)
-        n = state.buffered
+        n_b, rows = state.buffered_b, jnp.arange(start_b.shape[0])
         state = state.replace(
-            taps_bwed=jax.lax.dynamic_update_slice_in_dim(state.taps_bwed, taps_bted, n, 1),
-            tokens_bw=jax.lax.dynamic_update_slice_in_dim(
-                state.tokens_bw, gather_tokens(history_bs, start_b[:, None] + 1), n, 1),
-            first_b=jnp.where(n == 0, start_b, state.first_b),
-            buffered=n + 1,
+            taps_bwed=state.taps_bwed.at[rows, n_b].set(taps_bted[:, 0]),
+            tokens_bw=state.tokens_bw.at[rows, n_b].set(
+                gather_tokens(history_bs, start_b[:, None] + 1)[:, 0]),
+            first_b=jnp.where(n_b == 0, start_b, state.first_b),
+            buffered_b=n_b + 1,
         )  # fmt: skip
-        return self._flush(params, state, committed_b, state.buffered == self.buffer)
+        return self._flush(params, state, committed_b, state.buffered_b.max() >= self.buffer)
 
     def _flush(self, params, state, committed_b, when) -> Eagle3State:
         """The head over the buffered positions, when `when`: W-wide windows in order, as
-        many as cover them (a while loop of 0 or more trips, not `lax.cond`: XLA:CPU
-        copies every buffer a conditional's branch updates, here the head's cache). The
-        last window writes entries past the buffered ones at or past C, where no mask
-        shows them and the next window overwrites them; its output at C - 1 is kept."""
+        many as cover the most any row buffered (a while loop of 0 or more trips, not
+        `lax.cond`: XLA:CPU copies every buffer a conditional's branch updates, here the
+        head's cache). A row's windows past its own buffered positions write entries at or
+        past its C, where no mask shows them and the next window overwrites them; each
+        row keeps its output at C - 1 (`_window`)."""
         w = self.follow_every
         if not w:  # Nothing is ever buffered.
             return state
-        windows = jnp.where(when, (state.buffered + w - 1) // w, 0)
+        windows = jnp.where(when, (state.buffered_b.max() + w - 1) // w, 0)
 
         def run(carry):
             s, i = carry
@@ -216,11 +234,12 @@ class Eagle3Drafter:
 
         state, _ = jax.lax.while_loop(lambda carry: carry[1] < windows, run,
                                       (state, jnp.zeros((), jnp.int32)))  # fmt: skip
-        return state.replace(buffered=jnp.where(when, 0, state.buffered))
+        return state.replace(buffered_b=jnp.where(when, 0, state.buffered_b))
 
     def lag(self, state, committed_b) -> jax.Array:
-        """[B] the positions buffered since the head last ran (`follow_every`)."""
-        return jnp.broadcast_to(state.buffered, committed_b.shape)
+        """[B] the positions each row buffered since the head last ran over it."""
+        del committed_b
+        return state.buffered_b
 
     def deferred(self) -> Eagle3Drafter:
         if self.follow_every:
@@ -237,7 +256,7 @@ class Eagle3Drafter:
         probs_fn: ProbsFn, forced=None,
     ):  # fmt: skip
         del history_bs
-        state = self._flush(params, state, committed_b, state.buffered > 0)
+        state = self._flush(params, state, committed_b, state.buffered_b.max() > 0)
         slots = state.cache_k.shape[1]
         keys_ab = step_keys(key_b, num_draft)
         forced_scan, forced_last = forced_steps(forced)
@@ -297,7 +316,7 @@ class Eagle3Drafter:
         cache: they sit at or past C, where the next window overwrites them and no mask
         shows them.
         """
-        state = self._flush(params, state, committed_b, state.buffered > 0)
+        state = self._flush(params, state, committed_b, state.buffered_b.max() > 0)
         if shape.static:
             kv, tokens_bm, q_bmv = self._static_tree(params, state, committed_b, shape, key_b,
                                                      probs_fn)  # fmt: skip
