@@ -54,5 +54,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.max_prompt_len = 384 if tiny else 1536
     c.prompt_bucket = 64
     c.batches = (1, 2) if tiny else (1, 8)
+    # Which workloads (spec_jax.jobs.bench_adaptive.WORKLOADS), in order; 'mixed' sums them
+    # where there are two or more.
+    c.workloads = ('speed', 'mbpp', 'long')
     c.rounds = 1 if tiny else 3
     return c

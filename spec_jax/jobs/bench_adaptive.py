@@ -15,6 +15,8 @@ online). Workloads:
   long    the long-context set (`c.long_sets`: CNN/DM articles), its own prompt bucket
   mixed   all of them: per engine the seconds and tokens of the three summed per round
 
+(`c.workloads` runs a selection, in its order; the mixed one where it holds two or more.)
+
 Reported per (batch, workload), measured: tokens/s of each engine (median over rounds),
 each adaptive engine over the best fixed tier (AR is tier 0) and over AR (the median of the
 per-round ratios and their range over the rounds: n rounds, no interval) and its drafted
@@ -271,6 +273,10 @@ def goals(rows: dict) -> list[str]:
 
 def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     """Runs the adaptive bench of config `c` (configs/bench_adaptive.py)."""
+    chosen = tuple(c.get('workloads', WORKLOADS))
+    if not chosen or set(chosen) - set(WORKLOADS) or len(set(chosen)) != len(chosen):
+        raise ValueError(f'bench adaptive: workloads={chosen!r}; give distinct names of '
+                         f'{WORKLOADS}')  # fmt: skip
     target = checkpoints.load(c.model, c.dtype, c.seed)
     tok = target.tokenizer
     dec = decoding.DecodeSettings(max_new_tokens=c.max_new_tokens, stop_tokens=tok.stop_ids,
@@ -285,7 +291,7 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     rows = {}
     for batch in c.batches:
         by_workload: dict[str, dict] = {}
-        for name in WORKLOADS:
+        for name in chosen:
             batch_ids = speed_report.fill(ids[name], batch)
             # The last workload's programs dropped: each workload compiles and warms its own,
             # so the process stays under the kernel's cap on memory mappings (code_room).
@@ -303,9 +309,11 @@ def run(c: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
             rows[batch, name] = compare(times, c.rounds)
             print(line(batch, name, rows[batch, name]), flush=True)
             by_workload[name] = times
+        if len(chosen) < 2:  # No mix of one workload.
+            continue
         mixed = {n: summed([by_workload[w][n] for w in by_workload]) for n in now}
         rows[batch, 'mixed'] = row = compare(mixed, c.rounds)
-        row['headroom'] = room = headroom(by_workload, {w: rows[batch, w] for w in WORKLOADS},
+        row['headroom'] = room = headroom(by_workload, {w: rows[batch, w] for w in chosen},
                                           mixed, row['best_fixed'])  # fmt: skip
         print(line(batch, 'mixed', row), flush=True)
         lo, hi = room['over_best_range']

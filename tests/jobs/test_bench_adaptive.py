@@ -165,6 +165,11 @@ def test_the_tiny_bench_runs_every_workload_and_reports_the_goals(tmp_path, caps
         assert all(0 <= a['mean_draft'] <= 2 for a in row['adaptive'].values())
     assert len(report['goals']) == 16  # Two goals per workload and adaptive engine.
     assert os.path.exists(os.path.join(tmp_path, 'bench_adaptive.json'))
-    c.tiers = '1,2'
+    c.workloads = ('long',)  # A selection: no mixed workload of one.
+    assert set(bench.run(c)['adaptive']['rows']) == {'1/long'}
+    c.workloads = ('long', 'code')
+    with pytest.raises(ValueError, match=r"workloads=\('long', 'code'\); give distinct names"):
+        bench.run(c)
+    c.workloads, c.tiers = ('long',), '1,2'
     with pytest.raises(ValueError, match=r"tiers='1,2' must start at 0 \(AR\) and rise"):
         bench.run(c)
