@@ -75,9 +75,9 @@ of its round (a tree tier's node law is the rule's `induced_tree_node`, as in an
 
 The AR tier runs AR's step and keeps the drafter following the text by `Drafter.follow`: a
 draft LM does nothing (its next proposal first catches its cache up over the tokens it
-missed, one forward per 16), an EAGLE-3 head buffers the step's taps (with its prompt's where the
-bucket fits: up to 512 positions) and runs 16-wide windows over them before it drafts (its
-lag: each row's buffered count),
+missed, one forward per 16), an EAGLE-3 head buffers the step's taps (after its prompt's,
+where the bucket fits: up to 512 positions) and runs 16-wide windows over them before it
+drafts (its lag: each row's buffered count),
 DFlash reads the step's taps (one window over one token), the target as its own drafter
 re-feeds two tokens; `relative` counts `follow` draft calls a step for it
 (`decoding.build.FOLLOW_CALLS`). The engine runs its drafter
@@ -200,13 +200,7 @@ def acceptance(accepted_ba, reached_ba, prior, weight) -> jax.Array:
     the prior's profile (module docstring, `adaptive_prior`; depth 1 toward the prior's
     first rate)."""
     acc_ba, seen_ba = accepted_ba.astype(jnp.float32), reached_ba.astype(jnp.float32)
-    prior_p = jnp.atleast_1d(jnp.asarray(prior, jnp.float32))
-    pooled, above = [], prior_p[0]
-    for d in range(acc_ba.shape[1]):
-        hold = above if d == 0 else adaptive_prior.anchor(above, prior_p, d)
-        above = (acc_ba[:, d].sum() + weight * hold) / (seen_ba[:, d].sum() + weight)
-        pooled.append(above)
-    pooled_a = jnp.stack(pooled) if pooled else jnp.zeros((0,), jnp.float32)
+    pooled_a = adaptive_prior.pooled(acc_ba.sum(0), seen_ba.sum(0), prior, weight)
     return (acc_ba + weight * pooled_a) / (seen_ba + weight)
 
 

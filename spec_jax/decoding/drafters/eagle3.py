@@ -89,10 +89,11 @@ class Eagle3Drafter:
     it drafts or has buffered that many (memory: B x capacity x the taps, 28 MB at batch 8
     for the shipped head in fp32, 100 MB for Llama-3.1-8B's in bf16), as a draft LM leaves
     its cache behind until it drafts; the work is the same windows, done later or never.
-    Its prompt too: where the prompt bucket fits the capacity, `init` buffers the prompt's
-    taps instead of running the head over them (the prompt's window was ~4% of the prefill
-    at batch 8 on this CPU: the head is one layer beside the target's 30), so a run that
-    never drafts never runs the head; a longer prompt is run over at `init`.
+    Its prompt too: where the prompt bucket fits the capacity, `init` buffers the prompt's taps
+    instead of running the head over them (the prompt's window made the prefill 1.041x AR's
+    at batch 8 on this CPU, measured: median of 7 rounds, range 1.007-1.096;
+    docs/performance.md), so a run that never drafts never runs the head; a longer prompt is
+    run over at `init`.
 
     Params: {'head': head params, 'embed_vd': the target's input embeddings, 'draft_ids_u':
     the target id of each draft id} (`params_for`). On a mesh its cache rows split by
