@@ -7,8 +7,7 @@ One number at every depth prices a chain of 4 at 1.44 tokens a round where the m
 profile gives 1.60 (both computed from those rates): it undervalues the longer tiers, which
 matters on chips where they pay. So the prior is a profile, `[P]` rates for depths 1..P
 (deeper depths repeat the last), and the engine (`adaptive.acceptance`,
-`adaptive_trees.rank_acceptance`) shrinks each
-depth's counts toward the anchor
+`adaptive_trees.rank_acceptance`) shrinks each depth's counts toward the anchor
 
     anchor_1 = prior_1,  logit anchor_d = logit pooled_{d-1} + (logit prior_d - logit prior_{d-1})
 
